@@ -1,0 +1,1 @@
+"""Subcommands of the `kernelsmith` CLI, one module each."""

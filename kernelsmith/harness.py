@@ -1,0 +1,146 @@
+"""Harness modules: how to make inputs for an operator, its reference, and its shapes."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+# Default (atol, rtol) by output dtype name (DESIGN.md, pinned details).
+DEFAULT_TOLERANCE = {
+    "float64": {"atol": 1e-7, "rtol": 1e-7},
+    "float32": {"atol": 1e-4, "rtol": 1e-4},
+    "float16": {"atol": 1e-2, "rtol": 1e-2},
+    "bfloat16": {"atol": 1e-2, "rtol": 1e-2},
+    "float8_e4m3fn": {"atol": 1e-1, "rtol": 1e-1},
+    "float8_e5m2": {"atol": 2e-1, "rtol": 2e-1},
+}
+
+
+@dataclass
+class Harness:
+    """A validated harness module (see DESIGN.md: Harness module)."""
+
+    path: Path
+    module: Any
+    shapes: list[dict]
+    cpu_shapes: list[dict]
+    outputs: list[str] | None
+    inplace: list[str]
+    tolerance: dict[str, dict[str, float]]
+    vary: dict[str, list]
+    nondeterministic: bool
+    make_inputs: Callable[..., dict]
+    reference: Callable[..., Any]
+    bytes_moved: Callable[[dict], int] | None = None
+    flops: Callable[[dict], int] | None = None
+    extra: dict = field(default_factory=dict)
+
+    def shapes_for(self, device: str) -> list[dict]:
+        """GPU shapes on CUDA; CPU_SHAPES (or SHAPES when absent) under the interpreter."""
+        if device == "cuda":
+            return self.shapes
+        return self.cpu_shapes or self.shapes
+
+    def tolerance_for(self, dtype_name: str) -> tuple[float, float]:
+        """(atol, rtol) for an output dtype: the harness's override, else the default."""
+        tol = self.tolerance.get(dtype_name) or DEFAULT_TOLERANCE.get(dtype_name) or {"atol": 0, "rtol": 0}
+        return float(tol.get("atol", 0.0)), float(tol.get("rtol", 0.0))
+
+
+def private_module_name(path: Path, prefix: str = "_ks_harness") -> str:
+    """A module name derived from the file path, never its package name (avoids shadowing)."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    return f"{prefix}_{digest}"
+
+
+def _import_file(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(path, "cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        raise ConfigError(path, f"syntax error at line {e.lineno}: {e.msg}") from None
+    except Exception as e:
+        sys.modules.pop(name, None)
+        tb = traceback.format_exception_only(type(e), e)[-1].strip()
+        raise ConfigError(path, f"import failed: {tb}") from None
+    return module
+
+
+def _shape_list(module, path: Path, attr: str, required: bool) -> list[dict]:
+    value = getattr(module, attr, None)
+    if value is None:
+        if required:
+            raise ConfigError(path, "missing (a list of shape dicts)", attr)
+        return []
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(path, "must be a non-empty list of shape dicts", attr)
+    for i, s in enumerate(value):
+        if not isinstance(s, dict):
+            raise ConfigError(path, f"must be a dict, got {type(s).__name__}", f"{attr}[{i}]")
+    return [dict(s) for s in value]
+
+
+def _callable(module, path: Path, attr: str, required: bool):
+    fn = getattr(module, attr, None)
+    if fn is None:
+        if required:
+            raise ConfigError(path, "missing required function", attr)
+        return None
+    if not callable(fn):
+        raise ConfigError(path, "must be a function", attr)
+    return fn
+
+
+def load_harness(path: str | Path) -> Harness:
+    """Import a harness by file path under a private name and validate its fields."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(path, "harness file not found")
+    module = _import_file(path, private_module_name(path))
+    outputs = getattr(module, "OUTPUTS", None)
+    if outputs is not None:
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, str) for o in outputs):
+            raise ConfigError(path, "must be None or a list of input names", "OUTPUTS")
+        outputs = list(outputs)
+    inplace = list(getattr(module, "INPLACE", None) or [])
+    tolerance = getattr(module, "TOLERANCE", None) or {}
+    if not isinstance(tolerance, dict):
+        raise ConfigError(path, "must map a dtype name to {atol, rtol}", "TOLERANCE")
+    for key, tol in tolerance.items():
+        if not isinstance(tol, dict) or not set(tol) <= {"atol", "rtol"}:
+            raise ConfigError(path, "must be {atol: float, rtol: float}", f"TOLERANCE.{key}")
+    vary = getattr(module, "VARY", None) or {}
+    if not isinstance(vary, dict):
+        raise ConfigError(path, "must map a shape field to a list of values", "VARY")
+    for key, values in vary.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise ConfigError(path, "must be a non-empty list of values", f"VARY.{key}")
+    return Harness(
+        path=path,
+        module=module,
+        shapes=_shape_list(module, path, "SHAPES", True),
+        cpu_shapes=_shape_list(module, path, "CPU_SHAPES", False),
+        outputs=outputs,
+        inplace=inplace,
+        tolerance=tolerance,
+        vary={k: list(v) for k, v in vary.items()},
+        nondeterministic=bool(getattr(module, "NONDETERMINISTIC", False)),
+        make_inputs=_callable(module, path, "make_inputs", True),
+        reference=_callable(module, path, "reference", True),
+        bytes_moved=_callable(module, path, "bytes_moved", False),
+        flops=_callable(module, path, "flops", False),
+    )

@@ -1,0 +1,55 @@
+"""A Task: one operator of one target, resolved against a checkout, ready for the referee."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Operator, Target, load_target, resolve_target
+from .errors import ConfigError
+from .harness import Harness, load_harness
+
+
+@dataclass
+class Task:
+    """Everything the referee and the search need to know about one operator."""
+
+    target: Target
+    operator: Operator
+    root: Path
+    base_sha: str
+    base_code: str
+    harness: Harness | None = field(default=None, repr=False)
+
+    @property
+    def file_path(self) -> Path:
+        """Absolute path of the operator's file in the checkout."""
+        return self.root / self.operator.file
+
+    def to_json(self) -> dict:
+        """The task as plain data (what a worker process needs to rebuild it)."""
+        return {
+            "target": str(self.target.path), "op": self.operator.name, "root": str(self.root),
+            "base_sha": self.base_sha,
+        }
+
+
+def make_task(target: Target, op_name: str, root: Path, base_sha: str) -> Task:
+    """Resolve `op_name` in `target` against a checkout folder and validate file, entry, harness."""
+    op = target.operator(op_name)
+    file_path = Path(root) / op.file
+    if not file_path.is_file():
+        raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op.name}.file")
+    code = file_path.read_text()
+    harness = load_harness(op.harness)
+    return Task(target=target, operator=op, root=Path(root).resolve(), base_sha=base_sha, base_code=code,
+                harness=harness)
+
+
+def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None) -> Task:
+    """Target argument + operator + optional checkout -> a validated Task (clones when needed)."""
+    from .checkout import prepare_checkout
+
+    target = load_target(resolve_target(target_arg, targets))
+    co = prepare_checkout(target, checkout)
+    return make_task(target, op_name, co.path, co.base_sha)
