@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one GPU check, run on the H200 through the device tool from the repository root:
+#   bash scripts/gpu_check.sh [step-glob]
+# Runs `pytest -m gpu`, then every scripts/gpu.d/*.sh step (or those matching the glob) in order.
+# Each step writes its results under $OUT (defaults to ./gpu-out here). No pip there: the project
+# runs from the tree via PYTHONPATH; git, PyGithub and openai may be missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+python3 - <<'PY' | tee "$OUT/env.txt"
+import torch, triton, platform
+print("python", platform.python_version(), "torch", torch.__version__, "triton", triton.__version__)
+print("device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
+PY
+status=0
+glob=${1:-*}
+if [ "$glob" = "*" ] || [ "$glob" = "pytest" ]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.txt" || status=1
+fi
+for step in scripts/gpu.d/$glob.sh; do
+  [ -f "$step" ] || continue
+  echo "=== $step"
+  bash "$step" || { echo "step $step failed"; status=1; }
+done
+exit $status
