@@ -1,0 +1,31 @@
+"""Shared test setup: the Triton interpreter without CUDA, a private cache folder, GPU skip."""
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+# Without CUDA every kernel runs under the Triton interpreter; it must be set before @triton.jit runs.
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test session gets its own kernelsmith cache (checkouts, state, device measurements)."""
+    if "KERNELSMITH_CACHE" not in os.environ or os.environ.get("KERNELSMITH_TEST_CACHE") != "1":
+        cache = tmp_path_factory.getbasetemp() / "ks-cache"
+        cache.mkdir(exist_ok=True)
+        monkeypatch.setenv("KERNELSMITH_CACHE", str(cache))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked `gpu` on machines without CUDA."""
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
