@@ -14,8 +14,8 @@ if not HAS_CUDA:
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Each test session gets its own kernelsmith cache (checkouts, state, device measurements)."""
-    if "KERNELSMITH_CACHE" not in os.environ or os.environ.get("KERNELSMITH_TEST_CACHE") != "1":
+    """Tests share one private kernelsmith cache, never the user's (checkouts, state, device data)."""
+    if os.environ.get("KERNELSMITH_KEEP_CACHE") != "1":
         cache = tmp_path_factory.getbasetemp() / "ks-cache"
         cache.mkdir(exist_ok=True)
         monkeypatch.setenv("KERNELSMITH_CACHE", str(cache))
