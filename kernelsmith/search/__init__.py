@@ -1,0 +1,1 @@
+"""The evolutionary search: archive, selection, mutators (params, llm), prompts and the loop."""

@@ -1,0 +1,236 @@
+"""The archive: every candidate of a run in one SQLite file (`archive.sqlite` in the run dir).
+
+One row per proposal (table `candidates`), plus the base itself as the first row (mutator
+"base", not counted as a proposal). Rows are written before evaluation (status "pending") and
+updated with the verdict after it, so a run killed mid-evaluation finds its one pending row on
+`--resume` and completed evaluations are never repeated. Writes commit immediately (autocommit);
+SQLite's journal makes each one atomic under kill -9.
+
+Columns (interfaces.md): id, parent_id, island, generation, mutator, code, diff, inspiration_ids
+(JSON list), prompt, response, verdict (JSON), feedback, status ("pending" | "evaluated" |
+"duplicate"), speedup (geomean or NULL), accepted (0/1), code_hash, created_at, evaluated_at.
+Extra columns: params (JSON: the params mutator's configuration), timing ("none" | "screen" |
+"full": depth of the stored verdict), awaiting_full (1 while a screened contender still needs its
+full measurement), duplicate_of, reason (first rejection name), eval_s.
+`code` is NULL for a malformed proposal (the model's answer is in `response`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY,
+    parent_id INTEGER,
+    island INTEGER NOT NULL DEFAULT 0,
+    generation INTEGER NOT NULL DEFAULT 0,
+    mutator TEXT NOT NULL,
+    code TEXT,
+    diff TEXT,
+    inspiration_ids TEXT NOT NULL DEFAULT '[]',
+    prompt TEXT,
+    response TEXT,
+    verdict TEXT,
+    feedback TEXT,
+    status TEXT NOT NULL DEFAULT 'pending',
+    speedup REAL,
+    accepted INTEGER NOT NULL DEFAULT 0,
+    code_hash TEXT,
+    created_at TEXT NOT NULL,
+    evaluated_at TEXT,
+    params TEXT,
+    timing TEXT,
+    awaiting_full INTEGER NOT NULL DEFAULT 0,
+    duplicate_of INTEGER,
+    reason TEXT,
+    eval_s REAL
+);
+CREATE INDEX IF NOT EXISTS candidates_hash ON candidates(code_hash);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS migrations (
+    generation INTEGER NOT NULL,
+    candidate_id INTEGER NOT NULL,
+    to_island INTEGER NOT NULL,
+    PRIMARY KEY (generation, candidate_id, to_island)
+);
+"""
+
+_JSON_COLUMNS = ("inspiration_ids", "verdict", "params")
+
+
+def code_hash(code: str | None) -> str | None:
+    """sha256 of the code with trailing whitespace per line ignored (so re-indented tails match)."""
+    if code is None:
+        return None
+    norm = "\n".join(line.rstrip() for line in code.strip("\n").splitlines())
+    return hashlib.sha256(norm.encode()).hexdigest()
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Archive:
+    """A run's candidates in SQLite; rows come back as plain dicts with JSON columns decoded."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection, used from the loop's main thread only; autocommit (isolation_level None).
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
+                                   timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.executescript(_SCHEMA)
+        if self.get_meta("schema_version") is None:
+            self.set_meta("schema_version", SCHEMA_VERSION)
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- rows --------------------------------------------------------------------------------
+    def add(self, code: str | None, *, mutator: str, parent_id: int | None = None, island: int = 0,
+            generation: int = 0, diff: str | None = None, inspiration_ids: list[int] | None = None,
+            prompt: str | None = None, response: str | None = None, params: dict | None = None,
+            status: str = "pending", verdict: dict | None = None, feedback: str | None = None,
+            duplicate_of: int | None = None) -> int:
+        """Insert one candidate and return its id (status "pending" unless given a verdict)."""
+        verdict_text = json.dumps(verdict) if verdict is not None else None
+        accepted = int(bool(verdict and verdict.get("accepted")))
+        speedup = verdict.get("geomean_speedup") if verdict else None
+        reason = verdict.get("reason") if verdict else None
+        cur = self._db.execute(
+            "INSERT INTO candidates (parent_id, island, generation, mutator, code, diff, inspiration_ids,"
+            " prompt, response, verdict, feedback, status, speedup, accepted, code_hash, created_at,"
+            " evaluated_at, params, duplicate_of, reason, timing)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (parent_id, island, generation, mutator, code, diff, json.dumps(inspiration_ids or []),
+             prompt, response, verdict_text, feedback, status, speedup, accepted, code_hash(code),
+             now_iso(), now_iso() if verdict is not None else None,
+             json.dumps(params) if params is not None else None, duplicate_of, reason,
+             "none" if verdict is not None else None),
+        )
+        return int(cur.lastrowid)
+
+    def set_verdict(self, cid: int, verdict_json: dict, feedback: str | None, *, timing: str | None = None,
+                    awaiting_full: bool = False) -> None:
+        """Store a verdict (dict as Verdict.to_json gives it): status becomes "evaluated"."""
+        self._db.execute(
+            "UPDATE candidates SET verdict=?, feedback=?, status='evaluated', speedup=?, accepted=?,"
+            " reason=?, evaluated_at=?, timing=?, awaiting_full=?, eval_s=? WHERE id=?",
+            (json.dumps(verdict_json), feedback, verdict_json.get("geomean_speedup"),
+             int(bool(verdict_json.get("accepted"))), verdict_json.get("reason"), now_iso(),
+             timing or _timing_of(verdict_json), int(awaiting_full), verdict_json.get("eval_s"), cid),
+        )
+
+    def get(self, cid: int) -> dict | None:
+        """One row as a dict (verdict, inspiration_ids and params decoded), or None."""
+        row = self._db.execute("SELECT * FROM candidates WHERE id=?", (cid,)).fetchone()
+        return _decode(row) if row is not None else None
+
+    def all(self) -> list[dict]:
+        """Every row, in id order."""
+        return [_decode(r) for r in self._db.execute("SELECT * FROM candidates ORDER BY id")]
+
+    def where(self, clause: str, args: tuple = ()) -> list[dict]:
+        """Rows matching an SQL condition (written by this package, never by users), in id order."""
+        q = f"SELECT * FROM candidates WHERE {clause} ORDER BY id"
+        return [_decode(r) for r in self._db.execute(q, args)]
+
+    def base(self) -> dict | None:
+        """The base's own row (mutator "base"), if recorded."""
+        rows = self.where("mutator='base'")
+        return rows[0] if rows else None
+
+    def find_code(self, code: str) -> dict | None:
+        """The earliest row holding this code (trailing whitespace ignored), or None."""
+        h = code_hash(code)
+        row = self._db.execute("SELECT * FROM candidates WHERE code_hash=? AND status!='duplicate'"
+                               " ORDER BY id LIMIT 1", (h,)).fetchone()
+        return _decode(row) if row is not None else None
+
+    def known_hashes(self) -> set[str]:
+        """Hashes of every code recorded so far."""
+        q = "SELECT code_hash FROM candidates WHERE code_hash IS NOT NULL"
+        return {r[0] for r in self._db.execute(q)}
+
+    def pending(self) -> list[dict]:
+        """Rows still to evaluate (pending, or screened contenders awaiting the full measurement)."""
+        return self.where("status='pending' OR awaiting_full=1")
+
+    def count(self, clause: str = "1", args: tuple = ()) -> int:
+        """Number of rows matching an SQL condition."""
+        return int(self._db.execute(f"SELECT COUNT(*) FROM candidates WHERE {clause}", args).fetchone()[0])
+
+    def proposals(self) -> int:
+        """Everything proposed (every row except the base)."""
+        return self.count("mutator!='base'")
+
+    def evaluations(self) -> int:
+        """What the referee ran: evaluated rows, less malformed proposals (never sent to it)."""
+        return self.count("status='evaluated' AND (reason IS NULL OR reason!='malformed_proposal')")
+
+    def max_generation(self) -> int:
+        """The highest generation recorded (0 when empty)."""
+        v = self._db.execute("SELECT MAX(generation) FROM candidates").fetchone()[0]
+        return int(v or 0)
+
+    # -- migrations and run state ------------------------------------------------------------
+    def add_migration(self, generation: int, candidate_id: int, to_island: int) -> None:
+        """Record that a candidate joined another island at a generation."""
+        self._db.execute("INSERT OR IGNORE INTO migrations VALUES (?,?,?)",
+                         (generation, candidate_id, to_island))
+
+    def migrations(self) -> list[tuple[int, int, int]]:
+        """(generation, candidate_id, to_island) for every migration, in order."""
+        return [tuple(r) for r in self._db.execute(
+            "SELECT generation, candidate_id, to_island FROM migrations ORDER BY generation, candidate_id")]
+
+    def get_meta(self, key: str, default=None):
+        """A JSON value from the meta table."""
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row is not None else default
+
+    def set_meta(self, key: str, value) -> None:
+        """Store a JSON value in the meta table."""
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+
+def _timing_of(verdict: dict) -> str:
+    if not verdict.get("timed"):
+        return "none"
+    return "full" if (verdict.get("timing") or {}).get("aa_ratio") is not None else "screen"
+
+
+def _decode(row: sqlite3.Row) -> dict:
+    d = dict(row)
+    for col in _JSON_COLUMNS:
+        if d.get(col) is not None:
+            d[col] = json.loads(d[col])
+    return d
+
+
+def rejected_counts(rows: list[dict]) -> dict[str, int]:
+    """{reason: count} over rejected proposals (duplicates and malformed ones included)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r["mutator"] == "base" or r["status"] == "pending" or r["accepted"]:
+            continue
+        reason = r.get("reason") or "rejected"
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items()))
+
