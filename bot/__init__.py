@@ -1,0 +1,1 @@
+"""The GitHub side of kernelsmith: Actions events, comment commands, publishing PRs, the dashboard."""
