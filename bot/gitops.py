@@ -1,0 +1,160 @@
+"""Git side of publishing: one bot-authored commit on top of the run's base, pushed over HTTPS.
+
+Works in a private bare repository (no work tree, no checkout of target code, nothing executed
+from it). The token travels in an `http.extraHeader` set through the environment of each git call,
+never in a URL, a remote's config or a command line. The runner has no git identity: author and
+committer are set explicitly to the bot's.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.checkout import BOT_AUTHOR
+from kernelsmith.errors import KernelsmithError
+
+
+class GitError(KernelsmithError):
+    """A git step of publishing failed (the message never contains the token)."""
+
+
+@dataclass
+class BranchUpdate:
+    """What happened to the bot branch: pushed (new or force-pushed), unchanged, or blocked."""
+
+    action: str                     # "created" | "updated" | "unchanged" | "blocked"
+    sha: str                        # the branch head after this step (the bot's commit unless blocked)
+    foreign: list[str] = field(default_factory=list)  # commits on the branch by someone else
+
+
+def _env(token: str | None) -> dict:
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GIT_CONFIG_NOSYSTEM": "1"}
+    if token:
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                    "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
+    return env
+
+
+class Publisher:
+    """A scratch bare repository that fetches the base, builds the commit and pushes the branch."""
+
+    def __init__(self, workdir: Path, base_url: str, push_url: str, token_fn):
+        import git  # gitpython: imported here so kernelsmith imports without it
+
+        self._git_mod = git
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.repo = git.Repo.init(workdir, bare=True)
+        self.base_url, self.push_url, self.token_fn = base_url, push_url, token_fn
+        self._remote("base", base_url)
+        self._remote("push", push_url)
+
+    def _remote(self, name: str, url: str) -> None:
+        names = [r.name for r in self.repo.remotes]
+        if name in names:
+            self.repo.git.remote("set-url", name, url)
+        else:
+            self.repo.git.remote("add", name, url)
+
+    def _run(self, *args: str, token: bool = True, env: dict | None = None, **kw) -> str:
+        full_env = _env(self.token_fn() if token else None)
+        full_env.update(env or {})
+        try:
+            return self.repo.git.execute(["git", *args], env=full_env, **kw)
+        except self._git_mod.GitCommandError as e:
+            err = (e.stderr or "").strip().replace("\n", " ")[-400:]
+            raise GitError(f"git {args[0]} failed: {err}") from None
+
+    def fetch_base(self, base_branch: str, base_sha: str) -> None:
+        """Fetch the base branch (commits and trees only) and make sure `base_sha` is there."""
+        # Blobs are left out (a partial clone): the commit only needs the base's trees.
+        self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base",
+                  f"+refs/heads/{base_branch}:refs/remotes/base/{base_branch}")
+        if not self._has_commit(base_sha):
+            try:  # a base that is no longer on the branch (force-pushed upstream): ask for it by id
+                self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base", base_sha)
+            except GitError:
+                pass
+        if not self._has_commit(base_sha):
+            raise GitError(f"the run's base commit {base_sha} is not in {self.base_url} ({base_branch})")
+
+    def _has_commit(self, sha: str) -> bool:
+        try:
+            self._run("cat-file", "-e", f"{sha}^{{commit}}", token=False)
+            return True
+        except GitError:
+            return False
+
+    def fetch_branch(self, branch: str) -> str | None:
+        """The current head of the bot branch on the push remote, or None if it does not exist."""
+        out = self._run("ls-remote", "--heads", "push", f"refs/heads/{branch}")
+        if not out.strip():
+            return None
+        self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "push",
+                  f"+refs/heads/{branch}:refs/remotes/push/{branch}")
+        return out.split()[0]
+
+    def build_commit(self, base_sha: str, file_rel: str, content: bytes, message: str) -> str:
+        """A commit whose parent is `base_sha` and whose tree is the base's with `file_rel` replaced."""
+        index = Path(self.repo.git_dir) / "kernelsmith.index"
+        index.unlink(missing_ok=True)
+        ienv = {"GIT_INDEX_FILE": str(index)}
+        self._run("read-tree", base_sha, token=False, env=ienv)
+        staged = Path(self.repo.git_dir) / "kernelsmith.blob"
+        staged.write_bytes(content)
+        blob = self._run("hash-object", "-w", "--no-filters", str(staged), token=False)
+        mode = "100644"
+        listing = self._run("ls-tree", base_sha, "--", file_rel, token=False)
+        if listing:
+            mode = listing.split()[0]
+        self._run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_rel}", token=False, env=ienv)
+        tree = self._run("write-tree", "--missing-ok", token=False, env=ienv)
+        name, email = BOT_AUTHOR
+        ident = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+                 "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+        return self._run("commit-tree", tree, "-p", base_sha, "-m", message, token=False, env=ident)
+
+    def foreign_commits(self, base_branch: str, branch: str) -> list[str]:
+        """Commits on the branch (not on the base branch) whose author is not the bot."""
+        span = f"refs/remotes/base/{base_branch}..refs/remotes/push/{branch}"
+        out = self._run("log", "--format=%H %ae", span, token=False)
+        email = BOT_AUTHOR[1]
+        return [line.split()[0] for line in out.splitlines() if line.strip() and line.split()[1] != email]
+
+    def tree_of(self, rev: str) -> str:
+        return self._run("rev-parse", f"{rev}^{{tree}}", token=False)
+
+    def update_branch(self, branch: str, base_branch: str, base_sha: str, file_rel: str, content: bytes,
+                      message: str) -> BranchUpdate:
+        """Create the bot branch, or force-push it when every commit on it is the bot's."""
+        self.fetch_base(base_branch, base_sha)
+        old = self.fetch_branch(branch)
+        new = self.build_commit(base_sha, file_rel, content, message)
+        if old is not None:
+            foreign = self.foreign_commits(base_branch, branch)
+            if foreign:
+                return BranchUpdate("blocked", old, foreign)
+            parent = self._run("rev-parse", f"{old}^", token=False) if old else ""
+            if self.tree_of(old) == self.tree_of(new) and parent == base_sha:
+                return BranchUpdate("unchanged", old)
+        # --force-with-lease: refuse if the branch moved since we looked (someone pushed meanwhile).
+        lease = f"--force-with-lease=refs/heads/{branch}:{old or ''}"
+        self._run("push", "--quiet", lease, "push", f"{new}:refs/heads/{branch}")
+        return BranchUpdate("created" if old is None else "updated", new)
+
+
+def push_url(server_url: str, full_name: str) -> str:
+    """The HTTPS clone URL of owner/name on the server at `server_url` (github.com or GHES)."""
+    return f"{server_url.rstrip('/')}/{full_name}.git"
+
+
+def scrubbed(env: dict | None = None) -> dict:
+    """A copy of the environment without GitHub or Actions credentials (for untrusted processes)."""
+    src = dict(os.environ if env is None else env)
+    drop = {"KERNELSMITH_TOKEN", "KERNELSMITH_APP_PRIVATE_KEY", "KERNELSMITH_APP_ID", "GITHUB_TOKEN",
+            "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+            "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_RESULTS_URL", "ACTIONS_CACHE_URL"}
+    return {k: v for k, v in src.items() if k not in drop and not k.startswith("GIT_CONFIG_")}
