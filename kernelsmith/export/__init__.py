@@ -1,0 +1,154 @@
+"""`kernelsmith export`: training data (SFT chat samples, RL prompts) from evolution archives."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from ..errors import ConfigError
+from .dedup import DEFAULT_SIMILARITY, NearDuplicates
+from .records import rl_record, sft_record
+from .steps import DEFAULT_MIN_GAIN, best_per_trajectory, select_steps
+
+FORMATS = ("sft", "rl")
+FASTER_RULE = (
+    "a later step is kept only when parent and child were both timed (not noisy) and child "
+    "speedup / parent speedup >= min_gain; runs without timing (interpreter) have no speedups, so "
+    "no later step is 'faster' and only their accepted first steps (base -> first correct "
+    "rewrite) are kept"
+)
+
+
+def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
+    """(run.json, archive rows) of a run directory; ConfigError naming what is missing."""
+    from ..search.archive import Archive
+
+    path = Path(run_dir).resolve()
+    run_json, db = path / "run.json", path / "archive.sqlite"
+    if not run_json.is_file():
+        raise ConfigError(path, "not a run directory (no run.json)", "RUN_DIR")
+    if not db.is_file():
+        raise ConfigError(path, "no archive.sqlite in this run directory", "RUN_DIR")
+    try:
+        run = json.loads(run_json.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(run_json, f"invalid JSON: {e}") from None
+    for key in ("target", "op", "checkout"):
+        if not run.get(key):
+            raise ConfigError(run_json, "missing", key)
+    with Archive(db) as archive:
+        rows = archive.all()
+    return run, rows
+
+
+def task_for_run(run: dict, run_dir: Path, rows: list[dict]):
+    """The run's Task (for prompts), with the base code as the archive recorded it."""
+    from ..config import load_target
+    from ..task import make_task
+
+    run_json = Path(run_dir) / "run.json"
+    target_path = Path(run["target"])
+    if not target_path.is_file():
+        raise ConfigError(run_json, f"target yaml {target_path} no longer exists", "target")
+    if not Path(run["checkout"]).is_dir():
+        raise ConfigError(run_json, f"checkout {run['checkout']} no longer exists", "checkout")
+    task = make_task(load_target(target_path), run["op"], Path(run["checkout"]), run.get("base_sha", ""))
+    base = next((r for r in rows if r.get("mutator") == "base" and r.get("code")), None)
+    if base is not None:
+        task.base_code = base["code"]
+    return task
+
+
+def export_runs(run_dirs: list[str | Path], fmt: str, out: str | Path, *, min_gain: float = DEFAULT_MIN_GAIN,
+                similarity: float = DEFAULT_SIMILARITY, rl_top: int = 1) -> dict:
+    """Write the records of `run_dirs` to `out` (JSON lines) and `out`.summary.json; return the summary."""
+    if fmt not in FORMATS:
+        raise ConfigError("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if not run_dirs:
+        raise ConfigError("RUN_DIR", "give at least one run directory")
+    out = Path(out)
+    dedup = NearDuplicates(similarity)
+    records: list[dict] = []
+    sources: list[dict] = []
+    dropped: dict[str, int] = {}
+    counts = {"candidates": 0, "kept_steps": 0, "first": 0, "improve": 0}
+    for run_dir in run_dirs:
+        run_dir = Path(run_dir).resolve()
+        run, rows = read_run(run_dir)
+        steps, why = select_steps(rows, min_gain)
+        for k, v in why.items():
+            dropped[k] = dropped.get(k, 0) + v
+        if fmt == "rl":
+            best = best_per_trajectory(rows, steps, rl_top)
+            extra = len(steps) - len(best)
+            dropped["not_best_in_trajectory"] = dropped.get("not_best_in_trajectory", 0) + extra
+            steps = best
+        source = {"run": str(run_dir), "target": run["target"], "op": run["op"], "repo": run.get("repo"),
+                  "base_sha": run.get("base_sha"), "mutator": run.get("mutator"), "device": run.get("device")}
+        task = task_for_run(run, run_dir, rows) if steps else None
+        kept_here = 0
+        for step in steps:
+            record = (sft_record if fmt == "sft" else rl_record)(task, step, source)
+            answer = (record["messages"][-1] if fmt == "sft" else record["reference_answer"])["content"]
+            dup = dedup.seen(step.parent["code"], step.child["code"], answer)
+            if dup:
+                dropped[dup] = dropped.get(dup, 0) + 1
+                continue
+            records.append(record)
+            kept_here += 1
+            counts[step.kind] += 1
+        counts["candidates"] += sum(1 for r in rows if r.get("mutator") != "base")
+        sources.append({**source, "candidates": sum(1 for r in rows if r.get("mutator") != "base"),
+                        "records": kept_here})
+    counts["kept_steps"] = len(records)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for record in records:
+            f.write(json.dumps(record, sort_keys=False) + "\n")
+    summary = {
+        "format": fmt, "output": str(out), "records": len(records), "counts": counts,
+        "dropped": dict(sorted(dropped.items())), "gains": _gain_stats(records),
+        "rules": {"min_gain": min_gain, "similarity": similarity, "faster": FASTER_RULE,
+                  **({"rl_top_per_trajectory": rl_top} if fmt == "rl" else {})},
+        "sources": sources,
+    }
+    summary_path = out.with_name(out.name + ".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _gain_stats(records: list[dict]) -> dict:
+    gains = [r["meta"]["gain"] for r in records if r["meta"]["gain"] is not None]
+    improve = [r["meta"]["gain"] for r in records if r["meta"]["kind"] == "improve"]
+    if not gains:
+        return {"timed_records": 0, "note": "no timed step (interpreter runs): gains unknown"}
+    return {
+        "timed_records": len(gains),
+        "mean": statistics.fmean(gains), "median": statistics.median(gains),
+        "geomean": statistics.geometric_mean(gains), "max": max(gains), "min": min(gains),
+        "improve_steps_geomean": statistics.geometric_mean(improve) if improve else None,
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as a few lines of text for the terminal."""
+    c = summary["counts"]
+    lines = [
+        f"{summary['records']} {summary['format']} records -> {summary['output']}",
+        f"  from {len(summary['sources'])} run(s), {c['candidates']} candidates: "
+        f"{c['first']} first steps, {c['improve']} improving steps",
+    ]
+    if summary["dropped"]:
+        lines.append("  dropped: " + ", ".join(f"{k} {v}" for k, v in summary["dropped"].items()))
+    g = summary["gains"]
+    if g.get("timed_records"):
+        lines.append(f"  gain over parent: geomean {g['geomean']:.3f}x, median {g['median']:.3f}x, "
+                     f"max {g['max']:.3f}x ({g['timed_records']} timed records)")
+    else:
+        lines.append("  gains: unknown (no timed step: interpreter runs keep only first correct steps)")
+    for s in summary["sources"]:
+        lines.append(f"  {s['op']} ({s['mutator']}, {s['device']}): {s['records']} of {s['candidates']} "
+                     f"candidates  {s['run']}")
+    lines.append(f"  summary: {summary['output']}.summary.json")
+    return "\n".join(lines)

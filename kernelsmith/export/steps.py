@@ -1,0 +1,110 @@
+"""Which steps of an evolution archive become training data.
+
+A step is one archive row (the child) with the row it was proposed from (the parent). Rules:
+- a first step (the parent is the base) is kept when the child was accepted (correct and clean);
+- a later step is kept only when the child was accepted and is faster than its parent: both timed
+  (a verdict with timing, not marked noisy) and child speedup / parent speedup >= `min_gain`.
+Runs without timing (the Triton interpreter) have no speedups, so none of their later steps is
+"faster": from them only accepted first steps are kept. Rejected parents, duplicates, malformed
+and pending proposals never make a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_MIN_GAIN = 1.02  # two referee measurements, each within the ±1% A/A control
+
+
+@dataclass
+class Step:
+    """parent -> child, with the gain over the parent (None without timing)."""
+
+    parent: dict
+    child: dict
+    kind: str  # "first" (from the base) or "improve"
+    gain: float | None
+    inspirations: list[dict] = field(default_factory=list)
+
+
+def _timed(row: dict) -> bool:
+    verdict = row.get("verdict") or {}
+    noisy = (verdict.get("timing") or {}).get("noisy")
+    return row.get("speedup") is not None and bool(verdict.get("timed", True)) and not noisy
+
+
+def step_gain(parent: dict, child: dict) -> float | None:
+    """Child speedup over the parent (the base counts as 1.0); None unless both sides are timed."""
+    if not _timed(child):
+        return None
+    if parent.get("mutator") == "base":
+        return float(child["speedup"])
+    if not _timed(parent) or not parent["speedup"]:
+        return None
+    return float(child["speedup"]) / float(parent["speedup"])
+
+
+def select_steps(rows: list[dict], min_gain: float = DEFAULT_MIN_GAIN) -> tuple[list[Step], dict[str, int]]:
+    """The steps the rules keep, in archive order, and {reason: count} for those dropped."""
+    by_id = {r["id"]: r for r in rows}
+    base = next((r for r in rows if r.get("mutator") == "base"), None)
+    kept: list[Step] = []
+    dropped: dict[str, int] = {}
+
+    def drop(reason: str) -> None:
+        dropped[reason] = dropped.get(reason, 0) + 1
+
+    for row in rows:
+        if row.get("mutator") == "base":
+            continue
+        if row.get("status") == "duplicate":
+            drop("duplicate")
+            continue
+        if row.get("status") != "evaluated":
+            drop("pending")
+            continue
+        if row.get("code") is None or row.get("reason") == "malformed_proposal":
+            drop("malformed")
+            continue
+        parent = by_id.get(row.get("parent_id")) if row.get("parent_id") is not None else base
+        if parent is None or parent.get("code") is None:
+            drop("no_parent")
+            continue
+        if not row.get("accepted"):
+            drop("rejected")
+            continue
+        inspirations = [by_id[i] for i in row.get("inspiration_ids") or [] if i in by_id]
+        gain = step_gain(parent, row)
+        if parent.get("mutator") == "base":
+            kept.append(Step(parent, row, "first", gain, inspirations))
+            continue
+        if not parent.get("accepted"):
+            drop("parent_rejected")
+        elif gain is None:
+            drop("untimed")
+        elif gain < min_gain:
+            drop("not_faster")
+        else:
+            kept.append(Step(parent, row, "improve", gain, inspirations))
+    return kept, dropped
+
+
+def best_per_trajectory(rows: list[dict], steps: list[Step], top: int = 1) -> list[Step]:
+    """The `top` best kept steps (by gain, then earliest) on each lineage path from the base to a leaf."""
+    by_child = {s.child["id"]: s for s in steps}
+    parents = {r.get("parent_id") for r in rows}
+    leaves = [r for r in rows if r.get("mutator") != "base" and r["id"] not in parents]
+    by_id = {r["id"]: r for r in rows}
+    chosen: dict[int, Step] = {}
+    for leaf in leaves:
+        path, node, seen = [], leaf, set()
+        while node is not None and node["id"] not in seen:
+            seen.add(node["id"])
+            if node["id"] in by_child:
+                path.append(by_child[node["id"]])
+            pid = node.get("parent_id")
+            node = by_id.get(pid) if pid is not None else None
+        ranked = sorted(path, key=lambda s: (-(s.gain if s.gain is not None else 0.0), s.child["id"]))
+        for s in ranked[:top]:
+            chosen[s.child["id"]] = s
+    return [chosen[k] for k in sorted(chosen)]

@@ -1,0 +1,146 @@
+"""What a generated KernelBench harness runs inside the referee's worker.
+
+Inputs are the problem's `get_inputs()` under a seed; the reference is the problem's `Model`
+built under KernelBench's weight seed; a candidate runs as an instance of its `ModelNew`, built
+once per size set with the same init inputs and the reference's weights copied in, so the
+candidate is judged on the same function as the reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from ..harness import private_module_name
+from .problem import read_problem
+
+WEIGHT_SEED = 42  # KernelBench's seed_num: both models are built right after this seed
+SIZES_KEY = "kb_sizes"  # the non-tensor input naming the size set (reference and ModelNew need it)
+
+
+def _import_problem(path: Path):
+    name = private_module_name(path, prefix="_ks_kb_problem")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _to(value, device: str, dtype: torch.dtype):
+    """Move a tensor to the device; floating tensors also take the task's dtype (KernelBench's precision)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.is_floating_point():
+        return value.to(device=device, dtype=dtype)
+    return value.to(device=device)
+
+
+def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> str:
+    """Copy src's weights into dst: by state_dict key, else by parameter order; returns how."""
+    s, d = src.state_dict(), dst.state_dict()
+    if set(s) == set(d) and all(s[k].shape == d[k].shape for k in s):
+        dst.load_state_dict(s)
+        return "state_dict"
+    sp, dp = list(src.parameters()), list(dst.parameters())
+    if sp and len(sp) == len(dp) and all(a.shape == b.shape for a, b in zip(sp, dp, strict=True)):
+        with torch.no_grad():
+            for a, b in zip(sp, dp, strict=True):
+                b.copy_(a)
+        return "parameter_order"
+    # Different structure: leave ModelNew as built right after the same seed (KernelBench's own way).
+    return "seed"
+
+
+class KernelBenchRuntime:
+    """One problem file: inputs, reference outputs and the binding of a solution's ModelNew."""
+
+    def __init__(self, problem_path: str | Path):
+        self.problem = read_problem(problem_path)
+        self.module = _import_problem(self.problem.path)
+        self._reference_models: dict = {}
+        self.weight_copy: dict = {}
+
+    def _apply_sizes(self, sizes: dict) -> None:
+        """Set the problem's module-level sizes (its get_inputs/get_init_inputs read them)."""
+        for key, value in sizes.items():
+            if key in self.problem.sizes:
+                setattr(self.module, key, value)
+
+    def _init_inputs(self, sizes: dict, device: str, dtype: torch.dtype) -> list:
+        self._apply_sizes(sizes)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(WEIGHT_SEED)
+            init = self.module.get_init_inputs()
+        return [_to(v, device, dtype) for v in init]
+
+    def _build(self, cls, sizes: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+        init = self._init_inputs(sizes, device, dtype)
+        devices = [torch.cuda.current_device()] if device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(WEIGHT_SEED)
+            model = cls(*init)
+            return model.to(device=device, dtype=dtype)
+
+    def make_inputs(self, shape: dict, device: str, seed: int) -> dict:
+        """`get_inputs()` under `seed` at the shape's sizes, as keyword args arg0, arg1, ..."""
+        dtype = getattr(torch, shape.get("dtype", "float32"))
+        sizes = {k: v for k, v in shape.items() if k in self.problem.sizes}
+        self._apply_sizes(sizes)
+        devices = [torch.cuda.current_device()] if device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            args = self.module.get_inputs()
+        inputs = {f"arg{i}": _to(a, device, dtype) for i, a in enumerate(args)}
+        inputs[SIZES_KEY] = tuple(sorted(sizes.items())) + (("dtype", shape.get("dtype", "float32")),)
+        return inputs
+
+    @staticmethod
+    def _split(inputs: dict) -> tuple[dict, str, list]:
+        key = dict(inputs[SIZES_KEY])
+        dtype = key.pop("dtype")
+        args = [inputs[f"arg{i}"] for i in range(len(inputs) - 1)]
+        device = next((str(a.device) for a in args if isinstance(a, torch.Tensor)), "cpu")
+        return key, dtype, args + [device]
+
+    def reference_model(self, sizes: dict, device: str, dtype_name: str) -> torch.nn.Module:
+        """The problem's Model at these sizes, built once under the weight seed."""
+        key = (tuple(sorted(sizes.items())), device, dtype_name)
+        model = self._reference_models.get(key)
+        if model is None:
+            model = self._build(self.module.Model, sizes, device, getattr(torch, dtype_name))
+            self._reference_models[key] = model
+        return model
+
+    def reference(self, **inputs):
+        """The problem's Model applied to the inputs (KernelBench's ground truth)."""
+        sizes, dtype_name, rest = self._split(inputs)
+        *args, device = rest
+        model = self.reference_model(sizes, device, dtype_name)
+        with torch.no_grad():
+            return model(*args)
+
+    def bind(self, module):
+        """The callable the referee runs for one loaded solution: its ModelNew on the inputs."""
+        cls = getattr(module, "ModelNew", None)
+        if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+            raise TypeError("the solution must define class ModelNew(torch.nn.Module)")
+        instances: dict = {}
+
+        def run(**inputs):
+            sizes, dtype_name, rest = self._split(inputs)
+            *args, device = rest
+            key = (tuple(sorted(sizes.items())), device, dtype_name)
+            model = instances.get(key)
+            if model is None:
+                model = self._build(cls, sizes, device, getattr(torch, dtype_name))
+                ref = self.reference_model(sizes, device, dtype_name)
+                self.weight_copy[module.__name__] = copy_weights(ref, model)
+                instances[key] = model
+            with torch.no_grad():
+                return model(*args)
+
+        return run
