@@ -87,17 +87,19 @@ def export_runs(run_dirs: list[str | Path], fmt: str, out: str | Path, *, min_ga
         source = {"run": str(run_dir), "target": run["target"], "op": run["op"], "repo": run.get("repo"),
                   "base_sha": run.get("base_sha"), "mutator": run.get("mutator"), "device": run.get("device")}
         task = task_for_run(run, run_dir, rows) if steps else None
-        kept_here = 0
-        for step in steps:
+        run_records = []
+        # Best gain first, so of near-duplicates the better step is the one kept.
+        for step in sorted(steps, key=lambda s: (s.gain is None, -(s.gain or 0.0), s.child["id"])):
             record = (sft_record if fmt == "sft" else rl_record)(task, step, source)
             answer = (record["messages"][-1] if fmt == "sft" else record["reference_answer"])["content"]
             dup = dedup.seen(step.parent["code"], step.child["code"], answer)
             if dup:
                 dropped[dup] = dropped.get(dup, 0) + 1
                 continue
-            records.append(record)
-            kept_here += 1
+            run_records.append(record)
             counts[step.kind] += 1
+        kept_here = len(run_records)
+        records.extend(sorted(run_records, key=lambda r: r["meta"]["child_id"]))
         counts["candidates"] += sum(1 for r in rows if r.get("mutator") != "base")
         sources.append({**source, "candidates": sum(1 for r in rows if r.get("mutator") != "base"),
                         "records": kept_here})

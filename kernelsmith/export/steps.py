@@ -27,10 +27,13 @@ class Step:
     inspirations: list[dict] = field(default_factory=list)
 
 
+def _noisy(row: dict) -> bool:
+    return bool(((row.get("verdict") or {}).get("timing") or {}).get("noisy"))
+
+
 def _timed(row: dict) -> bool:
     verdict = row.get("verdict") or {}
-    noisy = (verdict.get("timing") or {}).get("noisy")
-    return row.get("speedup") is not None and bool(verdict.get("timed", True)) and not noisy
+    return row.get("speedup") is not None and bool(verdict.get("timed", True)) and not _noisy(row)
 
 
 def step_gain(parent: dict, child: dict) -> float | None:
@@ -80,6 +83,8 @@ def select_steps(rows: list[dict], min_gain: float = DEFAULT_MIN_GAIN) -> tuple[
             continue
         if not parent.get("accepted"):
             drop("parent_rejected")
+        elif _noisy(row) or _noisy(parent):
+            drop("noisy")
         elif gain is None:
             drop("untimed")
         elif gain < min_gain:
