@@ -1,10 +1,21 @@
-"""Checkouts of target repositories: a cached clone, or a user-given folder (`--checkout`)."""
+"""Checkouts of target repositories: a cached clone plus one git worktree per base commit, or a
+user-given folder (`--checkout DIR`, which needs neither gitpython nor git).
+
+Layout under cache_dir():
+  repos/<target>-<key>.git        bare clone of clone_url (fetched on later runs, never edited)
+  worktrees/<target>-<key>/<sha>  a clean worktree at one base commit; `setup` runs once in it
+  snapshots/<target>-<key>        a plain folder clone_url (the demo) copied into a git repository
+"""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import re
 import shutil
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +24,10 @@ from .errors import ConfigError, KernelsmithError
 from .paths import cache_dir
 
 BOT_AUTHOR = ("kernelsmith[bot]", "kernelsmith@users.noreply.github.com")
+KEEP_WORKTREES = 3  # worktrees kept per repository (older base commits are pruned)
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+# Environment variables never handed to `setup`, upstream tests or benchmarks (they run repo code).
+_SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL|_AUTH|APP_ID", re.I)
 
 
 @dataclass
@@ -24,19 +39,33 @@ class Checkout:
     is_git: bool
 
 
-def _git(cwd: Path, *args: str) -> str:
+def safe_env(extra: dict | None = None) -> dict:
+    """The current environment minus anything that looks like a credential (for repo code)."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET_RE.search(k)}
+    env.update(extra or {})
+    return env
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> str:
     env_id = ["-c", f"user.name={BOT_AUTHOR[0]}", "-c", f"user.email={BOT_AUTHOR[1]}"]
-    out = subprocess.run(["git", *env_id, *args], cwd=cwd, capture_output=True, text=True)
-    if out.returncode != 0:
+    out = subprocess.run(["git", *env_id, *args], cwd=cwd, capture_output=True, text=True,
+                         env=safe_env({"GIT_TERMINAL_PROMPT": "0"}))
+    if check and out.returncode != 0:
         raise KernelsmithError(f"git {' '.join(args)} failed in {cwd}: {out.stderr.strip()}")
     return out.stdout.strip()
 
 
+def has_git() -> bool:
+    """Whether the git command line is available."""
+    return shutil.which("git") is not None
+
+
 def tree_hash(folder: Path) -> str:
     """A content hash of a folder's files (the base id where git is unavailable)."""
+    skip = {".git", "__pycache__", ".pytest_cache", ".ruff_cache"}
     h = hashlib.sha1()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts:
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file() and not skip.intersection(p.relative_to(folder).parts) and p.suffix != ".pyc":
             h.update(str(p.relative_to(folder)).encode())
             h.update(p.read_bytes())
     return "tree-" + h.hexdigest()
@@ -44,7 +73,7 @@ def tree_hash(folder: Path) -> str:
 
 def head_sha(folder: Path) -> tuple[str, bool]:
     """(HEAD commit, True) for a git folder; (content hash, False) without git."""
-    if shutil.which("git") and (folder / ".git").exists():
+    if has_git() and (Path(folder) / ".git").exists():
         try:
             return _git(folder, "rev-parse", "HEAD"), True
         except KernelsmithError:
@@ -52,13 +81,65 @@ def head_sha(folder: Path) -> tuple[str, bool]:
     return tree_hash(folder), False
 
 
-def _copy_local_folder(src: Path, dest: Path, branch: str) -> None:
-    """Copy a plain folder into a fresh git repository with one commit (the demo's base)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
-    if shutil.which("git"):
-        _git(dest, "init", "-q", "-b", branch)
-        _git(dest, "add", "-A")
-        _git(dest, "commit", "-q", "-m", "kernelsmith: snapshot of the bundled source")
+def is_commit(sha: str) -> bool:
+    """Whether `sha` is a full git commit id (not a `tree-` content hash)."""
+    return bool(_SHA_RE.match(sha or ""))
+
+
+def read_at_base(folder: Path, base_sha: str, rel: str) -> bytes | None:
+    """The bytes of `rel` at the base commit (git), or in the folder itself (no git); None if absent."""
+    folder = Path(folder)
+    if is_commit(base_sha) and has_git() and (folder / ".git").exists():
+        out = subprocess.run(["git", "show", f"{base_sha}:{rel}"], cwd=folder, capture_output=True)
+        return out.stdout if out.returncode == 0 else None
+    p = folder / rel
+    return p.read_bytes() if p.is_file() else None
+
+
+def run_setup(target: Target, folder: Path) -> None:
+    """Run the target's `setup` command in `folder`, in a child process without tokens."""
+    if not target.setup:
+        return
+    proc = subprocess.run(target.setup, shell=True, cwd=folder, env=safe_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-20:])
+        raise KernelsmithError(f"{target.path}: setup {target.setup!r} failed (exit {proc.returncode}) "
+                               f"in {folder}:\n{tail}")
+
+
+@contextmanager
+def _locked(lock_path: Path):
+    """An exclusive lock so two runs on one machine never clone or add worktrees at once."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _cache_key(target: Target, url: str, salt: str = "") -> str:
+    return f"{target.name}-" + hashlib.sha1(f"{url}@{salt}".encode()).hexdigest()[:10]
+
+
+def _snapshot_plain_folder(target: Target, local: Path) -> Path:
+    """Copy a plain folder into a git repository with one commit (so it has a base sha)."""
+    key = _cache_key(target, str(local), tree_hash(local))  # edited folder => fresh snapshot
+    dest = cache_dir() / "snapshots" / key
+    with _locked(dest.with_suffix(".lock")):
+        if dest.exists():
+            return dest
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(local, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+        if has_git():
+            _git(tmp, "init", "-q", "-b", target.base)
+            _git(tmp, "add", "-A")
+            _git(tmp, "commit", "-q", "-m", "kernelsmith: snapshot of the bundled source")
+        tmp.rename(dest)
+    return dest
 
 
 def prepare_checkout(target: Target, checkout: str | Path | None = None) -> Checkout:
@@ -71,32 +152,111 @@ def prepare_checkout(target: Target, checkout: str | Path | None = None) -> Chec
         return Checkout(path, sha, is_git)
     url = target.resolved_clone_url()
     local = Path(url) if "://" not in url and not url.startswith("git@") else None
-    plain_folder = local is not None and not (local / ".git").exists() and not (local / "HEAD").exists()
-    # A bundled folder is keyed by its content too, so an edited demo gets a fresh snapshot.
-    salt = tree_hash(local) if plain_folder and local.is_dir() else ""
-    key = hashlib.sha1(f"{url}@{target.base}{salt}".encode()).hexdigest()[:10]
-    dest = cache_dir() / "checkouts" / f"{target.name}-{key}"
-    if plain_folder:
-        if not local.is_dir():
+    if local is not None:
+        if not local.exists():
             raise ConfigError(target.path, f"local clone_url {url} not found", "clone_url")
-        if not dest.exists():
-            tmp = dest.with_name(dest.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            _copy_local_folder(local, tmp, target.base)
-            tmp.rename(dest)
-    else:
-        _clone_or_fetch(url, dest, target.base)
-    sha, is_git = head_sha(dest)
-    return Checkout(dest, sha, is_git)
+        if not (local / ".git").exists() and not (local / "HEAD").exists():
+            snap = _snapshot_plain_folder(target, local)
+            if not has_git():  # no git at all: the copied folder is the checkout
+                return Checkout(snap, tree_hash(snap), False)
+            url = str(snap)
+    return _worktree_checkout(target, url)
 
 
-def _clone_or_fetch(url: str, dest: Path, branch: str) -> None:
-    import git  # gitpython: imported here so the referee runs where it is missing
+def _worktree_checkout(target: Target, url: str) -> Checkout:
+    """Clone or fetch `url` into the cache, then a clean worktree at the tip of `base`."""
+    try:
+        import git  # gitpython: imported here so the referee and --checkout work without it
+    except ImportError:
+        raise KernelsmithError("cloning a target needs GitPython (pip install GitPython); "
+                               "or pass --checkout DIR with a prepared checkout") from None
+    key = _cache_key(target, url)
+    bare = cache_dir() / "repos" / f"{key}.git"
+    with _locked(bare.with_suffix(".lock")):
+        repo = _clone_or_fetch(git, url, bare, target)
+        sha = repo.commit(f"refs/remotes/origin/{target.base}").hexsha
+        wt = cache_dir() / "worktrees" / key / sha[:12]
+        fresh = _ensure_worktree(repo, wt, sha)
+        _prune_worktrees(repo, wt.parent, keep=wt)
+    marker = wt.parent / f"{wt.name}.setup-done"
+    if fresh:
+        marker.unlink(missing_ok=True)
+    if target.setup and not marker.exists():
+        run_setup(target, wt)
+        marker.write_text(sha + "\n")
+    return Checkout(wt, sha, True)
 
-    if dest.exists():
-        repo = git.Repo(dest)
-        repo.remotes.origin.fetch(branch)
-        repo.git.checkout("-f", "-B", branch, f"origin/{branch}")
-        return
+
+def _clone_or_fetch(git, url: str, bare: Path, target: Target):
+    refspec = f"+refs/heads/{target.base}:refs/remotes/origin/{target.base}"
+    try:
+        if bare.exists():
+            repo = git.Repo(bare)
+        else:
+            bare.parent.mkdir(parents=True, exist_ok=True)
+            repo = git.Repo.init(bare, bare=True)
+            repo.create_remote("origin", url)
+        with repo.git.custom_environment(GIT_TERMINAL_PROMPT="0"):
+            repo.remotes.origin.fetch(refspec)
+    except git.GitCommandError as e:
+        raise ConfigError(target.path, f"cannot fetch branch {target.base!r} from {url}: "
+                          f"{(e.stderr or str(e)).strip()}", "base") from None
+    return repo
+
+
+def _ensure_worktree(repo, wt: Path, sha: str) -> bool:
+    """A clean worktree at `sha` (reset when a tracked file was edited); True when newly made."""
+    if wt.exists() and (wt / ".git").exists():
+        # Tracked edits are reverted; ignored build outputs (from `setup`) are kept.
+        repo.git.execute(["git", "-C", str(wt), "reset", "-q", "--hard", sha])
+        repo.git.execute(["git", "-C", str(wt), "clean", "-q", "-fd"])
+        return False
+    shutil.rmtree(wt, ignore_errors=True)
+    repo.git.worktree("prune")
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    repo.git.worktree("add", "--detach", "-f", str(wt), sha)
+    return True
+
+
+def _prune_worktrees(repo, folder: Path, keep: Path) -> None:
+    """Keep the newest KEEP_WORKTREES worktrees of this repository, remove older ones."""
+    trees = sorted((p for p in folder.iterdir() if p.is_dir() and p != keep),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in trees[KEEP_WORKTREES - 1:]:
+        try:
+            repo.git.worktree("remove", "--force", str(old))
+        except Exception:  # a worktree another process still uses stays; prune catches it later
+            continue
+        (folder / f"{old.name}.setup-done").unlink(missing_ok=True)
+
+
+@contextmanager
+def clean_worktree(checkout: Path, base_sha: str, dest: Path):
+    """A clean copy of `checkout` at `base_sha` in `dest` (git worktree, or a plain copy without git).
+
+    A plain copy is only trusted when its content hash still equals `base_sha`.
+    """
+    checkout, dest = Path(checkout), Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    git.Repo.clone_from(url, dest, branch=branch)
+    if is_commit(base_sha):
+        if not has_git():
+            raise KernelsmithError(f"{checkout}: base {base_sha[:12]} is a git commit, but git is missing")
+        _git(checkout, "worktree", "add", "--detach", "-f", str(dest), base_sha)
+        try:
+            yield dest
+        finally:
+            _git(checkout, "worktree", "remove", "--force", str(dest), check=False)
+            shutil.rmtree(dest, ignore_errors=True)
+            _git(checkout, "worktree", "prune", check=False)
+        return
+    current = tree_hash(checkout)
+    if current != base_sha:
+        raise KernelsmithError(f"{checkout}: the folder changed since the run (content hash {current[:17]}, "
+                               f"run recorded {base_sha[:17]}); cannot rebuild the base")
+    shutil.copytree(checkout, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
+    try:
+        yield dest
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)

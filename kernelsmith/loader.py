@@ -21,9 +21,25 @@ class HeavyImportError(ImportError):
     """A kernel file imports a module that is not installed (suggest a `stubs:` entry)."""
 
 
+def _import_root(root: Path, rel_file: str) -> tuple[Path, tuple[str, ...]]:
+    """(folder imports resolve from, dotted parts of the file's package) for `rel_file` under `root`.
+
+    Where the file's folders carry `__init__.py`, the package starts at the topmost such folder, so
+    `python/sglang/kernels/x.py` (SGLang's layout) is package `sglang.kernels` rooted at `python/`.
+    Without any `__init__.py` every folder counts (namespace-package layout, as before).
+    """
+    parts = Path(rel_file).with_suffix("").parts[:-1]
+    n = 0
+    while n < len(parts) and (root.joinpath(*parts[: len(parts) - n]) / "__init__.py").is_file():
+        n += 1
+    if n:
+        return root.joinpath(*parts[: len(parts) - n]), parts[len(parts) - n:]
+    return root, parts
+
+
 def package_name_for(root: Path, rel_file: str) -> str:
     """The dotted package that holds `rel_file` under `root`, or a synthetic one for top-level files."""
-    parts = Path(rel_file).with_suffix("").parts[:-1]
+    _, parts = _import_root(Path(root).resolve(), rel_file)
     if parts and all(p.isidentifier() for p in parts):
         return ".".join(parts)
     digest = hashlib.sha1(str((root / rel_file).resolve().parent).encode()).hexdigest()[:10]
@@ -37,10 +53,11 @@ def register_packages(root: Path, rel_file: str) -> str:
     if pkg.startswith("_ks_pkg_"):
         _ensure_package(pkg, (root / rel_file).resolve().parent)
         return pkg
+    base, _ = _import_root(root, rel_file)
     parts = pkg.split(".")
     for i in range(len(parts)):
         name = ".".join(parts[: i + 1])
-        _ensure_package(name, root.joinpath(*parts[: i + 1]))
+        _ensure_package(name, base.joinpath(*parts[: i + 1]))
         if i:
             setattr(sys.modules[".".join(parts[:i])], parts[i], sys.modules[name])
     return pkg

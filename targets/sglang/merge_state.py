@@ -1,0 +1,59 @@
+"""Harness for SGLang's merge_state_triton: merge two partial attention results by their LSE."""
+
+import torch
+
+SHAPES = [
+    {"tokens": 1, "heads": 32, "head_dim": 128, "dtype": "bfloat16"},
+    {"tokens": 256, "heads": 32, "head_dim": 128, "dtype": "bfloat16"},
+    {"tokens": 4096, "heads": 32, "head_dim": 128, "dtype": "bfloat16"},
+    {"tokens": 16384, "heads": 16, "head_dim": 128, "dtype": "bfloat16"},
+    {"tokens": 4096, "heads": 128, "head_dim": 64, "dtype": "float16"},
+]
+CPU_SHAPES = [
+    {"tokens": 3, "heads": 2, "head_dim": 32, "dtype": "float16"},
+    {"tokens": 2, "heads": 3, "head_dim": 24, "dtype": "float32"},
+]
+OUTPUTS = ["output", "output_lse"]
+VARY = {"tokens": [1, 7, 333, 5000], "heads": [1, 5, 32], "head_dim": [24, 64, 128]}
+
+
+def make_inputs(shape: dict, device: str, seed: int) -> dict:
+    """Two partial outputs [tokens, heads, dim] with float32 LSEs [tokens, heads]; output buffers.
+
+    About 1 in 16 LSEs is +inf (SGLang's marker of an empty part, merged as weight zero).
+    """
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = getattr(torch, shape["dtype"])
+    t, h, d = shape["tokens"], shape["heads"], shape["head_dim"]
+    lse = 4.0 * torch.randn(2, t, h, generator=g)
+    empty = torch.rand(2, t, h, generator=g) < 1 / 16
+    empty[1] &= ~empty[0]  # never both parts empty at once
+    lse[empty] = float("inf")
+    to = dict(device=device, dtype=dtype)
+    return {
+        "prefix_output": torch.randn(t, h, d, generator=g).to(**to),
+        "prefix_lse": lse[0].to(device),
+        "suffix_output": torch.randn(t, h, d, generator=g).to(**to),
+        "suffix_lse": lse[1].to(device),
+        "output": torch.empty(t, h, d, **to),
+        "output_lse": torch.empty(t, h, device=device, dtype=torch.float32),
+    }
+
+
+def reference(prefix_output, prefix_lse, suffix_output, suffix_lse, output, output_lse):
+    """Softmax-weighted sum of the two parts (an +inf LSE counts as an empty part)."""
+    p = torch.where(torch.isinf(prefix_lse) & (prefix_lse > 0), float("-inf"), prefix_lse).double()
+    s = torch.where(torch.isinf(suffix_lse) & (suffix_lse > 0), float("-inf"), suffix_lse).double()
+    m = torch.maximum(p, s)
+    pe, se = torch.exp(p - m), torch.exp(s - m)
+    total = pe + se
+    merged = (prefix_output.double() * (pe / total)[..., None]
+              + suffix_output.double() * (se / total)[..., None])
+    return merged.to(prefix_output.dtype), (torch.log(total) + m).float()
+
+
+def bytes_moved(shape: dict) -> int:
+    """Read both parts and LSEs, write the merged output and LSE."""
+    size = torch.finfo(getattr(torch, shape["dtype"])).bits // 8
+    n = shape["tokens"] * shape["heads"]
+    return 3 * size * n * shape["head_dim"] + 3 * 4 * n
