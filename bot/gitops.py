@@ -42,15 +42,17 @@ def _env(token: str | None) -> dict:
 class Publisher:
     """A scratch bare repository that fetches the base, builds the commit and pushes the branch."""
 
-    def __init__(self, workdir: Path, base_url: str, push_url: str, token_fn):
+    def __init__(self, workdir: Path, server_url: str, base_repo: str, push_repo: str, token_fn):
         import git  # gitpython: imported here so kernelsmith imports without it
 
         self._git_mod = git
         workdir.mkdir(parents=True, exist_ok=True)
         self.repo = git.Repo.init(workdir, bare=True)
-        self.base_url, self.push_url, self.token_fn = base_url, push_url, token_fn
-        self._remote("base", base_url)
-        self._remote("push", push_url)
+        self.names = {"base": base_repo, "push": push_repo}
+        self.base_url = push_url(server_url, base_repo)
+        self.token_fn = token_fn  # owner/name -> a currently valid token for it
+        self._remote("base", self.base_url)
+        self._remote("push", push_url(server_url, push_repo))
 
     def _remote(self, name: str, url: str) -> None:
         names = [r.name for r in self.repo.remotes]
@@ -59,8 +61,8 @@ class Publisher:
         else:
             self.repo.git.remote("add", name, url)
 
-    def _run(self, *args: str, token: bool = True, env: dict | None = None, **kw) -> str:
-        full_env = _env(self.token_fn() if token else None)
+    def _run(self, *args: str, remote: str | None = None, env: dict | None = None, **kw) -> str:
+        full_env = _env(self.token_fn(self.names[remote]) if remote else None)
         full_env.update(env or {})
         try:
             return self.repo.git.execute(["git", *args], env=full_env, **kw)
@@ -72,10 +74,11 @@ class Publisher:
         """Fetch the base branch (commits and trees only) and make sure `base_sha` is there."""
         # Blobs are left out (a partial clone): the commit only needs the base's trees.
         self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base",
-                  f"+refs/heads/{base_branch}:refs/remotes/base/{base_branch}")
+                  f"+refs/heads/{base_branch}:refs/remotes/base/{base_branch}", remote="base")
         if not self._has_commit(base_sha):
             try:  # a base that is no longer on the branch (force-pushed upstream): ask for it by id
-                self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base", base_sha)
+                self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base", base_sha,
+                          remote="base")
             except GitError:
                 pass
         if not self._has_commit(base_sha):
@@ -83,18 +86,18 @@ class Publisher:
 
     def _has_commit(self, sha: str) -> bool:
         try:
-            self._run("cat-file", "-e", f"{sha}^{{commit}}", token=False)
+            self._run("cat-file", "-e", f"{sha}^{{commit}}")
             return True
         except GitError:
             return False
 
     def fetch_branch(self, branch: str) -> str | None:
         """The current head of the bot branch on the push remote, or None if it does not exist."""
-        out = self._run("ls-remote", "--heads", "push", f"refs/heads/{branch}")
+        out = self._run("ls-remote", "--heads", "push", f"refs/heads/{branch}", remote="push")
         if not out.strip():
             return None
         self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "push",
-                  f"+refs/heads/{branch}:refs/remotes/push/{branch}")
+                  f"+refs/heads/{branch}:refs/remotes/push/{branch}", remote="push")
         return out.split()[0]
 
     def build_commit(self, base_sha: str, file_rel: str, content: bytes, message: str) -> str:
@@ -102,47 +105,55 @@ class Publisher:
         index = Path(self.repo.git_dir) / "kernelsmith.index"
         index.unlink(missing_ok=True)
         ienv = {"GIT_INDEX_FILE": str(index)}
-        self._run("read-tree", base_sha, token=False, env=ienv)
+        self._run("read-tree", base_sha, env=ienv)
         staged = Path(self.repo.git_dir) / "kernelsmith.blob"
         staged.write_bytes(content)
-        blob = self._run("hash-object", "-w", "--no-filters", str(staged), token=False)
+        blob = self._run("hash-object", "-w", "--no-filters", str(staged))
         mode = "100644"
-        listing = self._run("ls-tree", base_sha, "--", file_rel, token=False)
+        listing = self._run("ls-tree", base_sha, "--", file_rel)
         if listing:
             mode = listing.split()[0]
-        self._run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_rel}", token=False, env=ienv)
-        tree = self._run("write-tree", "--missing-ok", token=False, env=ienv)
+        self._run("update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_rel}", env=ienv)
+        tree = self._run("write-tree", "--missing-ok", env=ienv)
         name, email = BOT_AUTHOR
         ident = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
                  "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-        return self._run("commit-tree", tree, "-p", base_sha, "-m", message, token=False, env=ident)
+        return self._run("commit-tree", tree, "-p", base_sha, "-m", message, env=ident)
 
     def foreign_commits(self, base_branch: str, branch: str) -> list[str]:
         """Commits on the branch (not on the base branch) whose author is not the bot."""
         span = f"refs/remotes/base/{base_branch}..refs/remotes/push/{branch}"
-        out = self._run("log", "--format=%H %ae", span, token=False)
+        out = self._run("log", "--format=%H %ae", span)
         email = BOT_AUTHOR[1]
         return [line.split()[0] for line in out.splitlines() if line.strip() and line.split()[1] != email]
 
     def tree_of(self, rev: str) -> str:
-        return self._run("rev-parse", f"{rev}^{{tree}}", token=False)
+        return self._run("rev-parse", f"{rev}^{{tree}}")
+
+    def file_at(self, rev: str, file_rel: str) -> bytes | None:
+        """A file's bytes at a commit (its blob is fetched on demand from the partial clone)."""
+        try:
+            out = self.repo.git.execute(["git", "cat-file", "blob", f"{rev}:{file_rel}"],
+                                        env=_env(self.token_fn(self.names["base"])), stdout_as_string=False)
+        except self._git_mod.GitCommandError:
+            return None
+        return out
 
     def update_branch(self, branch: str, base_branch: str, base_sha: str, file_rel: str, content: bytes,
                       message: str) -> BranchUpdate:
-        """Create the bot branch, or force-push it when every commit on it is the bot's."""
-        self.fetch_base(base_branch, base_sha)
+        """Create the bot branch, or force-push it when every commit on it is the bot's (after fetch_base)."""
         old = self.fetch_branch(branch)
         new = self.build_commit(base_sha, file_rel, content, message)
         if old is not None:
             foreign = self.foreign_commits(base_branch, branch)
             if foreign:
                 return BranchUpdate("blocked", old, foreign)
-            parent = self._run("rev-parse", f"{old}^", token=False) if old else ""
+            parent = self._run("rev-parse", f"{old}^") if old else ""
             if self.tree_of(old) == self.tree_of(new) and parent == base_sha:
                 return BranchUpdate("unchanged", old)
         # --force-with-lease: refuse if the branch moved since we looked (someone pushed meanwhile).
         lease = f"--force-with-lease=refs/heads/{branch}:{old or ''}"
-        self._run("push", "--quiet", lease, "push", f"{new}:refs/heads/{branch}")
+        self._run("push", "--quiet", lease, "push", f"{new}:refs/heads/{branch}", remote="push")
         return BranchUpdate("created" if old is None else "updated", new)
 
 

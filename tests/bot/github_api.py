@@ -469,6 +469,18 @@ def get_branch(ctx, owner, name, branch, payload):
     return 200, {"name": branch, "commit": commit, "protected": False}, []
 
 
+def get_commit(ctx, owner, name, ref, payload):
+    _need(ctx, "pat", "installation")
+    repo = _repo(ctx, owner, name)
+    fields = repo.git("log", "-1", "--format=%H%x00%an%x00%ae%x00%aI%x00%B", ref, "--").split("\x00")
+    if len(fields) < 5:
+        raise HTTPError(422, f"No commit found for SHA: {ref}")
+    sha, an, ae, date, message = fields[:5]
+    commit = {"message": message.strip(), "author": {"name": an, "email": ae, "date": date}}
+    return 200, {"sha": sha, "url": f"{ctx.api}/repos/{repo.full_name}/commits/{sha}",
+                 "html_url": f"{ctx.base}/{repo.full_name}/commit/{sha}", "commit": commit}, []
+
+
 def create_ref(ctx, owner, name, payload):
     repo = _repo(ctx, owner, name)
     _write(ctx, repo)
@@ -533,6 +545,7 @@ ROUTES = [
     ("GET", rf"/repos/{_S}/{_S}/pulls/(\d+)", get_pull),
     ("PATCH", rf"/repos/{_S}/{_S}/pulls/(\d+)", edit_pull),
     ("GET", rf"/repos/{_S}/{_S}/branches/(.+)", get_branch),
+    ("GET", rf"/repos/{_S}/{_S}/commits/{_S}", get_commit),
     ("POST", rf"/repos/{_S}/{_S}/git/refs", create_ref),
     ("POST", rf"/repos/{_S}/{_S}/statuses/([0-9a-f]{{40}})", create_status),
     ("POST", rf"/repos/{_S}/{_S}/check-runs", create_check_run),

@@ -1,0 +1,119 @@
+"""The "kernelsmith dashboard" issue: one per target repo, with the state mirrored in a hidden block.
+
+Ephemeral runners share the per-operator state (kernelsmith/state.py) through that block: a run
+merges it into the local state file first and writes the merged state back when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from kernelsmith.config import Target
+from kernelsmith.state import entry, normalize_state, op_key
+
+TITLE = "kernelsmith dashboard"
+LABEL = "kernelsmith"
+_BLOCK_RE = re.compile(r"<!-- kernelsmith-state\n(.*?)\n-->", re.S)
+
+
+def find_dashboard(repo):
+    """The open dashboard issue of a PyGithub repository (pull requests filtered out), or None."""
+    for issue in repo.get_issues(state="open", labels=[LABEL]):
+        if issue.pull_request is None and issue.title == TITLE:
+            return issue
+    return None
+
+
+def read_block(body: str | None) -> dict | None:
+    """The state mirrored in a dashboard body, or None when there is none or it is unreadable."""
+    m = _BLOCK_RE.search(body or "")
+    if not m:
+        return None
+    try:
+        return normalize_state(json.loads(m.group(1)), "dashboard state block")
+    except (ValueError, Exception):  # a hand-edited block must not stop the bot; it is rewritten
+        return None
+
+
+def _block(state: dict) -> str:
+    # "--" may not appear inside an HTML comment; \u002d keeps the JSON valid and the comment closed.
+    text = json.dumps(state, indent=1, sort_keys=True).replace("--", "-\\u002d")
+    return f"<!-- kernelsmith-state\n{text}\n-->"
+
+
+def repo_keys(targets: list[Target]) -> set[str]:
+    """State keys ("<target>/<op>") of these targets' operators."""
+    return {op_key(t.name, o.name) for t in targets for o in t.operators}
+
+
+def merge_into(local: dict, mirrored: dict | None) -> dict:
+    """Merge the dashboard's state into the local one: the dashboard is the shared truth, except
+    for an entry the local file recorded later (a run whose dashboard update did not happen)."""
+    if not mirrored:
+        return local
+    ops = local.setdefault("operators", {})
+    for key, remote in mirrored.get("operators", {}).items():
+        mine = ops.get(key)
+        if mine and (mine.get("optimized_at") or "") > (remote.get("optimized_at") or ""):
+            mine["ignored"] = bool(mine.get("ignored") or remote.get("ignored"))
+            continue
+        ops[key] = dict(remote)
+    return local
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")[:200] if text not in (None, "") else "—"
+
+
+def render(repo_name: str, targets: list[Target], state: dict, scans: dict | None = None,
+           run_url: str | None = None) -> str:
+    """The dashboard body: a table of operators, needs-a-harness marks, and the hidden state block."""
+    lines = [f"## kernelsmith dashboard for `{repo_name}`", "",
+             "Kept up to date by the bot. Comment `/kernelsmith help` for commands.", "",
+             "| target | operator | last run | best speedup | verify | open PR | status | last error |",
+             "|---|---|---|---:|---|---|---|---|"]
+    for t in targets:
+        for o in t.operators:
+            e = entry(state, t.name, o.name)
+            result = e.get("result") or {}
+            speed = result.get("geomean_speedup")
+            pr = e.get("pr") or {}
+            is_open = pr.get("number") and pr.get("state") == "open"
+            pr_cell = f"[#{pr['number']}]({pr['url']})" if is_open else "—"
+            speed_cell = f"{speed:.2f}x" if speed else "—"
+            status = "ignored" if e.get("ignored") else "watched"
+            err = (e.get("last_error") or {}).get("message")
+            lines.append(f"| {t.name} | `{o.name}` | {_cell(e.get('optimized_at'))} | "
+                         f"{speed_cell} | {_cell(e.get('verify_status'))} | {pr_cell} | "
+                         f"{status} | {_cell(err)} |")
+    marks = []
+    for name, scan in (scans or {}).items():
+        for m in scan.get("needs_harness", []):
+            marks.append(f"- `{name}`: `{m.get('file')}` `{m.get('function')}` (line {m.get('line', '?')})")
+    if marks:
+        lines += ["", "### Hotspots that need a harness", "", *marks]
+    if run_url:
+        lines += ["", f"Last updated by [this workflow run]({run_url})."]
+    keys = repo_keys(targets)
+    mirrored = {"version": state.get("version", 1),
+                "operators": {k: v for k, v in state.get("operators", {}).items() if k in keys}}
+    lines += ["", _block(mirrored), ""]
+    return "\n".join(lines)
+
+
+def sync(repo, targets: list[Target], state: dict, scans: dict | None = None, run_url: str | None = None):
+    """Create or update the repo's dashboard issue from the state; returns the issue."""
+    body = render(repo.full_name, targets, state, scans, run_url)
+    issue = find_dashboard(repo)
+    if issue is None:
+        return repo.create_issue(title=TITLE, body=body, labels=[LABEL])
+    if issue.body != body:
+        issue.edit(body=body)
+    return issue
+
+
+def record_error(state: dict, target: str, op: str, message: str, when: str) -> None:
+    """Remember the last error of an operator (shown on the dashboard)."""
+    ops = state.setdefault("operators", {})
+    ops.setdefault(op_key(target, op), {})["last_error"] = {"message": message[:500], "at": when}

@@ -1,0 +1,70 @@
+"""The kernelsmith steps the bot drives (scan, optimize, verify), each in a subprocess holding no token.
+
+`Engine` is the one seam between the bot and the engine: candidate code, upstream tests and a
+target's `setup` run only inside these subprocesses, whose environment is scrubbed of GitHub and
+Actions credentials. Tests may hand the bot another object with the same three methods (for
+example one that copies a saved run directory instead of searching); publishing, state and the
+dashboard then run exactly as in production.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from .gitops import scrubbed
+
+
+class Engine:
+    """Runs `python -m kernelsmith ...` with a scrubbed environment and plain argument lists."""
+
+    def __init__(self, targets_dir: Path, optimize_args: list[str] | None = None, log=None):
+        self.targets_dir = Path(targets_dir)
+        if optimize_args is None:
+            optimize_args = shlex.split(os.environ.get("KERNELSMITH_OPTIMIZE_ARGS", ""))
+        self.optimize_args = optimize_args
+        self.log = log or (lambda text: print(text, file=sys.stderr))
+
+    def _run(self, args: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "kernelsmith", "--targets", str(self.targets_dir), *args]
+        self.log("$ " + shlex.join(cmd[1:]))
+        # Output streams to the job log; only scan's JSON is captured.
+        return subprocess.run(cmd, env=scrubbed(), stdin=subprocess.DEVNULL, timeout=timeout,
+                              stdout=subprocess.PIPE if args[0] == "scan" else None, text=True)
+
+    def scan(self, target: Path) -> dict:
+        """`kernelsmith scan TARGET --json` parsed; {} when the scan fails (the error is logged)."""
+        proc = self._run(["scan", str(target), "--json"], timeout=1800)
+        if proc.returncode != 0:
+            self.log(f"scan of {target} failed (exit {proc.returncode})")
+            return {}
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            self.log(f"scan of {target} printed no JSON")
+            return {}
+        return data if isinstance(data, dict) else {"operators": data}
+
+    def optimize(self, target: Path, op: str, out: Path, budget: int | None, minutes: float | None) -> int:
+        """`kernelsmith optimize`; exit 0 with an accepted winner, 1 without, 2 on config errors."""
+        args = ["optimize", str(target), op, "--out", str(out), *self.optimize_args]
+        if budget is not None:
+            args += ["--budget", str(budget)]
+        if minutes is not None:
+            args += ["--minutes", f"{minutes:g}"]
+        return self._run(args).returncode
+
+    def verify(self, run_dir: Path) -> int:
+        """`kernelsmith verify RUN_DIR`; exit 0 pass, 1 regression, 2 could not run."""
+        return self._run(["verify", str(run_dir)]).returncode
+
+
+def stale_operators(scan: dict) -> list[dict]:
+    """Operators a scan reports as stale and ready (a harness present); tolerant of missing keys."""
+    ops = scan.get("operators") or []
+    return [o for o in ops if isinstance(o, dict) and o.get("stale", True) and o.get("harness_present", True)
+            and o.get("name")]

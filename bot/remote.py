@@ -1,0 +1,115 @@
+"""The remote half of publishing: branch, pull request, labels, check run or commit status."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from .auth import GitHubAuth
+from .gitops import Publisher
+from .publish import (
+    BRANCH_PREFIX,
+    Outcome,
+    PullRequestDraft,
+    commit_message,
+    draft,
+    marker,
+    write_summary,
+)
+
+
+def _find_pr(repo, d: PullRequestDraft):
+    head = f"{d.push_repo.split('/')[0]}:{d.branch}"
+    for pr in repo.get_pulls(state="open", head=head, base=d.base):
+        return pr
+    return None
+
+
+def _open_bot_prs(repo, d: PullRequestDraft) -> int:
+    """Open PRs from kernelsmith branches into this repo (paginated through Link headers)."""
+    return sum(1 for pr in repo.get_pulls(state="open") if pr.head.ref.startswith(BRANCH_PREFIX))
+
+
+def publish_remote(rd, auth: GitHubAuth, server_url: str, *, targets: str | None = None,
+                   summary: str | None = None, workdir: Path | None = None,
+                   max_open_prs: int | None = None) -> Outcome:
+    """Push the bot branch and open or update its PR; never more than one PR per operator."""
+    from github import GithubException
+
+    from kernelsmith.config import load_target, resolve_target
+    from kernelsmith.state import source_hash
+
+    d = draft(rd, targets)
+    repo = auth.repo(d.repo)
+    existing = _find_pr(repo, d)
+    if existing is None:
+        if max_open_prs is None:
+            recorded = (rd.result or {}).get("target") or rd.run.get("target")
+            path = recorded if Path(recorded).is_file() else resolve_target(Path(recorded).stem, targets)
+            max_open_prs = load_target(path).max_open_prs
+        open_now = _open_bot_prs(repo, d)
+        if open_now >= max_open_prs:
+            msg = (f"{d.repo} already has {open_now} open kernelsmith PRs (max_open_prs {max_open_prs}); "
+                   f"not opening one for {d.op}")
+            write_summary(summary, f"**kernelsmith**: {msg}")
+            return Outcome("capped", msg, d.target, d.op)
+
+    tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-publish-") if workdir is None else None
+    root = Path(tmp.name) if tmp else workdir
+    try:
+        pub = Publisher(root / "git", server_url, d.repo, d.push_repo, token_fn=auth.push_token)
+        pub.fetch_base(d.base, d.base_sha)
+        base_code = pub.file_at(d.base_sha, d.file)
+        src = source_hash(base_code) if base_code is not None else None
+        update = pub.update_branch(d.branch, d.base, d.base_sha, d.file, d.winner_code.encode(),
+                                   commit_message(d))
+    finally:
+        if tmp:
+            tmp.cleanup()
+
+    body = d.body.rstrip() + "\n\n" + marker(d.target, d.op, src, d.base_sha) + "\n"
+    if update.action == "blocked":
+        msg = (f"`{d.branch}` has commits by others ({', '.join(c[:8] for c in update.foreign)}); "
+               f"kernelsmith does not force-push over them. A newer verified winner "
+               f"({d.geomean:.2f}x geomean) is in the run's artifact.")
+        if existing is not None:
+            existing.create_issue_comment(msg)
+        write_summary(summary, f"**kernelsmith**: {msg}")
+        return Outcome("blocked", msg, d.target, d.op, existing.number if existing else None,
+                       existing.html_url if existing else None, update.sha, src)
+
+    if existing is not None:
+        existing.edit(title=d.title, body=body)
+        pr, action = existing, ("updated" if update.action != "unchanged" else "unchanged")
+    else:
+        head = d.branch if d.push_repo == d.repo else f"{d.push_repo.split('/')[0]}:{d.branch}"
+        try:
+            pr = repo.create_pull(base=d.base, head=head, title=d.title, body=body,
+                                  maintainer_can_modify=True)
+            action = "opened"
+        except GithubException as e:
+            # 422: another run opened it between our lookup and now; update that one instead.
+            again = _find_pr(repo, d) if e.status == 422 else None
+            if again is None:
+                raise
+            again.edit(title=d.title, body=body)
+            pr, action = again, "updated"
+    if d.labels:
+        pr.add_to_labels(*d.labels)
+    _report_check(repo, auth, d, update.sha, pr.html_url)
+    msg = f"{action} PR #{pr.number} ({d.geomean:.2f}x geomean): {pr.html_url}"
+    write_summary(summary, f"**kernelsmith**: {msg}")
+    return Outcome(action, msg, d.target, d.op, pr.number, pr.html_url, update.sha, src)
+
+
+def _report_check(repo, auth: GitHubAuth, d: PullRequestDraft, sha: str, url: str) -> None:
+    """A check run with the evidence summary as an App; a commit status with a plain token."""
+    summary = f"{d.op}: {d.geomean:.2f}x geomean speedup, upstream tests pass (verify: pass)."
+    if auth.is_app:
+        repo.create_check_run(name=f"kernelsmith / {d.op}", head_sha=sha, status="completed",
+                              conclusion="success", details_url=url,
+                              output={"title": f"{d.geomean:.2f}x faster", "summary": summary,
+                                      "text": d.body[:60000]})
+    else:
+        repo.get_commit(sha).create_status(state="success", target_url=url, description=summary[:140],
+                                           context=f"kernelsmith/{d.op}")
