@@ -1,0 +1,157 @@
+"""The referee: is a candidate kernel correct, honest, and how much faster than the base?
+
+`Referee(task)` owns one isolated worker process (see process.py / worker.py) and turns every
+outcome, including crashes and hangs, into a `Verdict`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, KernelsmithError
+from ..paths import cache_dir
+from .backend import cuda_available, device_info, resolve_device
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, scrubbed_env
+from .verdict import NO_TIMING_LINE, Verdict
+
+__all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
+
+TIMINGS = ("full", "screen", "none")
+INIT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = {"cuda": 300.0, "interpret": 600.0}
+
+
+class RefereeError(KernelsmithError):
+    """The referee itself cannot work (broken harness or base file), not a bad candidate."""
+
+
+class Referee:
+    """Evaluates candidates for one Task in an isolated, recycled worker process."""
+
+    def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
+                 timeout_s: float | None = None, workdir: Path | None = None, network: bool = False):
+        try:
+            self.device = resolve_device(device)
+        except ValueError as e:
+            raise ConfigError("--device", str(e)) from None
+        if self.device == "cuda" and not cuda_available():
+            raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+        self.task = task
+        self.gpu = gpu
+        self.seed = int(seed)
+        self.timeout_s = float(timeout_s or DEFAULT_TIMEOUT_S[self.device])
+        self._tmp = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-referee-")
+            workdir = Path(self._tmp.name)
+        self.workdir = Path(workdir).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.network = network
+        self.device_info: dict | None = None
+        self._worker: WorkerProcess | None = None
+        self.workers_started = 0
+
+    # -- worker lifecycle ---------------------------------------------------------------------
+    def _spec(self) -> dict:
+        op = self.task.operator
+        return {"root": str(self.task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
+                "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
+                "device": self.device, "workdir": str(self.workdir), "cache_dir": str(cache_dir())}
+
+    def _env(self) -> dict[str, str]:
+        env = scrubbed_env()
+        env.pop("TRITON_INTERPRET", None)
+        if self.device == "interpret":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+        return env
+
+    def _start(self) -> WorkerProcess:
+        worker = WorkerProcess(self._env(), self.workdir, network=self.network)
+        self.workers_started += 1
+        try:
+            init = {"op": "init", "fd": worker.fd_in_child, "spec": self._spec()}
+            reply = worker.request(init, INIT_TIMEOUT_S)
+        except (WorkerDied, WorkerTimeout) as e:
+            worker.kill()
+            raise RefereeError(f"the referee's worker failed to start: {e}") from None
+        if not reply.get("ok"):
+            worker.kill()
+            raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
+                               f"{reply.get('error')}")
+        self.device_info = reply.get("device")
+        return worker
+
+    def _recycle(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full") -> Verdict:
+        """The verdict for `code` (a full copy of the operator file; None = the base itself)."""
+        if timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
+        start = time.monotonic()
+        verdict = self._evaluate(code, int(candidate_id), timing)
+        verdict.eval_s = round(time.monotonic() - start, 3)
+        if verdict.device == {} and self.device_info:
+            verdict.device = dict(self.device_info)
+        verdict.finalize()
+        if not verdict.accepted:
+            self._recycle()  # whatever the candidate did to the worker dies with it
+        return verdict
+
+    def _evaluate(self, code: str | None, cid: int, timing: str) -> Verdict:
+        if code is not None and (not isinstance(code, str) or not code.strip()):
+            return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
+        source_path = None
+        if code is not None:
+            source_path = self.workdir / "candidates" / f"c{cid}" / Path(self.task.operator.file).name
+            source_path.parent.mkdir(parents=True, exist_ok=True)
+            source_path.write_text(code)
+        if self._worker is None:
+            try:
+                self._worker = self._start()
+            except RefereeError as e:
+                if code is None:
+                    return Verdict.rejected("import_error", str(e))
+                raise
+        msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
+               "candidate_id": cid, "timing": timing, "seed": self.seed}
+        try:
+            reply = self._worker.request(msg, self.timeout_s)
+        except WorkerTimeout as e:
+            tail = self._worker.log_tail(20)
+            self._recycle()
+            text = f"{e} (wall-clock limit; process group killed)\n{tail}"
+            return Verdict.rejected("timeout", text.strip())
+        except WorkerDied as e:
+            self._recycle()
+            return Verdict.rejected("crash", str(e))
+        if not reply.get("ok"):
+            self._recycle()
+            return Verdict.rejected("crash", reply.get("error"))
+        verdict = Verdict.from_json(reply["verdict"])
+        verdict.device = dict(self.device_info or {})
+        return verdict
+
+    # -- context manager ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the worker and remove the temporary work folder."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Referee:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

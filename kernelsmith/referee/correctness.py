@@ -1,0 +1,185 @@
+"""Correctness helpers: seeds, fresh shapes, poisoning, output collection and comparison."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import torch
+
+INT_SENTINEL = -0x5A5A5A5A  # written into integer outputs before a call; clamped to the dtype
+_FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+        if hasattr(torch, n)}
+
+
+def derive_seed(run_seed: int, candidate_id: int, *parts) -> int:
+    """A 31-bit seed from the run seed, the candidate id and the trial (differs across candidates)."""
+    text = ":".join(str(p) for p in (run_seed, candidate_id, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def fresh_shapes(shapes: list[dict], vary: dict[str, list], run_seed: int, candidate_id: int,
+                 count: int) -> list[dict]:
+    """Up to `count` new shapes: listed shapes with the VARY fields redrawn (never one of `shapes`)."""
+    if not vary or not shapes:
+        return []
+    rng = random.Random(derive_seed(run_seed, candidate_id, "fresh"))
+    out: list[dict] = []
+    for _ in range(count * 20):
+        if len(out) >= count:
+            break
+        shape = dict(rng.choice(shapes))
+        for key, values in vary.items():
+            shape[key] = rng.choice(values)
+        if shape not in shapes and shape not in out:
+            out.append(shape)
+    return out
+
+
+def tensors_of(inputs: dict) -> dict[str, torch.Tensor]:
+    """The tensor-valued entries of an inputs dict."""
+    return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def clone_inputs(inputs: dict) -> dict:
+    """A deep copy of the tensors (same strides), other values shared."""
+    return {k: (_clone_strided(v) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+def _clone_strided(t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def poison(t: torch.Tensor, value: float | None = None) -> None:
+    """Fill `t` so unwritten elements are visible: NaN for floats, a sentinel for integers."""
+    if t.is_floating_point() or t.is_complex():
+        if t.dtype in _FP8:
+            # 0x7F is NaN in e4m3fn and e5m2; the "fnuz" formats have a single NaN, 0x80.
+            t.view(torch.uint8).fill_(0x80 if "fnuz" in str(t.dtype) else 0x7F)
+        else:
+            t.fill_(float("nan") if value is None else value)
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        info = torch.iinfo(t.dtype)
+        t.fill_(max(info.min, min(info.max, INT_SENTINEL)))
+
+
+def dirty_allocator(device: str, value: float, mib: int = 64) -> None:
+    """Fill and free a large block so memory the entry allocates itself starts as garbage."""
+    try:
+        block = torch.empty(mib * (1 << 20) // 4, dtype=torch.float32, device=device)
+        block.fill_(value)
+        del block
+    except RuntimeError:
+        pass
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN payloads included) of two tensors of the same dtype and shape."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    av = a.detach().contiguous().reshape(-1)
+    bv = b.detach().contiguous().reshape(-1).to(av.device)
+    if av.dtype == torch.bool:
+        return bool(torch.equal(av, bv))
+    return bool(torch.equal(av.view(torch.uint8), bv.view(torch.uint8)))
+
+
+def as_tuple(value) -> tuple:
+    """A return value as a tuple of outputs."""
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)
+
+
+@dataclass
+class Check:
+    """The result of comparing one output with the reference."""
+
+    problem: str | None  # a violation name, or None when the output is correct
+    message: str = ""
+    max_abs_err: float = 0.0
+    mean_abs_err: float = 0.0
+
+
+def _float_view(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float32) if not t.is_complex() else t.detach()
+
+
+def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str) -> Check:
+    """Compare one output with the reference: type, dtype, shape, then values under `tol`."""
+    if not isinstance(out, torch.Tensor):
+        return Check("incorrect", f"{name}: expected a tensor, got {type(out).__name__}")
+    if type(out) is not torch.Tensor:
+        return Check("tensor_subclass", f"{name}: returned a {type(out).__name__}, not a plain torch.Tensor")
+    if out.dtype != expected.dtype:
+        return Check("dtype_mismatch", f"{name}: dtype {out.dtype}, expected {expected.dtype}")
+    if tuple(out.shape) != tuple(expected.shape):
+        return Check("shape_mismatch", f"{name}: shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    if out.device != expected.device:
+        return Check("incorrect", f"{name}: on {out.device}, expected {expected.device}")
+    if not (out.is_floating_point() or out.is_complex()):
+        if torch.equal(out, expected):
+            return Check(None)
+        bad = int((out != expected).sum())
+        return Check("incorrect", f"{name}: {bad} of {out.numel()} elements differ (exact match required)")
+    o, e = _float_view(out), _float_view(expected)
+    diff = (o - e).abs()
+    finite = torch.isfinite(diff)
+    max_err = float(diff[finite].max()) if bool(finite.any()) else 0.0
+    mean_err = float(diff[finite].mean()) if bool(finite.any()) else 0.0
+    nan_out = torch.isnan(o) & ~torch.isnan(e)
+    if bool(nan_out.any()):
+        n = int(nan_out.sum())
+        return Check("unwritten_output", f"{name}: {n} of {o.numel()} elements are NaN where the reference "
+                     "is finite (left unwritten, or read uninitialised memory)", max_err, mean_err)
+    atol, rtol = tol
+    if not torch.allclose(o, e, atol=atol, rtol=rtol, equal_nan=True):
+        bad = int((~torch.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)).sum())
+        return Check("incorrect", f"{name}: {bad} of {o.numel()} elements outside atol={atol:g}, "
+                     f"rtol={rtol:g} (max abs err {max_err:.3g})", max_err, mean_err)
+    return Check(None, "", max_err, mean_err)
+
+
+_LOWER = {
+    torch.float32: (torch.bfloat16, torch.float16),
+    torch.float64: (torch.float32, torch.bfloat16, torch.float16),
+    torch.float16: tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)),
+    torch.bfloat16: tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)),
+}
+
+
+def _representable_in(t: torch.Tensor, lower: torch.dtype) -> bool:
+    t = t.detach()
+    finite = t[torch.isfinite(t)]
+    if finite.numel() < 16:
+        return False
+    return bool(torch.equal(finite.to(lower).to(t.dtype), finite))
+
+
+def precision_downgrade(out: torch.Tensor, expected: torch.Tensor, cand_mean_err: float,
+                        base_mean_err: float | None) -> str | None:
+    """A message when the output was computed at lower precision than its dtype, else None.
+
+    Either every value fits a narrower float type while the reference's do not, or the mean error
+    is well beyond both the base's and the output dtype's own rounding.
+    """
+    if not (isinstance(out, torch.Tensor) and out.is_floating_point()) or out.dtype != expected.dtype:
+        return None
+    for lower in _LOWER.get(out.dtype, ()):
+        if _representable_in(out, lower) and not _representable_in(expected, lower):
+            return f"every output value is exactly representable in {lower}: computed at lower precision"
+    if base_mean_err is None:
+        return None
+    scale = float(expected.detach().float().abs().mean()) if expected.numel() else 0.0
+    floor = 2 * torch.finfo(out.dtype).eps * scale
+    if cand_mean_err > 4 * base_mean_err and cand_mean_err > floor:
+        return (f"mean abs error {cand_mean_err:.3g} is {cand_mean_err / max(base_mean_err, 1e-30):.1f}x the "
+                f"base's ({base_mean_err:.3g}): lower-precision arithmetic")
+    return None

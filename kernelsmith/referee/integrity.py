@@ -1,0 +1,293 @@
+"""Run-time integrity monitoring inside the worker: launches, torch ops, threads, files, patches.
+
+One `Monitor` is installed per worker before any operator module is imported. It hooks Triton's
+launch path (JITFunction.run and the interpreter's InterpretedFunction.run, both triton 3.6 and 3.9),
+thread creation, and a `sys.addaudithook` for files, sockets, processes and introspection. While a
+`watch()` block is active it records what the watched code did; work done inside a Triton launch
+(compilation, the interpreter's own tensor copies) is excluded.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+# aten ops that move, view or allocate memory without computing anything: never a "fallback".
+_LAYOUT_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "fill", "fill_", "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias",
+    "as_strided", "expand", "t", "transpose", "permute", "squeeze", "unsqueeze", "select", "slice",
+    "detach", "alias", "lift_fresh", "split", "split_with_sizes", "chunk", "unbind", "narrow",
+    "contiguous", "clone", "copy_", "copy", "resize_", "set_", "view_as", "expand_as", "flatten",
+    "unflatten", "_local_scalar_dense", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "size", "stride", "record_stream", "_to_copy_noop", "is_same_size",
+}
+_PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.posix_spawn",
+                   "os.spawn", "os.exec", "os.startfile", "pty.spawn")
+_INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                         "gc.get_referents")
+_TAMPER_EVENTS = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "object.__setattr__",
+                  "object.__delattr__")
+
+
+def op_name(func) -> str:
+    """'aten.silu.default' -> 'silu'."""
+    packet = getattr(func, "overloadpacket", None)
+    name = getattr(packet, "__name__", None) or getattr(func, "__name__", str(func))
+    return name.split(".")[0]
+
+
+@dataclass
+class Record:
+    """What watched code did: launches, torch ops, and audited events."""
+
+    launches: int = 0
+    ops: set = field(default_factory=set)
+    files: set = field(default_factory=set)
+    writes: set = field(default_factory=set)
+    network: set = field(default_factory=set)
+    processes: set = field(default_factory=set)
+    threads: int = 0
+    introspection: set = field(default_factory=set)
+    tamper: set = field(default_factory=set)
+    streams: set = field(default_factory=set)
+    reference_calls: int = 0
+
+    def merge(self, other: Record) -> None:
+        """Add another record's observations to this one."""
+        self.launches += other.launches
+        self.threads += other.threads
+        self.reference_calls += other.reference_calls
+        for name in ("ops", "files", "writes", "network", "processes", "introspection", "tamper", "streams"):
+            getattr(self, name).update(getattr(other, name))
+
+
+class _OpRecorder(TorchDispatchMode):
+    def __init__(self, monitor: Monitor):
+        super().__init__()
+        self.monitor = monitor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rec = self.monitor.current
+        if rec is not None and not self.monitor.in_triton:
+            rec.ops.add(op_name(func))
+            self.monitor.check_stream(rec)
+        return func(*args, **(kwargs or {}))
+
+
+class Monitor:
+    """Hooks installed once per worker; `watch()` collects a Record for one block of code."""
+
+    def __init__(self, device: str, allowed_read_roots: list[str]):
+        self.device = device
+        self.current: Record | None = None
+        self.in_triton = 0
+        self.allowed_read_roots = [os.path.realpath(p) for p in allowed_read_roots if p]
+        self.allowed_files: set[str] = set()
+        self.own_modules: set[str] = set()
+        self.expected_stream = None
+        self._installed = False
+
+    # -- installation -------------------------------------------------------------------------
+    def install(self) -> None:
+        """Hook Triton launches, thread starts and the audit events (idempotent)."""
+        if self._installed:
+            return
+        self._installed = True
+        self._hook_triton()
+        self._hook_threads()
+        with _OpRecorder(self):
+            torch.zeros(1).add_(1)  # the first dispatched op imports torch._dynamo, which re-wraps torch
+
+        sys.addaudithook(self._audit)
+
+    def _hook_triton(self) -> None:
+        from triton.runtime import jit
+
+        classes = [jit.JITFunction]
+        try:
+            from triton.runtime import interpreter
+            classes.append(interpreter.InterpretedFunction)
+        except ImportError:  # pragma: no cover - every supported triton has the interpreter
+            pass
+        for cls in classes:
+            original = cls.run
+            if getattr(original, "__ks_hook__", False):
+                continue
+            cls.run = self._wrap_launch(original)
+
+    def _wrap_launch(self, original):
+        monitor = self
+
+        def run(fn_self, *args, **kwargs):
+            rec = monitor.current
+            if rec is not None and not monitor.in_triton and not kwargs.get("warmup", False):
+                rec.launches += 1
+                monitor.check_stream(rec)
+            monitor.in_triton += 1
+            try:
+                # The interpreter copies tensors with torch ops: not the candidate's compute.
+                with _disable_current_modes():
+                    return original(fn_self, *args, **kwargs)
+            finally:
+                monitor.in_triton -= 1
+
+        run.__ks_hook__ = True
+        run.__wrapped__ = original
+        return run
+
+    def _hook_threads(self) -> None:
+        monitor = self
+        for owner, attr in ((threading, "_start_new_thread"), (threading, "_start_joinable_thread"),
+                            (_thread, "start_new_thread"), (_thread, "start_joinable_thread")):
+            original = getattr(owner, attr, None)
+            if original is None or getattr(original, "__ks_hook__", False):
+                continue
+
+            def make(orig):
+                def start(*args, **kwargs):
+                    rec = monitor.current
+                    if rec is not None and not monitor.in_triton:
+                        rec.threads += 1
+                    return orig(*args, **kwargs)
+                start.__ks_hook__ = True
+                return start
+
+            setattr(owner, attr, make(original))
+
+    def wrap_reference(self, module) -> None:
+        """Replace the harness module's `reference` so a call from watched code is recorded."""
+        original = getattr(module, "reference", None)
+        if original is None or getattr(original, "__ks_hook__", False):
+            return
+        monitor = self
+
+        def reference(*args, **kwargs):
+            rec = monitor.current
+            if rec is not None:
+                rec.reference_calls += 1
+            return original(*args, **kwargs)
+
+        reference.__ks_hook__ = True
+        module.reference = reference
+
+    # -- recording ----------------------------------------------------------------------------
+    def check_stream(self, rec: Record) -> None:
+        """Note work issued on a CUDA stream other than the one the referee set."""
+        if self.device != "cuda" or self.expected_stream is None:
+            return
+        stream = torch.cuda.current_stream()
+        if stream.cuda_stream != self.expected_stream:
+            rec.streams.add(hex(stream.cuda_stream))
+
+    def _audit(self, event: str, args) -> None:
+        rec = self.current
+        if rec is None or self.in_triton:
+            return
+        try:
+            if event == "open":
+                self._record_open(rec, args)
+            elif event.startswith("socket."):
+                rec.network.add(event)
+            elif event.startswith(_PROCESS_EVENTS):
+                rec.processes.add(event)
+            elif event in _INTROSPECTION_EVENTS:
+                rec.introspection.add(event)
+            elif event in _TAMPER_EVENTS:
+                if event.startswith("object."):
+                    obj, name = args[0], args[1]
+                    owner = getattr(obj, "__module__", "") or ""
+                    if owner in self.own_modules:
+                        return  # a class the watched module defined itself
+                    rec.tamper.add(f"{getattr(obj, '__qualname__', type(obj).__name__)}.{name}")
+                else:
+                    rec.tamper.add(event)
+        except Exception:  # an audit hook must never raise into the code it watches
+            pass
+
+    def _record_open(self, rec: Record, args) -> None:
+        path, mode, flags = (list(args) + [None, None, None])[:3]
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        path = os.path.realpath(os.fsdecode(path))
+        writing = bool(mode and any(c in str(mode) for c in "wax+")) or bool(
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+        if writing:
+            rec.writes.add(path)
+            return
+        if path in self.allowed_files or path.startswith(("/proc/", "/sys/", "/dev/")):
+            return
+        if path.endswith((".py", ".pyc", ".so")) and any(path.startswith(r) for r in self.allowed_read_roots):
+            return
+        rec.files.add(path)
+
+    @contextmanager
+    def watch(self, record: Record | None = None, ops: bool = True):
+        """Record what the block does into `record` (a new one when None); yields the record."""
+        rec = record if record is not None else Record()
+        prev = self.current
+        self.current = rec
+        if self.device == "cuda":
+            self.expected_stream = torch.cuda.current_stream().cuda_stream
+        mode = _OpRecorder(self) if ops else None
+        try:
+            if mode is not None:
+                with mode:
+                    yield rec
+            else:
+                yield rec
+        finally:
+            self.current = prev
+
+
+def thread_names() -> set[int]:
+    """Idents of the Python threads alive now."""
+    return {t.ident for t in threading.enumerate()}
+
+
+def compute_ops(ops: set[str]) -> set[str]:
+    """The torch ops in `ops` that compute something (layout and allocation ops removed)."""
+    return {o for o in ops if o not in _LAYOUT_OPS and o.rstrip("_") not in _LAYOUT_OPS}
+
+
+def violations_vs_base(cand: Record, base: Record, library_base: bool = False) -> list[tuple[str, str]]:
+    """(violation, message) pairs for what the candidate did beyond what the base did.
+
+    `library_base`: the base is a pure-library reference (a KernelBench task's PyTorch Model),
+    so every torch compute op of the candidate is a fallback and a Triton launch is required.
+    """
+    out: list[tuple[str, str]] = []
+    if cand.reference_calls:
+        out.append(("reference_call", "the harness's reference was called by the candidate"))
+    intro = cand.introspection - base.introspection
+    if intro:
+        out.append(("reference_call", f"inspected the referee's frames/objects ({', '.join(sorted(intro))})"))
+    tamper = cand.tamper - base.tamper
+    if tamper:
+        out.append(("monkeypatch", f"patched or traced the runtime: {', '.join(sorted(tamper)[:5])}"))
+    if cand.network - base.network:
+        out.append(("network_access", f"network calls: {', '.join(sorted(cand.network - base.network))}"))
+    files = (cand.files - base.files) | (cand.writes - base.writes)
+    if files:
+        out.append(("file_access", f"file access beyond the base: {', '.join(sorted(files)[:4])}"))
+    if cand.processes - base.processes:
+        out.append(("extra_threads", f"started processes: {', '.join(sorted(cand.processes))}"))
+    if cand.threads > base.threads:
+        out.append(("extra_threads", f"started {cand.threads} thread(s)"))
+    if cand.streams - base.streams:
+        out.append(("extra_streams", "work issued on a CUDA stream other than the current one"))
+    extra_ops = compute_ops(cand.ops) - (set() if library_base else compute_ops(base.ops))
+    if extra_ops:
+        names = ", ".join(sorted(extra_ops))
+        out.append(("library_fallback", f"torch compute ops the base does not use: {names}"))
+    if (base.launches or library_base) and not cand.launches:
+        out.append(("no_kernel_launch", "no Triton kernel was launched (the base launches "
+                                        f"{base.launches})"))
+    return out

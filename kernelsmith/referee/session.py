@@ -1,0 +1,318 @@
+"""The worker's evaluation of one candidate: load, correctness, integrity, then timing.
+
+Runs inside the isolated worker process only (kernelsmith.referee.worker); everything here may
+be crashed, hung or tampered with by candidate code, which is why the parent process keeps the
+clock and recycles the worker after any rejection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from ..harness import load_harness
+from ..loader import load_operator_module
+from . import correctness as C
+from . import static
+from .backend import get_backend
+from .integrity import Monitor, Record, thread_names, violations_vs_base
+from .snapshot import Snapshot
+
+TRIALS = 3
+
+
+class Rejected(Exception):
+    """Stop evaluating: the candidate is rejected for a named reason."""
+
+    def __init__(self, reason: str, message: str, error: str | None = None):
+        super().__init__(message)
+        self.reason, self.message, self.error = reason, message, error
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(violation, error text) for an exception raised by candidate code."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    lines = text.strip().splitlines()
+    text = "\n".join(lines[-40:])
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:  # pragma: no cover
+        CompilationError = ()  # noqa: N806
+    if isinstance(exc, CompilationError):
+        return "compile_error", text
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "crash", "CUDA out of memory\n" + text
+    return "crash", text
+
+
+class Session:
+    """One worker's state: the harness, the base module, the monitor and the backend."""
+
+    def __init__(self, spec: dict):
+        self.device = spec["device"]
+        self.workdir = Path(spec["workdir"])
+        self.backend = get_backend(self.device, Path(spec["cache_dir"]) if spec.get("cache_dir") else None)
+        self.backend.init_context()
+        self.dev = self.backend.device
+        self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
+        self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
+        roots = [sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages(),
+                 str(self.root), *[p for p in sys.path if p]]
+        self.monitor = Monitor(self.device, roots)
+        self.monitor.install()
+        self.harness = load_harness(spec["harness"])
+        self.reference = self.harness.reference  # the referee's own handle; the module's is wrapped
+        self.monitor.wrap_reference(self.harness.module)
+        self.base_code = (self.root / self.file).read_text()
+        self.monitor.allowed_files.add(os.path.realpath(self.root / self.file))
+        with self.monitor.watch(ops=False) as rec:
+            self.base_mod = load_operator_module(self.root, self.file, tag="base", stubs=self.stubs)
+        self.base_import = rec
+        # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
+        self.bind = getattr(self.harness.module, "bind", None)
+        self.base_fn = self._entry_fn(self.base_mod)
+        if not callable(self.base_fn):
+            raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
+        self.monitor.own_modules.add(self.base_mod.__name__)
+        self._aa_fn = None
+        self._profiles: dict[str, Record] = {}
+
+    def _entry_fn(self, mod):
+        """What to call for a loaded module: the harness's `bind(module)`, else the entry."""
+        return self.bind(mod) if self.bind is not None else getattr(mod, self.entry, None)
+
+    # -- calls --------------------------------------------------------------------------------
+    def _write_only(self) -> list[str]:
+        return [n for n in (self.harness.outputs or []) if n not in self.harness.inplace]
+
+    def call(self, fn, inputs: dict, dirty: float, rec: Record | None) -> tuple:
+        """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned)."""
+        for name in self._write_only():
+            C.poison(inputs[name])
+        if self.harness.outputs is None:
+            C.dirty_allocator(self.dev, dirty)
+        self.backend.synchronize()
+        if rec is None:
+            ret = fn(**inputs)
+            self.backend.synchronize()
+        else:
+            with self.monitor.watch(rec):
+                ret = fn(**inputs)
+                self.backend.synchronize()
+        names = self.harness.outputs
+        outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
+        return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
+
+    def expected(self, inputs: dict) -> tuple:
+        """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
+        return C.as_tuple(self.reference(**C.clone_inputs(inputs)))
+
+    def base_profile(self, shape: dict, si: int, seed: int) -> Record:
+        """What the base does on one call for this shape (its launches, ops, files, threads)."""
+        key = json.dumps(shape, sort_keys=True)
+        if key not in self._profiles:
+            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, "base", si))
+            rec = Record()
+            self.call(self.base_fn, inputs, float("nan"), None)  # compile outside the profile
+            self.call(self.base_fn, inputs, float("nan"), rec)
+            self._profiles[key] = rec
+        return self._profiles[key]
+
+    # -- correctness --------------------------------------------------------------------------
+    def check_outputs(self, outs: tuple, expected: tuple, where: str) -> list[C.Check]:
+        """Compare every output with the reference; raises Rejected on the first problem."""
+        if len(outs) != len(expected):
+            raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {len(expected)}")
+        names = self.harness.outputs or [f"output {i}" for i in range(len(outs))]
+        checks = []
+        for name, o, e in zip(names, outs, expected, strict=False):
+            tol = self.harness.tolerance_for(str(e.dtype).replace("torch.", ""))
+            chk = C.compare(o, e, tol, f"{where} {name}")
+            if chk.problem:
+                raise Rejected(chk.problem, chk.message)
+            checks.append(chk)
+        return checks
+
+    def check_shape(self, fn, shape: dict, si: int, cid: int, seed: int, rec: Record) -> dict:
+        """Trials on one listed shape: reference match, poisoning, inputs unchanged, determinism,
+        bitwise identity to the base, precision, and pointer-reuse caching."""
+        where = "shape " + ",".join(f"{k}={v}" for k, v in shape.items())
+        protected = set(self.harness.outputs or []) | set(self.harness.inplace)
+        arena, prev_outs, identical, max_err = None, None, True, 0.0
+        for t in range(TRIALS):
+            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, cid, si, t))
+            if t == 1 and arena:
+                # Same storage, new values: a result cached by data_ptr shows up as stale output.
+                for name, buf in arena.items():
+                    buf.copy_(inputs[name])
+                inputs = {**inputs, **arena}
+            originals = C.clone_inputs(inputs)
+            expected = self.expected(originals)
+            outs = self.call(fn, inputs, float("nan"), rec)
+            try:
+                checks = self.check_outputs(outs, expected, f"{where} trial {t}")
+            except Rejected as r:
+                pairs = zip(outs, prev_outs or (), strict=False)
+                stale = prev_outs is not None and len(prev_outs) == len(outs) and all(
+                    type(a) is torch.Tensor and C.same_bits(a, b) for a, b in pairs)
+                if t == 1 and stale:
+                    raise Rejected("cached_result", f"{where}: returned the previous call's result for "
+                                   "new data at the same address (a result cached across calls)") from r
+                raise
+            for name, orig in C.tensors_of(originals).items():
+                if name not in protected and not C.same_bits(inputs[name], orig):
+                    raise Rejected("input_mutation", f"{where}: input {name!r} was modified")
+            for name, orig in C.tensors_of(originals).items():
+                if name in self.harness.inplace or name not in (self.harness.outputs or []):
+                    inputs[name].copy_(orig)
+            outs2 = self.call(fn, inputs, 1.0e4, rec)
+            for a, b in zip(outs, outs2, strict=False):
+                atol, rtol = self._tol(a)
+                same = C.same_bits(a, b) if not self.harness.nondeterministic else \
+                    torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
+                if not same:
+                    raise Rejected("nondeterministic", f"{where}: two runs on the same inputs disagree "
+                                   "(uninitialised memory or a race)")
+            base_err = None
+            if fn is not self.base_fn:
+                for name, orig in C.tensors_of(originals).items():
+                    inputs[name].copy_(orig)
+                base_outs = self.call(self.base_fn, inputs, float("nan"), None)
+                same = all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
+                identical = identical and same
+                base_err = [C.compare(b, e, self._tol(e), "base").mean_abs_err
+                            for b, e in zip(base_outs, expected, strict=False)]
+            for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
+                msg = C.precision_downgrade(o, e, chk.mean_abs_err, base_err[i] if base_err else None)
+                if msg:
+                    raise Rejected("precision_downgrade", f"{where}: {msg}")
+                max_err = max(max_err, chk.max_abs_err)
+            prev_outs = outs
+            if t == 0:
+                arena = C.tensors_of(inputs)
+        return {"shape": shape, "max_abs_err": max_err, "bitwise_identical": identical}
+
+    def _tol(self, t: torch.Tensor) -> tuple[float, float]:
+        return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))
+
+    def check_fresh(self, fn, shape: dict, cid: int, seed: int, rec: Record) -> None:
+        """One trial on a VARY shape: the candidate must be right there too."""
+        trial_seed = C.derive_seed(seed, cid, "fresh", json.dumps(shape, sort_keys=True))
+        inputs = self.harness.make_inputs(shape, self.dev, trial_seed)
+        expected = self.expected(inputs)
+        where = "fresh shape " + ",".join(f"{k}={v}" for k, v in shape.items())
+        try:
+            outs = self.call(fn, inputs, float("nan"), rec)
+            self.check_outputs(outs, expected, where)
+        except Rejected as r:
+            if r.reason in ("incorrect", "unwritten_output", "shape_mismatch", "dtype_mismatch"):
+                raise Rejected("wrong_on_fresh_shape", r.message) from None
+            raise
+        except Exception as e:  # a candidate specialised to the listed shapes may simply fail here
+            name, text = classify_exception(e)
+            if name == "crash" and "out of memory" not in text.lower():
+                raise Rejected("wrong_on_fresh_shape", f"fails on fresh shape {shape}", text) from None
+            raise
+
+    # -- the evaluation -----------------------------------------------------------------------
+    def load_candidate(self, code: str, cid: int, source_path: Path):
+        """Static checks, then import the candidate beside the base under the monitor."""
+        try:
+            compile(code, str(source_path), "exec")
+        except SyntaxError as e:
+            raise Rejected("compile_error", f"syntax error at line {e.lineno}: {e.msg}",
+                           "".join(traceback.format_exception_only(type(e), e))) from None
+        if not static.defines(code, self.entry):
+            raise Rejected("import_error", f"the candidate does not define the entry function {self.entry!r}")
+        self.monitor.allowed_files.add(os.path.realpath(source_path))
+        tag = f"c{cid}"
+        try:
+            with self.monitor.watch(ops=False) as rec:
+                mod = load_operator_module(self.root, self.file, code=code, tag=tag, source_path=source_path,
+                                           stubs=self.stubs)
+        except BaseException as e:  # noqa: BLE001 - any import failure is the candidate's
+            raise Rejected("import_error", f"importing the candidate failed: {type(e).__name__}: {e}",
+                           classify_exception(e)[1]) from None
+        self.monitor.own_modules.add(mod.__name__)
+        try:
+            fn = self._entry_fn(mod)
+        except Exception as e:  # noqa: BLE001 - the harness rejects the module's shape
+            raise Rejected("import_error", f"{type(e).__name__}: {e}") from None
+        if not callable(fn):
+            raise Rejected("import_error", f"{self.entry!r} is not a function in the candidate")
+        return mod, fn, rec
+
+    def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int) -> dict:
+        """The verdict (as a dict) for one candidate; never raises for candidate failures."""
+        out = {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
+               "fresh_shapes": [], "timed": False, "geomean_speedup": None,
+               "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
+        msgs = out["details"]["messages"]
+        snap = Snapshot(extra={"harness": self.harness.module})
+        threads_before = thread_names()
+        mod = None
+        try:
+            if code is None:
+                fn, imp = self.base_fn, self.base_import
+            else:
+                for viol, msg in static.static_violations(code, self.base_code):
+                    out["violations"].append(viol)
+                    msgs.append(msg)
+                out["details"]["same_as_base"] = static.same_program(code, self.base_code)
+                mod, fn, imp = self.load_candidate(code, cid, Path(source_path))
+            rec = Record()
+            rec.merge(imp)
+            base_rec = Record()
+            base_rec.merge(self.base_import)
+            shapes = self.harness.shapes_for(self.device)
+            for si, shape in enumerate(shapes):
+                base_rec.merge(self.base_profile(shape, si, seed))
+                out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
+            fresh = C.fresh_shapes(shapes, self.harness.vary, seed, cid, 3 if self.device == "cuda" else 2)
+            for shape in fresh:
+                self.check_fresh(fn, shape, cid, seed, rec)
+                out["fresh_shapes"].append(shape)
+            out["correct"] = True
+            for viol, msg in violations_vs_base(
+                    rec, base_rec, library_base=bool(getattr(self.harness.module, "LIBRARY_BASE", False))):
+                out["violations"].append(viol)
+                msgs.append(msg)
+            if thread_names() - threads_before:
+                out["violations"].append("extra_threads")
+                msgs.append("a thread started by the candidate is still running")
+            changed = snap.changes()
+            if changed:
+                out["violations"].append("monkeypatch")
+                msgs.append("replaced: " + ", ".join(changed[:6]))
+            if not out["violations"] and timing != "none" and self.backend.timed:
+                from .timing import time_candidate
+
+                time_candidate(self, fn, cid, seed, timing, out)
+        except Rejected as r:
+            out["violations"].append(r.reason)
+            msgs.append(r.message)
+            out["error"] = r.error
+        except Exception as e:  # noqa: BLE001 - candidate code raised: a verdict, not a worker crash
+            name, text = classify_exception(e)
+            out["violations"].append(name)
+            out["error"] = text
+            msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
+        finally:
+            if mod is not None:
+                sys.modules.pop(mod.__name__, None)
+        return out
+
+    def aa_fn(self):
+        """The A/A control: the base file loaded again as a separate module."""
+        if self._aa_fn is None:
+            path = self.workdir / "aa" / Path(self.file).name
+            mod = load_operator_module(self.root, self.file, code=self.base_code, tag="aa", source_path=path,
+                                       stubs=self.stubs)
+            self._aa_fn = self._entry_fn(mod)
+        return self._aa_fn

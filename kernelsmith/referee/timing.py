@@ -1,0 +1,141 @@
+"""A/B timing of base and candidate, interleaved in one process, with an A/A control.
+
+Device time: CUDA events around each call, after an L2 flush and a ~100 µs GPU spin (what a
+CUDA-graph serving loop sees). Host time: wall clock per eager call (what an eager caller sees).
+Speedups are on device time; each shape's candidate time is floored at the roofline so no
+impossible shape can dominate the geomean.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import correctness as C
+
+INPUT_SETS = 3  # inputs change between iterations: a result cached across calls is caught
+AA_LIMIT = 0.01  # |aa_ratio - 1| beyond this: re-take, then report as noisy
+RETAKES = 2
+FULL = {"min_reps": 30, "max_reps": 200, "budget_ms": 400.0, "host_calls": 50}
+SCREEN = {"min_reps": 8, "max_reps": 12, "budget_ms": 40.0, "host_calls": 0}
+
+
+def bootstrap_ci(base: list[float], cand: list[float], seed: int, n: int = 1000) -> list[float]:
+    """95% CI of median(base)/median(cand), resampling interleaved (base, cand) pairs."""
+    b, c = np.asarray(base), np.asarray(cand)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(b), size=(n, len(b)))
+    ratios = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def roofline_ms(harness, shape: dict, peak: dict) -> float | None:
+    """The least time physics allows: bytes_moved at measured copy bandwidth, flops at matmul rate."""
+    best = None
+    if harness.bytes_moved and peak.get("bandwidth_gbs"):
+        best = harness.bytes_moved(shape) / (peak["bandwidth_gbs"] * 1e9) * 1e3
+    if harness.flops and peak.get("tflops"):
+        t = harness.flops(shape) / (peak["tflops"] * 1e12) * 1e3
+        best = t if best is None else max(best, t)
+    return best
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of positive values (None when empty)."""
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(np.asarray(xs)))
+
+
+def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str) -> dict:
+    """Time base, candidate (and, in full mode, the A/A copy) on one shape."""
+    cfg = FULL if mode == "full" else SCREEN
+    h, dev, backend = session.harness, session.dev, session.backend
+    sets = [h.make_inputs(shape, dev, C.derive_seed(seed, cid, si, "time", k)) for k in range(INPUT_SETS)]
+    originals = [C.clone_inputs(s) for s in sets]
+    cand_sets = [C.clone_inputs(s) for s in sets]  # the candidate writes only its own buffers
+    last: dict = {}
+
+    def runner(f, inputs_sets, keep):
+        def run(r):
+            ret = f(**inputs_sets[r % INPUT_SETS])
+            if keep:
+                last["ret"], last["rep"] = ret, r
+        return run
+
+    fns = [runner(session.base_fn, sets, False), runner(fn, cand_sets, True)]
+    if mode == "full":
+        fns.append(runner(session.aa_fn(), [C.clone_inputs(s) for s in sets], False))
+    for f in fns:  # warm-up: compile, autotune, fill caches
+        for r in range(3):
+            f(r)
+    backend.synchronize()
+    probe = backend.time_calls(fns[:2], 3, seed)
+    per_rep = sum(_median(t) for t in probe) + 0.25 * len(fns)  # + flush and spin
+    reps = int(min(cfg["max_reps"], max(cfg["min_reps"], cfg["budget_ms"] / max(per_rep, 1e-3))))
+    attempts = 0
+    while True:
+        times = backend.time_calls(fns, reps, C.derive_seed(seed, cid, si, "order", attempts))
+        aa = _median(times[0]) / _median(times[2]) if mode == "full" else None
+        attempts += 1
+        if aa is None or abs(aa - 1) <= AA_LIMIT or attempts > RETAKES:
+            break
+    result = {"base": times[0], "cand": times[1], "aa_ratio": aa,
+              "noisy": bool(aa is not None and abs(aa - 1) > AA_LIMIT), "reps": reps, "attempts": attempts}
+    # The output of the last timed candidate call must be right for the inputs it was given.
+    if h.outputs is None or not set(h.outputs) & set(h.inplace):
+        k = last["rep"] % INPUT_SETS
+        outs = C.as_tuple(last["ret"]) if h.outputs is None else tuple(cand_sets[k][n] for n in h.outputs)
+        expected = session.expected(originals[k])
+        checks = [C.compare(o, e, session._tol(e), "timed") for o, e in zip(outs, expected, strict=False)]
+        result["timed_output_ok"] = all(c.problem is None for c in checks)
+    if cfg["host_calls"]:
+        hb, hc = [], []
+        for _ in range(3):
+            hb.append(backend.host_time(fns[0], cfg["host_calls"]))
+            hc.append(backend.host_time(fns[1], cfg["host_calls"]))
+        result["host_base"], result["host_cand"] = _median(hb), _median(hc)
+    return result
+
+
+def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict) -> None:
+    """Fill `out` (the verdict dict) with per-shape timings, the geomean and the A/A control."""
+    h = session.harness
+    shapes = h.shapes_for(session.device)
+    speedups, aas, noisy = [], [], False
+    for si, shape in enumerate(shapes):
+        r = time_shape(session, fn, shape, si, cid, seed, mode)
+        if r.get("timed_output_ok") is False:
+            out["violations"].append("cached_result")
+            out["details"]["messages"].append(
+                f"shape {shape}: the output of a timed call is wrong for its inputs "
+                "(results cached across calls)")
+            return
+        base_ms, cand_ms = _median(r["base"]), _median(r["cand"])
+        dtype = shape.get("dtype") if isinstance(shape.get("dtype"), str) else None
+        roof = roofline_ms(h, shape, session.backend.peak(dtype if h.flops else None))
+        floored = roof is not None and cand_ms < roof
+        speedup = base_ms / max(cand_ms, roof or 0.0)
+        entry = out["shapes"][si]
+        entry.update({
+            "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup,
+            "ci95": bootstrap_ci(r["base"], r["cand"], C.derive_seed(seed, cid, si, "ci")),
+            "device_ms": cand_ms, "base_device_ms": base_ms,
+            "host_ms": r.get("host_cand"), "base_host_ms": r.get("host_base"),
+            "pct_roofline": (100.0 * roof / cand_ms) if roof else None, "floored": floored,
+            "aa_ratio": r["aa_ratio"], "reps": r["reps"], "attempts": r["attempts"],
+        })
+        speedups.append(speedup)
+        if r["aa_ratio"] is not None:
+            aas.append(r["aa_ratio"])
+            noisy = noisy or r["noisy"]
+    worst = max(aas, key=lambda a: abs(a - 1)) if aas else None
+    out["timed"] = True
+    out["geomean_speedup"] = geomean(speedups)
+    out["timing"] = {"metric": "device", "aa_ratio": worst, "noisy": noisy if mode == "full" else None,
+                     "mode": mode, "method": "CUDA events after an L2 flush and a ~100us GPU spin"}

@@ -1,0 +1,143 @@
+"""The referee's verdict: one candidate's correctness, integrity and timing, as plain data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+# Every named rejection (DESIGN.md, pinned details), in the order a verdict reports them first.
+REJECTIONS = (
+    "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout",
+    "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
+    "extra_threads", "extra_streams", "library_fallback", "no_kernel_launch", "cached_result",
+    "precision_downgrade", "input_mutation", "dtype_mismatch", "shape_mismatch", "unwritten_output",
+    "nondeterministic", "incorrect", "wrong_on_fresh_shape",
+)
+# Rejections that are integrity failures rather than plain errors or wrong answers.
+ERRORS = {"malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout"}
+
+NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity only)."
+
+
+def _first_reason(names: list[str]) -> str | None:
+    if not names:
+        return None
+    rank = {n: i for i, n in enumerate(REJECTIONS)}
+    return min(names, key=lambda n: rank.get(n, len(REJECTIONS)))
+
+
+@dataclass
+class Verdict:
+    """What the referee decided about one candidate (DESIGN.md: Verdict JSON)."""
+
+    accepted: bool
+    correct: bool
+    violations: list[str] = field(default_factory=list)
+    error: str | None = None
+    device: dict = field(default_factory=dict)
+    shapes: list[dict] = field(default_factory=list)
+    geomean_speedup: float | None = None
+    timing: dict = field(default_factory=lambda: {"metric": None, "aa_ratio": None, "noisy": None})
+    fresh_shapes: list[dict] = field(default_factory=list)
+    reason: str | None = None
+    timed: bool = False
+    eval_s: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def rejected(cls, reason: str, error: str | None = None, **kw) -> Verdict:
+        """A verdict rejecting the candidate for one named reason."""
+        return cls(accepted=False, correct=False, violations=[reason], error=error, reason=reason, **kw)
+
+    def finalize(self) -> Verdict:
+        """Derive `reason` and `accepted` from the violations (accepted = correct and clean)."""
+        seen: list[str] = []
+        for v in self.violations:
+            if v not in seen:
+                seen.append(v)
+        self.violations = seen
+        self.reason = _first_reason(self.violations)
+        self.accepted = bool(self.correct and not self.violations and self.error is None)
+        if not self.timed:
+            self.geomean_speedup = None
+        return self
+
+    def to_json(self) -> dict:
+        """The verdict as JSON-serialisable data (non-finite floats become null)."""
+        return _clean(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verdict:
+        """Rebuild a verdict from `to_json` output; unknown keys are kept in `details`."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        accepted, correct = bool(known.pop("accepted", False)), bool(known.pop("correct", False))
+        v = cls(accepted=accepted, correct=correct, **known)
+        if extra:
+            v.details = {**(v.details or {}), **extra}
+        return v
+
+    def feedback(self, limit: int = 1800) -> str:
+        """Short text for the LLM: the outcome, errors, violations, per-shape timings, roofline."""
+        lines = []
+        if self.accepted:
+            head = "ACCEPTED: correct and clean."
+        else:
+            head = f"REJECTED ({self.reason or 'incorrect'})."
+        lines.append(head)
+        if self.violations:
+            lines.append("violations: " + ", ".join(self.violations))
+        for msg in (self.details or {}).get("messages", [])[:6]:
+            lines.append(f"- {msg}")
+        if self.error:
+            lines.append("error: " + _tail(self.error, 700))
+        if not self.timed:
+            if self.correct and not self.violations:
+                lines.append(NO_TIMING_LINE)
+        else:
+            metric = self.timing.get("metric")
+            gm = self.geomean_speedup
+            lines.append(f"geomean speedup vs base ({metric} time): "
+                         + (f"{gm:.3f}x" if gm is not None else "n/a")
+                         + (" [NOISY measurement, not a win]" if self.timing.get("noisy") else ""))
+            for s in self.shapes:
+                if s.get("candidate_ms") is None:
+                    continue
+                roof = s.get("pct_roofline")
+                lines.append(
+                    f"  {_shape_str(s['shape'])}: base {s['baseline_ms']:.4f} ms, candidate "
+                    f"{s['candidate_ms']:.4f} ms, speedup {s['speedup']:.3f}x"
+                    + (f", {roof:.0f}% of roofline" if roof is not None else ""))
+        if self.fresh_shapes and self.correct:
+            lines.append(f"checked on {len(self.fresh_shapes)} fresh shapes as well")
+        text = "\n".join(lines)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    def summary(self) -> str:
+        """One line: accepted/rejected, reason, speedup or 'no timing'."""
+        state = "accepted" if self.accepted else f"rejected ({self.reason})"
+        if not self.timed:
+            return f"{state}; no timing was done"
+        gm = self.geomean_speedup
+        noisy = " (noisy)" if self.timing.get("noisy") else ""
+        return f"{state}; geomean speedup {gm:.3f}x{noisy}" if gm is not None else state
+
+
+def _shape_str(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _tail(text: str, n: int) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _clean(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj

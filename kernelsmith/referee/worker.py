@@ -1,0 +1,63 @@
+"""The isolated worker process: `python -m kernelsmith.referee.worker`.
+
+Reads one JSON request per line on stdin and answers each on a private pipe whose fd the
+first ("init") request names; the worker's own stdout is pointed at stderr so nothing a
+candidate prints can be mistaken for an answer. Every answer echoes the request's nonce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def _answer(fd: int, payload: dict) -> None:
+    data = (json.dumps(payload) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def main() -> int:
+    """Serve requests until "exit" or end of input."""
+    os.dup2(2, 1)  # prints (Python or C) from candidate code go to the log, never to the protocol
+    sys.stdout = sys.stderr
+    fd = None
+    session = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        op, nonce = msg.get("op"), msg.get("nonce")
+        if op == "exit":
+            break
+        try:
+            if op == "init":
+                fd = int(msg["fd"])
+                from .session import Session
+
+                session = Session(msg["spec"])
+                reply = {"ok": True, "device": session.backend.info()}
+            elif op == "evaluate":
+                code = None
+                if msg.get("source_path"):
+                    with open(msg["source_path"], encoding="utf-8") as f:
+                        code = f.read()
+                reply = {"ok": True, "verdict": session.evaluate(
+                    code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]))}
+            else:
+                reply = {"ok": False, "error": f"unknown request {op!r}"}
+        except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
+            reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
+        if fd is None:
+            return 2
+        reply["nonce"] = nonce
+        _answer(fd, reply)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
