@@ -1,0 +1,252 @@
+"""What a target offers to optimize: its operators (yaml + the repo's `.kernelsmith.yml`), the
+`# kernelsmith: hotspot` marks in its source, each operator's source hash and whether it is stale.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .checkout import Checkout, has_git, is_commit
+from .config import Operator, Target, parse_operators
+from .errors import ConfigError
+from .state import entry as state_entry
+from .state import source_hash, staleness
+
+REPO_CONFIG = ".kernelsmith.yml"
+_MARK_RE = re.compile(r"^\s*#\s*kernelsmith:\s*hotspot\s*$")
+_SKIP_DIRS = {"node_modules", "build", "dist", "__pycache__", "site-packages", "third_party", "3rdparty"}
+
+
+@dataclass
+class OperatorStatus:
+    """One operator as scan sees it in a checkout."""
+
+    name: str
+    source: str
+    file: str
+    entry: str
+    harness: str
+    harness_ok: bool
+    source_hash: str | None
+    stale: bool
+    stale_reason: str
+    ignored: bool = False
+    last_result: dict | None = None
+    pr: dict | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Hotspot:
+    """A function marked `# kernelsmith: hotspot`, and the operator (with a harness) covering it."""
+
+    file: str
+    line: int
+    function: str
+    operator: str | None
+
+    @property
+    def status(self) -> str:
+        """"harness: <op>" when an operator covers its file, else "needs a harness"."""
+        return f"harness: {self.operator}" if self.operator else "needs a harness"
+
+
+@dataclass
+class ScanResult:
+    """Everything `kernelsmith scan` reports for one target."""
+
+    target: str
+    repo: str
+    checkout: str
+    base_sha: str
+    operators: list[OperatorStatus]
+    hotspots: list[Hotspot]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no operator has a problem (missing file, entry or harness)."""
+        return not any(op.problems for op in self.operators)
+
+    def to_json(self) -> dict:
+        """Plain data for `scan --json`."""
+        return {
+            "target": self.target, "repo": self.repo, "checkout": self.checkout, "base_sha": self.base_sha,
+            "ok": self.ok, "operators": [asdict(o) for o in self.operators],
+            "hotspots": [dict(asdict(h), status=h.status) for h in self.hotspots],
+            "warnings": list(self.warnings),
+        }
+
+
+def _git_show(folder: Path, ref: str, rel: str) -> str | None:
+    out = subprocess.run(["git", "show", f"{ref}:{rel}"], cwd=folder, capture_output=True, text=True)
+    return out.stdout if out.returncode == 0 else None
+
+
+def _ref_exists(folder: Path, ref: str) -> bool:
+    out = subprocess.run(["git", "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], cwd=folder,
+                         capture_output=True, text=True)
+    return out.returncode == 0
+
+
+def read_repo_config(target: Target, co: Checkout) -> tuple[str | None, str]:
+    """The text of the repo's `.kernelsmith.yml` on its base branch (never a PR head), and whence.
+
+    In a git checkout it is read from `origin/<base>`, else the local `<base>` branch, else the
+    checkout's base commit; a folder without git offers only its own copy.
+    """
+    root = Path(co.path)
+    if co.is_git and has_git() and is_commit(co.base_sha):
+        for ref in (f"refs/remotes/origin/{target.base}", f"refs/heads/{target.base}"):
+            if _ref_exists(root, ref):
+                return _git_show(root, ref, REPO_CONFIG), ref
+        return _git_show(root, co.base_sha, REPO_CONFIG), co.base_sha[:12]
+    path = root / REPO_CONFIG
+    return (path.read_text() if path.is_file() else None), "working tree"
+
+
+def with_repo_operators(target: Target, co: Checkout) -> Target:
+    """A copy of `target` plus the operators of the repo's `.kernelsmith.yml` (clash: ConfigError)."""
+    text, _ = read_repo_config(target, co)
+    merged = copy.copy(target)
+    merged.operators = list(target.operators)
+    if text is None:
+        return merged
+    where = Path(co.path) / REPO_CONFIG
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(where, f"invalid yaml{line}: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"top level must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"operators"})
+    if unknown:
+        raise ConfigError(where, f"unknown field(s) {', '.join(unknown)} (only operators)", unknown[0])
+    ops = parse_operators(data.get("operators"), where, Path(co.path), REPO_CONFIG)
+    known = {o.name for o in target.operators}
+    for i, op in enumerate(ops):
+        if op.name in known:
+            raise ConfigError(where, f"operator {op.name!r} is also defined in {target.path}",
+                              f"operators[{i}].name")
+    merged.operators.extend(ops)
+    return merged
+
+
+def _marked_functions(text: str, rel: str, warnings: list[str]) -> list[tuple[int, str]]:
+    """(line, function) for each mark directly above a def or its first decorator."""
+    marks = [i + 1 for i, line in enumerate(text.splitlines()) if _MARK_RE.match(line)]
+    if not marks:
+        return []
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as e:
+        warnings.append(f"{rel}: cannot parse ({e.msg} at line {e.lineno}); its marks are skipped")
+        return []
+    starts = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            starts[first] = node.name
+    found = []
+    for line in marks:
+        if line + 1 in starts:
+            found.append((line, starts[line + 1]))
+        else:
+            warnings.append(f"{rel}:{line}: hotspot mark is not directly above a def or @triton.jit")
+    return found
+
+
+def find_hotspots(root: Path, warnings: list[str] | None = None) -> list[tuple[str, int, str]]:
+    """(repo-relative file, line, function) for every `# kernelsmith: hotspot` mark under `root`."""
+    warnings = warnings if warnings is not None else []
+    root = Path(root)
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = Path(folder) / name
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if "kernelsmith:" not in text:
+                continue
+            rel = path.relative_to(root).as_posix()
+            found.extend((rel, line, fn) for line, fn in _marked_functions(text, rel, warnings))
+    return found
+
+
+def _has_entry(code: str, entry: str) -> bool:
+    tree = ast.parse(code)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == entry for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if entry in {a.asname or a.name for a in node.names}:
+                return True
+    return False
+
+
+def operator_status(target: Target, op: Operator, root: Path, state: dict) -> OperatorStatus:
+    """Check one operator's file, entry and harness in a checkout, and whether it is stale."""
+    from .harness import load_harness  # imports torch: only when there is an operator to check
+
+    problems = []
+    path = root / op.file
+    digest = None
+    if not path.is_file():
+        problems.append(f"file {op.file} not found in the checkout")
+    else:
+        data = path.read_bytes()
+        digest = source_hash(data)
+        try:
+            if not _has_entry(data.decode(errors="replace"), op.entry):
+                problems.append(f"entry {op.entry}() not defined at the top level of {op.file}")
+        except SyntaxError as e:
+            problems.append(f"{op.file} does not parse: {e.msg} (line {e.lineno})")
+    harness_ok = True
+    try:
+        load_harness(op.harness)
+    except ConfigError as e:
+        harness_ok = False
+        problems.append(f"harness: {e}")
+    recorded = state_entry(state, target.name, op.name)
+    ignored = bool(recorded.get("ignored"))
+    if digest is None:
+        stale, why = False, "source missing"
+    elif ignored:
+        stale, why = False, "ignored"
+    else:
+        stale, why = staleness(state, target.name, op.name, digest)
+    return OperatorStatus(
+        name=op.name, source=op.source, file=op.file, entry=op.entry, harness=str(op.harness),
+        harness_ok=harness_ok, source_hash=digest, stale=stale, stale_reason=why, ignored=ignored,
+        last_result=recorded.get("result"), pr=recorded.get("pr"), problems=problems,
+    )
+
+
+def scan_target(target: Target, co: Checkout, state: dict) -> ScanResult:
+    """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout."""
+    merged = with_repo_operators(target, co)
+    root = Path(co.path)
+    ops = [operator_status(merged, op, root, state) for op in merged.operators]
+    warnings: list[str] = []
+    covered = {op.file: op.name for op in ops if op.harness_ok and not op.problems}
+    hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get(f))
+                for f, ln, fn in find_hotspots(root, warnings)]
+    return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
+                      operators=ops, hotspots=hotspots, warnings=warnings)
