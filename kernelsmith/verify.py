@@ -136,6 +136,8 @@ def why_not_runnable(res: CommandResult, has_cuda: bool) -> str | None:
         return f"timed out after {res.duration:.0f} s"
     if res.exit_code == 127 or (res.counts is None and _BAD_CMD_RE.search(out[-2000:])):
         return f"bad command (exit {res.exit_code}): {_last_line(out)}"
+    if res.exit_code == 4:  # pytest: usage error, or a test path that does not exist
+        return f"bad command (pytest usage error): {_error_line(out)}"
     c = res.counts
     if c is not None and c["passed"] > 0:
         return None
@@ -144,8 +146,6 @@ def why_not_runnable(res: CommandResult, has_cuda: bool) -> str | None:
     if missing:
         return f"missing dependency: {missing.group(1)}"
     if c is None:
-        if res.exit_code == 4:
-            return "bad command: pytest usage error"
         if res.exit_code == 0:
             return "no pytest summary in the output: cannot tell which tests passed"
         return f"did not run (exit {res.exit_code}): {_last_line(out)}"
@@ -154,6 +154,11 @@ def why_not_runnable(res: CommandResult, has_cuda: bool) -> str | None:
     if c["failed"] or c["errors"]:
         return f"no test passes on the base ({c['failed']} failed, {c['errors']} errors)"
     return "no tests ran"
+
+
+def _error_line(text: str) -> str:
+    errors = [ln for ln in text.splitlines() if ln.startswith("ERROR")]
+    return errors[0][:300] if errors else _last_line(text)
 
 
 def _last_line(text: str) -> str:
