@@ -37,6 +37,9 @@ SHAPES = [{gpu_shape!r}]
 CPU_SHAPES = [{cpu_shape!r}]
 VARY = {vary!r}
 OUTPUTS = None
+# The base is the PyTorch Model itself: a candidate must launch Triton kernels, and any torch
+# compute op in its forward is a library fallback.
+LIBRARY_BASE = True
 
 
 def make_inputs(shape, device, seed):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import weakref
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..harness import private_module_name
 from .problem import read_problem
@@ -63,6 +65,8 @@ class KernelBenchRuntime:
         self.module = _import_problem(self.problem.path)
         self._reference_models: dict = {}
         self.weight_copy: dict = {}
+        # Live solutions (weakly held: a candidate's models go when the referee drops it).
+        self._bindings: weakref.WeakSet = weakref.WeakSet()
 
     def _apply_sizes(self, sizes: dict) -> None:
         """Set the problem's module-level sizes (its get_inputs/get_init_inputs read them)."""
@@ -73,15 +77,16 @@ class KernelBenchRuntime:
     def _init_inputs(self, sizes: dict, device: str, dtype: torch.dtype) -> list:
         self._apply_sizes(sizes)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(WEIGHT_SEED)
+            torch.default_generator.manual_seed(WEIGHT_SEED)
             init = self.module.get_init_inputs()
         return [_to(v, device, dtype) for v in init]
 
     def _build(self, cls, sizes: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
         init = self._init_inputs(sizes, device, dtype)
-        devices = [torch.cuda.current_device()] if device.startswith("cuda") else []
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            torch.manual_seed(WEIGHT_SEED)
+        # Built on the CPU under the CPU generator's seed, then moved (as KernelBench does);
+        # seeding only that generator avoids torch's lazy per-device seeding machinery.
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.default_generator.manual_seed(WEIGHT_SEED)
             model = cls(*init)
             return model.to(device=device, dtype=dtype)
 
@@ -96,6 +101,11 @@ class KernelBenchRuntime:
             args = self.module.get_inputs()
         inputs = {f"arg{i}": _to(a, device, dtype) for i, a in enumerate(args)}
         inputs[SIZES_KEY] = tuple(sorted(sizes.items())) + (("dtype", shape.get("dtype", "float32")),)
+        # Build every live solution's models now, outside the referee's watched calls: set-up
+        # (seeding, weight init, the weight copy) is not part of a forward.
+        key = (tuple(sorted(sizes.items())), device, shape.get("dtype", "float32"))
+        for binding in list(self._bindings):
+            self._ready(binding, key)
         return inputs
 
     @staticmethod
@@ -123,24 +133,42 @@ class KernelBenchRuntime:
         with torch.no_grad():
             return model(*args)
 
+    def _ready(self, binding: _Binding, key: tuple) -> torch.nn.Module:
+        """The binding's ModelNew for a size key (sizes, device, dtype), built and weight-copied once."""
+        model = binding.instances.get(key)
+        if model is None:
+            sizes, device, dtype_name = dict(key[0]), key[1], key[2]
+            model = self._build(binding.cls, sizes, device, getattr(torch, dtype_name))
+            ref = self.reference_model(sizes, device, dtype_name)
+            self.weight_copy[binding.name] = copy_weights(ref, model)
+            binding.instances[key] = model
+        return model
+
     def bind(self, module):
         """The callable the referee runs for one loaded solution: its ModelNew on the inputs."""
         cls = getattr(module, "ModelNew", None)
         if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
             raise TypeError("the solution must define class ModelNew(torch.nn.Module)")
-        instances: dict = {}
+        binding = _Binding(cls, module.__name__)
+        self._bindings.add(binding)
 
         def run(**inputs):
             sizes, dtype_name, rest = self._split(inputs)
             *args, device = rest
             key = (tuple(sorted(sizes.items())), device, dtype_name)
-            model = instances.get(key)
-            if model is None:
-                model = self._build(cls, sizes, device, getattr(torch, dtype_name))
-                ref = self.reference_model(sizes, device, dtype_name)
-                self.weight_copy[module.__name__] = copy_weights(ref, model)
-                instances[key] = model
+            if key not in binding.instances:
+                # Normally built by make_inputs; building here is set-up, not the forward's compute.
+                with _disable_current_modes():
+                    self._ready(binding, key)
             with torch.no_grad():
-                return model(*args)
+                return binding.instances[key](*args)
 
         return run
+
+
+class _Binding:
+    """One loaded solution's ModelNew class and its instances by size key."""
+
+    def __init__(self, cls, name: str):
+        self.cls, self.name = cls, name
+        self.instances: dict = {}

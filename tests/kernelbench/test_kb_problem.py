@@ -76,7 +76,7 @@ def test_task_folder(tmp_path):
     assert task.base_code == base_code(problem) and "ModelNew = Model" in task.base_code
     assert task.harness.shapes == [{"batch_size": 4096, "features": 4096, "dtype": "float32"}]
     assert task.harness.cpu_shapes == [{"batch_size": 3, "features": 96, "dtype": "float32"}]
-    assert task.harness.vary == {"batch_size": [1, 7]}
+    assert task.harness.vary == {"batch_size": [5, 7]}
     inputs = task.harness.make_inputs(task.harness.cpu_shapes[0], "cpu", 5)
     assert inputs["arg0"].shape == (3, 96)
     again = task.harness.make_inputs(task.harness.cpu_shapes[0], "cpu", 5)
