@@ -12,27 +12,41 @@ MUTATORS = ("params", "llm", "all", "grid")
 def register(subparsers) -> None:
     """Add the `optimize` subcommand."""
     p = subparsers.add_parser(
-        "optimize", help="evolve faster candidates of one operator and write a run directory",
+        "optimize",
+        help="evolve faster candidates of one operator and write a run directory",
         description="Evolutionary search over candidate kernels of one operator. Exits 0 with an "
-                    "accepted winner, 1 without one, 2 on usage or config errors.")
+        "accepted winner, 1 without one, 2 on usage or config errors.",
+    )
     p.add_argument("target", help="target yaml path or name under the targets folder")
     p.add_argument("op", help="operator name in the target")
     p.add_argument("--checkout", help="use this folder as the target's source (default: cached clone)")
     p.add_argument("--out", help="the run directory (default: runs/<target>-<op>-<time>)")
     p.add_argument("--budget", type=int, help="number of proposals (default 40 without --minutes)")
     p.add_argument("--minutes", type=float, help="wall-clock budget in minutes")
-    p.add_argument("--mutator", default="all", choices=MUTATORS,
-                   help="params (no LLM), llm, all (both), or grid (plain sweep, a baseline)")
+    p.add_argument(
+        "--mutator",
+        default="all",
+        choices=MUTATORS,
+        help="params (no LLM), llm, all (both), or grid (plain sweep, a baseline)",
+    )
     p.add_argument("--gpus", help="comma-separated CUDA device indices (default: all visible)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "interpret"))
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its archive")
     p.add_argument("--seed", type=int, default=0, help="run seed: fixes the sequence of proposals")
     p.add_argument("--islands", type=int, help="number of islands (default: from the budget)")
-    p.add_argument("--exploit", type=float, default=0.7,
-                   help="share of parents drawn from the elites rather than the diversity grid")
-    p.add_argument("--stagnation", type=int, default=None,
-                   help="stop after this many proposals without a better candidate (default 3/4 of "
-                        "the budget, at least 12)")
+    p.add_argument(
+        "--exploit",
+        type=float,
+        default=0.7,
+        help="share of parents drawn from the elites rather than the diversity grid",
+    )
+    p.add_argument(
+        "--stagnation",
+        type=int,
+        default=None,
+        help="stop after this many proposals without a better candidate (default 3/4 of "
+        "the budget, at least 12)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
     p.set_defaults(func=run)
 
@@ -60,10 +74,22 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.exploit <= 1.0:
         raise ConfigError("--exploit", "must be between 0 and 1")
     config = SearchConfig(
-        target=args.target, op=args.op, checkout=args.checkout, out=args.out, budget=args.budget,
-        minutes=args.minutes, mutator=args.mutator, gpus=_gpus(args.gpus), device=args.device,
-        resume=args.resume, seed=args.seed, islands=args.islands, exploit=args.exploit,
-        stagnation=args.stagnation, progress=not args.no_progress, targets=args.targets,
+        target=args.target,
+        op=args.op,
+        checkout=args.checkout,
+        out=args.out,
+        budget=args.budget,
+        minutes=args.minutes,
+        mutator=args.mutator,
+        gpus=_gpus(args.gpus),
+        device=args.device,
+        resume=args.resume,
+        seed=args.seed,
+        islands=args.islands,
+        exploit=args.exploit,
+        stagnation=args.stagnation,
+        progress=not args.no_progress,
+        targets=args.targets,
     )
     result = optimize(config)
     return 0 if result.get("winner") else 1

@@ -85,8 +85,7 @@ class Archive:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used from the loop's main thread only; autocommit (isolation_level None).
-        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                   timeout=30)
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
         self._db.row_factory = sqlite3.Row
         self._db.executescript(_SCHEMA)
         if self.get_meta("schema_version") is None:
@@ -103,11 +102,24 @@ class Archive:
         self.close()
 
     # -- rows --------------------------------------------------------------------------------
-    def add(self, code: str | None, *, mutator: str, parent_id: int | None = None, island: int = 0,
-            generation: int = 0, diff: str | None = None, inspiration_ids: list[int] | None = None,
-            prompt: str | None = None, response: str | None = None, params: dict | None = None,
-            status: str = "pending", verdict: dict | None = None, feedback: str | None = None,
-            duplicate_of: int | None = None) -> int:
+    def add(
+        self,
+        code: str | None,
+        *,
+        mutator: str,
+        parent_id: int | None = None,
+        island: int = 0,
+        generation: int = 0,
+        diff: str | None = None,
+        inspiration_ids: list[int] | None = None,
+        prompt: str | None = None,
+        response: str | None = None,
+        params: dict | None = None,
+        status: str = "pending",
+        verdict: dict | None = None,
+        feedback: str | None = None,
+        duplicate_of: int | None = None,
+    ) -> int:
         """Insert one candidate and return its id (status "pending" unless given a verdict)."""
         verdict_text = json.dumps(verdict) if verdict is not None else None
         accepted = int(bool(verdict and verdict.get("accepted")))
@@ -118,23 +130,57 @@ class Archive:
             " prompt, response, verdict, feedback, status, speedup, accepted, code_hash, created_at,"
             " evaluated_at, params, duplicate_of, reason, timing)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (parent_id, island, generation, mutator, code, diff, json.dumps(inspiration_ids or []),
-             prompt, response, verdict_text, feedback, status, speedup, accepted, code_hash(code),
-             now_iso(), now_iso() if verdict is not None else None,
-             json.dumps(params) if params is not None else None, duplicate_of, reason,
-             "none" if verdict is not None else None),
+            (
+                parent_id,
+                island,
+                generation,
+                mutator,
+                code,
+                diff,
+                json.dumps(inspiration_ids or []),
+                prompt,
+                response,
+                verdict_text,
+                feedback,
+                status,
+                speedup,
+                accepted,
+                code_hash(code),
+                now_iso(),
+                now_iso() if verdict is not None else None,
+                json.dumps(params) if params is not None else None,
+                duplicate_of,
+                reason,
+                "none" if verdict is not None else None,
+            ),
         )
         return int(cur.lastrowid)
 
-    def set_verdict(self, cid: int, verdict_json: dict, feedback: str | None, *, timing: str | None = None,
-                    awaiting_full: bool = False) -> None:
+    def set_verdict(
+        self,
+        cid: int,
+        verdict_json: dict,
+        feedback: str | None,
+        *,
+        timing: str | None = None,
+        awaiting_full: bool = False,
+    ) -> None:
         """Store a verdict (dict as Verdict.to_json gives it): status becomes "evaluated"."""
         self._db.execute(
             "UPDATE candidates SET verdict=?, feedback=?, status='evaluated', speedup=?, accepted=?,"
             " reason=?, evaluated_at=?, timing=?, awaiting_full=?, eval_s=? WHERE id=?",
-            (json.dumps(verdict_json), feedback, verdict_json.get("geomean_speedup"),
-             int(bool(verdict_json.get("accepted"))), verdict_json.get("reason"), now_iso(),
-             timing or _timing_of(verdict_json), int(awaiting_full), verdict_json.get("eval_s"), cid),
+            (
+                json.dumps(verdict_json),
+                feedback,
+                verdict_json.get("geomean_speedup"),
+                int(bool(verdict_json.get("accepted"))),
+                verdict_json.get("reason"),
+                now_iso(),
+                timing or _timing_of(verdict_json),
+                int(awaiting_full),
+                verdict_json.get("eval_s"),
+                cid,
+            ),
         )
 
     def get(self, cid: int) -> dict | None:
@@ -159,8 +205,9 @@ class Archive:
     def find_code(self, code: str) -> dict | None:
         """The earliest row holding this code (trailing whitespace ignored), or None."""
         h = code_hash(code)
-        row = self._db.execute("SELECT * FROM candidates WHERE code_hash=? AND status!='duplicate'"
-                               " ORDER BY id LIMIT 1", (h,)).fetchone()
+        row = self._db.execute(
+            "SELECT * FROM candidates WHERE code_hash=? AND status!='duplicate' ORDER BY id LIMIT 1", (h,)
+        ).fetchone()
         return _decode(row) if row is not None else None
 
     def known_hashes(self) -> set[str]:
@@ -181,8 +228,10 @@ class Archive:
         return self.count("mutator!='base'")
 
     def evaluations(self) -> int:
-        """What the referee ran: evaluated rows, less malformed proposals (never sent to it)."""
-        return self.count("status='evaluated' AND (reason IS NULL OR reason!='malformed_proposal')")
+        """Candidates the referee ran (the base's own evaluation and malformed proposals not counted)."""
+        return self.count(
+            "status='evaluated' AND mutator!='base' AND (reason IS NULL OR reason!='malformed_proposal')"
+        )
 
     def max_generation(self) -> int:
         """The highest generation recorded (0 when empty)."""
@@ -192,13 +241,18 @@ class Archive:
     # -- migrations and run state ------------------------------------------------------------
     def add_migration(self, generation: int, candidate_id: int, to_island: int) -> None:
         """Record that a candidate joined another island at a generation."""
-        self._db.execute("INSERT OR IGNORE INTO migrations VALUES (?,?,?)",
-                         (generation, candidate_id, to_island))
+        self._db.execute(
+            "INSERT OR IGNORE INTO migrations VALUES (?,?,?)", (generation, candidate_id, to_island)
+        )
 
     def migrations(self) -> list[tuple[int, int, int]]:
         """(generation, candidate_id, to_island) for every migration, in order."""
-        return [tuple(r) for r in self._db.execute(
-            "SELECT generation, candidate_id, to_island FROM migrations ORDER BY generation, candidate_id")]
+        return [
+            tuple(r)
+            for r in self._db.execute(
+                "SELECT generation, candidate_id, to_island FROM migrations ORDER BY generation, candidate_id"
+            )
+        ]
 
     def get_meta(self, key: str, default=None):
         """A JSON value from the meta table."""
@@ -233,4 +287,3 @@ def rejected_counts(rows: list[dict]) -> dict[str, int]:
         reason = r.get("reason") or "rejected"
         counts[reason] = counts.get(reason, 0) + 1
     return dict(sorted(counts.items()))
-

@@ -100,17 +100,19 @@ def _apply_one(code: str, edit: Edit, n: int) -> str:
         code += "\n"
     pos = code.find(edit.search)
     if pos >= 0:
-        return code[:pos] + edit.replace + code[pos + len(edit.search):]
+        return code[:pos] + edit.replace + code[pos + len(edit.search) :]
     lines = code.splitlines(keepends=True)
     old = edit.search.splitlines()
     new = edit.replace.splitlines()
     for start in range(len(lines) - len(old) + 1):
-        window = [ln.rstrip("\r\n") for ln in lines[start:start + len(old)]]
+        window = [ln.rstrip("\r\n") for ln in lines[start : start + len(old)]]
         shift = _match_shift(window, old)
         if shift is None:
             continue
         fixed = [_reindent(ln, shift) for ln in new]
-        return "".join(lines[:start]) + "".join(f"{ln}\n" for ln in fixed) + "".join(lines[start + len(old):])
+        return (
+            "".join(lines[:start]) + "".join(f"{ln}\n" for ln in fixed) + "".join(lines[start + len(old) :])
+        )
     first = old[0].strip() if old else ""
     raise EditError(f"edit {n}: SEARCH text not found in the file (first line: {first[:80]!r})")
 
@@ -178,8 +180,14 @@ def _check_python(code: str) -> None:
 
 def unified_diff(old: str, new: str, path: str) -> str:
     """A unified diff of old -> new, with a/ and b/ prefixes on `path`."""
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
+        )
+    )
 
 
 def make_edits(old: str, new: str) -> list[Edit]:
@@ -202,8 +210,9 @@ def make_edits(old: str, new: str) -> list[Edit]:
             spans[-1][1], spans[-1][3] = max(spans[-1][1], i2), max(spans[-1][3], j2)
         else:
             spans.append([i1, i2, j1, j2])
-    edits = [Edit(_with_newline("".join(a[i1:i2])), _with_newline("".join(b[j1:j2])))
-             for i1, i2, j1, j2 in spans]
+    edits = [
+        Edit(_with_newline("".join(a[i1:i2])), _with_newline("".join(b[j1:j2]))) for i1, i2, j1, j2 in spans
+    ]
     try:
         if apply_edits(old, edits) == (new if new.endswith("\n") else new + "\n"):
             return edits

@@ -63,8 +63,14 @@ def _label(row: dict) -> str:
     return "base" if row.get("mutator") == "base" else f"#{row.get('id')}"
 
 
-def build_messages(task, parent_row: dict, inspirations: list[dict], feedback: str | None,
-                   *, device_hint: str = "an NVIDIA GPU") -> list[dict]:
+def build_messages(
+    task,
+    parent_row: dict,
+    inspirations: list[dict],
+    feedback: str | None,
+    *,
+    device_hint: str = "an NVIDIA GPU",
+) -> list[dict]:
     """System and user messages asking for one improvement of `parent_row`'s code."""
     op = task.operator
     parent_code = parent_row.get("code") or task.base_code
@@ -76,27 +82,44 @@ def build_messages(task, parent_row: dict, inspirations: list[dict], feedback: s
         diff = unified_diff(parent_code, code, op.file)
         # A diff against the parent is shorter and shows exactly what the other candidate did.
         use_diff = diff and len(diff) < len(code)
-        insp_parts.append(template("inspiration").substitute(
-            label=_label(row), kind="diff against the current file" if use_diff else "whole file",
-            status=status_line(row),
-            code=fence(diff if use_diff else code,
-                       f"candidate-{row.get('id')}{'.diff' if use_diff else '.py'}"),
-        ).rstrip())
+        insp_parts.append(
+            template("inspiration")
+            .substitute(
+                label=_label(row),
+                kind="diff against the current file" if use_diff else "whole file",
+                status=status_line(row),
+                code=fence(
+                    diff if use_diff else code, f"candidate-{row.get('id')}{'.diff' if use_diff else '.py'}"
+                ),
+            )
+            .rstrip()
+        )
     inspirations_section = ""
     if insp_parts:
-        inspirations_section = ("\n# Other candidates (for ideas; the best first, then different ones)\n"
-                                + "\n\n".join(insp_parts) + "\n")
+        inspirations_section = (
+            "\n# Other candidates (for ideas; the best first, then different ones)\n"
+            + "\n\n".join(insp_parts)
+            + "\n"
+        )
     fb = feedback if feedback is not None else parent_row.get("feedback")
     user = template("user").substitute(
-        op=op.name, repo=task.target.repo, file=op.file, entry=op.entry, shapes=_shapes_text(task),
-        reference_section=_reference_section(task), parent_label=_label(parent_row),
+        op=op.name,
+        repo=task.target.repo,
+        file=op.file,
+        entry=op.entry,
+        shapes=_shapes_text(task),
+        reference_section=_reference_section(task),
+        parent_label=_label(parent_row),
         parent_status=f"Status: {status_line(parent_row)}.",
         parent_code=fence(parent_code, op.file),
         feedback=fence(fb or "(no feedback yet)", "referee-feedback"),
-        inspirations_section=inspirations_section, device_hint=device_hint,
+        inspirations_section=inspirations_section,
+        device_hint=device_hint,
     )
-    return [{"role": "system", "content": template("system").template.strip()},
-            {"role": "user", "content": user.strip()}]
+    return [
+        {"role": "system", "content": template("system").template.strip()},
+        {"role": "user", "content": user.strip()},
+    ]
 
 
 def retry_message(problem: str) -> dict:

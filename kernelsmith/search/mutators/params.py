@@ -21,8 +21,13 @@ from . import Proposal
 from .tunables import MAX_NUMEL, Tunable, discover, has_loops, relevant, render, render_table, values_of
 
 KIND_WEIGHT = {"block": 3.0, "num_warps": 3.0, "group": 1.0, "int": 1.0, "num_stages": 2.0}
-PROBE_STEPS = {"block": (2, 4, -2, 6), "num_warps": (2, 3, 1), "group": (1, -1), "int": (1, -1),
-               "num_stages": (1, -1)}
+PROBE_STEPS = {
+    "block": (2, 4, -2, 6),
+    "num_warps": (2, 3, 1),
+    "group": (1, -1),
+    "int": (1, -1),
+    "num_stages": (1, -1),
+}
 # Rejections that say a value is outside what the kernel or the device can take.
 EDGE_REASONS = {"compile_error", "crash", "timeout", "incorrect", "wrong_on_fresh_shape"}
 SPACE_MUTATORS = ("base", "params", "grid")
@@ -93,6 +98,8 @@ class ParamsMutator:
         for row in rows:
             if row["mutator"] == "base":
                 self.base_id = row["id"]
+            if row["mutator"] not in SPACE_MUTATORS:
+                continue
             params = row.get("params") or ({"values": self.base_values} if row["mutator"] == "base" else None)
             if params is None or params.get("on") is not None:
                 continue
@@ -111,7 +118,7 @@ class ParamsMutator:
             self.records[row["id"]] = {"params": params, "speed": speed, "geomean": geomean}
             changed = params.get("changed") or {}
             if len(changed) == 1:
-                (k, (old, new)), = changed.items()
+                ((k, (old, new)),) = changed.items()
                 if not verdict.get("accepted") and verdict.get("reason") in EDGE_REASONS:
                     if new > old:
                         self.hi[k] = min(self.hi.get(k, new), new)
@@ -125,8 +132,9 @@ class ParamsMutator:
         self.sensitivity = {k: sum(abs(x) for x in v) / len(v) for k, v in moves.items()}
 
     # -- proposing ------------------------------------------------------------------------------
-    def propose(self, parent: dict, inspirations: list[dict], rng: random.Random,
-                known: set[str] | None = None) -> Proposal | None:
+    def propose(
+        self, parent: dict, inspirations: list[dict], rng: random.Random, known: set[str] | None = None
+    ) -> Proposal | None:
         """One new configuration derived from `parent`, never one tried before; None when exhausted."""
         known = known or set()
         for attempt in range(60):
@@ -141,9 +149,15 @@ class ParamsMutator:
             if code_hash(code) in known:
                 continue
             edits = format_edits(make_edits(parent_code, code))
-            return Proposal(mutator=self.name, parent_id=parent_id, code=code,
-                            prompt=self.describe(params), response=edits, params=params,
-                            inspiration_ids=params.pop("inspirations", []))
+            return Proposal(
+                mutator=self.name,
+                parent_id=parent_id,
+                code=code,
+                prompt=self.describe(params),
+                response=edits,
+                params=params,
+                inspiration_ids=params.pop("inspirations", []),
+            )
         return None
 
     def describe(self, params: dict) -> str:
@@ -162,8 +176,11 @@ class ParamsMutator:
             changed = self.probes.pop(0)
             for k, v in changed.items():
                 values[k] = v
-            params = {"op": "probe", "values": values,
-                      "changed": {k: [self.base_values[k], v] for k, v in changed.items()}}
+            params = {
+                "op": "probe",
+                "values": values,
+                "changed": {k: [self.base_values[k], v] for k, v in changed.items()},
+            }
             return params, self._render(params), self.base_id, self.base_code
         if attempt == 0:
             table = self._table_proposal()
@@ -175,8 +192,12 @@ class ParamsMutator:
             params = self._table_step(pparams, rng)
         elif rng.random() < 0.25 and (mate := self._mate(parent, inspirations, rng)) is not None:
             values = {k: rng.choice((pvalues[k], mate["values"][k])) for k in pvalues}
-            params = {"op": "crossover", "values": values, "inspirations": [mate["id"]],
-                      "changed": {k: [pvalues[k], values[k]] for k in values if values[k] != pvalues[k]}}
+            params = {
+                "op": "crossover",
+                "values": values,
+                "inspirations": [mate["id"]],
+                "changed": {k: [pvalues[k], values[k]] for k in values if values[k] != pvalues[k]},
+            }
             if pparams.get("table"):
                 params["table"] = pparams["table"]
         else:
@@ -194,8 +215,9 @@ class ParamsMutator:
     def _render(self, params: dict) -> str:
         table = params.get("table")
         if table:
-            return render_table(self.base_code, self.tunables, table["limits"], table["rows"],
-                                params["values"])
+            return render_table(
+                self.base_code, self.tunables, table["limits"], table["rows"], params["values"]
+            )
         return render(self.base_code, self.tunables, params["values"])
 
     def _weights(self, tunables: list[Tunable]) -> list[float]:
@@ -265,8 +287,15 @@ class ParamsMutator:
         return True
 
     def _mate(self, parent: dict, inspirations: list[dict], rng: random.Random) -> dict | None:
-        mates = [r for r in inspirations if r["mutator"] in ("params", "grid") and r.get("params")
-                 and not r["params"].get("on") and r["params"].get("values") and r["id"] != parent["id"]]
+        mates = [
+            r
+            for r in inspirations
+            if r["mutator"] in ("params", "grid")
+            and r.get("params")
+            and not r["params"].get("on")
+            and r["params"].get("values")
+            and r["id"] != parent["id"]
+        ]
         if not mates:
             return None
         mate = rng.choice(mates)
@@ -329,8 +358,12 @@ class ParamsMutator:
             else:
                 limits.append(limit)
                 merged.append(row)
-        params = {"op": "table", "values": dict(top_values), "table": {"limits": limits, "rows": merged},
-                  "predicted": round(predicted, 4)}
+        params = {
+            "op": "table",
+            "values": dict(top_values),
+            "table": {"limits": limits, "rows": merged},
+            "predicted": round(predicted, 4),
+        }
         if len(merged) < 2 or _key(params) in self.tried:
             return None
         return params
@@ -344,9 +377,12 @@ class ParamsMutator:
         new_row, changed = self._step(row, per_call, rng)
         rows = [dict(r) for r in table["rows"]]
         rows[b] = new_row
-        return {"op": "table-step", "values": dict(pparams["values"]),
-                "table": {"limits": list(table["limits"]), "rows": rows},
-                "changed": {f"{k}@{b}": v for k, v in changed.items()}}
+        return {
+            "op": "table-step",
+            "values": dict(pparams["values"]),
+            "table": {"limits": list(table["limits"]), "rows": rows},
+            "changed": {f"{k}@{b}": v for k, v in changed.items()},
+        }
 
     def _probe_list(self, limit: int) -> list[dict]:
         """Far probes along each tunable (round robin over tunables), plus blocks and warps together."""
@@ -387,8 +423,9 @@ class GridMutator(ParamsMutator):
         super().__init__(task, **kw)
         self._grid = itertools.product(*(t.domain for t in self.tunables))
 
-    def propose(self, parent: dict, inspirations: list[dict], rng: random.Random,
-                known: set[str] | None = None) -> Proposal | None:
+    def propose(
+        self, parent: dict, inspirations: list[dict], rng: random.Random, known: set[str] | None = None
+    ) -> Proposal | None:
         """The next untried point of the grid; None when the grid is done."""
         for combo in self._grid:
             values = dict(zip((t.key for t in self.tunables), combo, strict=True))
@@ -400,7 +437,12 @@ class GridMutator(ParamsMutator):
             code = self._render(params)
             if known and code_hash(code) in known:
                 continue
-            return Proposal(mutator=self.name, parent_id=self.base_id, code=code,
-                            prompt=self.describe(params), params=params,
-                            response=format_edits(make_edits(self.base_code, code)))
+            return Proposal(
+                mutator=self.name,
+                parent_id=self.base_id,
+                code=code,
+                prompt=self.describe(params),
+                params=params,
+                response=format_edits(make_edits(self.base_code, code)),
+            )
         return None

@@ -83,8 +83,12 @@ def _constraints(tree: ast.AST) -> dict[str, list]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert):
             tests.append(node.test)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("static_assert", "device_assert") and node.args:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("static_assert", "device_assert")
+            and node.args
+        ):
             tests.append(node.args[0])
     while tests:
         t = tests.pop()
@@ -94,8 +98,11 @@ def _constraints(tree: ast.AST) -> dict[str, list]:
         if not isinstance(t, ast.Compare) or len(t.ops) != 1:
             continue
         left, op, right = t.left, t.ops[0], t.comparators[0]
-        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Name) \
-                and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        if (
+            isinstance(op, (ast.In, ast.NotIn))
+            and isinstance(left, ast.Name)
+            and isinstance(right, (ast.Tuple, ast.List, ast.Set))
+        ):
             vals = [e.value for e in right.elts if isinstance(e, ast.Constant) and isinstance(e.value, int)]
             found[left.id].append(("in" if isinstance(op, ast.In) else "not in", vals))
             continue
@@ -108,8 +115,14 @@ def _constraints(tree: ast.AST) -> dict[str, list]:
 
 
 def _allowed(value: int, rules: list) -> bool:
-    ops = {"Lt": value.__lt__, "LtE": value.__le__, "Gt": value.__gt__, "GtE": value.__ge__,
-           "Eq": value.__eq__, "NotEq": value.__ne__}
+    ops = {
+        "Lt": value.__lt__,
+        "LtE": value.__le__,
+        "Gt": value.__gt__,
+        "GtE": value.__ge__,
+        "Eq": value.__eq__,
+        "NotEq": value.__ne__,
+    }
     for op, arg in rules:
         if op == "in" and value not in arg or op == "not in" and value in arg:
             return False
@@ -140,8 +153,10 @@ class _Finder(ast.NodeVisitor):
         self.n_configs = 0
 
     def span(self, node) -> tuple[int, int]:
-        return (self.offsets[node.lineno - 1] + node.col_offset,
-                self.offsets[node.end_lineno - 1] + node.end_col_offset)
+        return (
+            self.offsets[node.lineno - 1] + node.col_offset,
+            self.offsets[node.end_lineno - 1] + node.end_col_offset,
+        )
 
     def add(self, key: str, kind: str, node: ast.Constant, scope: str | None, names: set[str]) -> None:
         if key in self.found:
@@ -240,9 +255,12 @@ def has_loops(code: str) -> bool:
     """True when a kernel has a loop (only then can num_stages pipeline anything)."""
     tree = ast.parse(code)
     jit = jit_functions(tree)
-    return any(isinstance(sub, (ast.For, ast.While))
-               for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in jit
-               for sub in ast.walk(node))
+    return any(
+        isinstance(sub, (ast.For, ast.While))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name in jit
+        for sub in ast.walk(node)
+    )
 
 
 def discover(code: str) -> list[Tunable]:
@@ -255,8 +273,12 @@ def discover(code: str) -> list[Tunable]:
             for sub in ast.walk(node):
                 sub._ks_scope = node.name  # noqa: B010 - a private tag on our own parse tree
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name) and _is_int(node.value):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _is_int(node.value)
+        ):
             scope = getattr(node, "_ks_scope", None)
             if scope not in finder.jit:
                 finder.assigns[(scope, node.targets[0].id)].append(node.value)
@@ -282,8 +304,13 @@ def _thresholds(tree: ast.AST, finder: _Finder) -> None:
         for node in ast.walk(func):
             if not isinstance(node, ast.If) or getattr(node, "_ks_scope", None) != func.name:
                 continue
-            targets = {t.id for st in node.body + node.orelse if isinstance(st, ast.Assign)
-                       for t in st.targets if isinstance(t, ast.Name)}
+            targets = {
+                t.id
+                for st in node.body + node.orelse
+                if isinstance(st, ast.Assign)
+                for t in st.targets
+                if isinstance(t, ast.Name)
+            }
             if not any((func.name, n) in bound for n in targets):
                 continue
             for cmp in ast.walk(node.test):
@@ -340,8 +367,9 @@ def _function_nodes(tree: ast.AST) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def render_table(code: str, tunables: list[Tunable], limits: list[int | None], rows: list[dict],
-                 values: dict[str, int]) -> str:
+def render_table(
+    code: str, tunables: list[Tunable], limits: list[int | None], rows: list[dict], values: dict[str, int]
+) -> str:
     """`code` choosing per-call tunables from a table by problem size (the largest tensor argument's
     element count): rows[i] serves sizes up to limits[i] (None: the rest). Other tunables take
     `values`. A one-row table renders as plain literals."""
@@ -365,15 +393,25 @@ def render_table(code: str, tunables: list[Tunable], limits: list[int | None], r
     for name in scopes:
         fn = funcs[name]
         body = fn.body
-        first = body[1] if len(body) > 1 and isinstance(body[0], ast.Expr) \
-            and isinstance(getattr(body[0], "value", None), ast.Constant) else body[0]
+        first = (
+            body[1]
+            if len(body) > 1
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            else body[0]
+        )
         indent = " " * first.col_offset
         a = fn.args
         params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
         if a.vararg:
             params.append("*" + a.vararg.arg)
-        edits.append((offsets[first.lineno - 1], offsets[first.lineno - 1],
-                      f"{indent}_ks_cfg = _ks_config({', '.join(params)})\n"))
+        edits.append(
+            (
+                offsets[first.lineno - 1],
+                offsets[first.lineno - 1],
+                f"{indent}_ks_cfg = _ks_config({', '.join(params)})\n",
+            )
+        )
     head = funcs[scopes[0]]
     start = min([head.lineno] + [d.lineno for d in head.decorator_list])
     lines = code.splitlines()
@@ -381,17 +419,19 @@ def render_table(code: str, tunables: list[Tunable], limits: list[int | None], r
         start -= 1  # keep comments attached to the def (e.g. a `# kernelsmith: hotspot` mark)
     table = "".join(
         f"    ({limit!r}, {{{', '.join(f'{names[k]!r}: {v}' for k, v in row.items() if k in names)}}}),\n"
-        for limit, row in zip(limits, rows, strict=True))
+        for limit, row in zip(limits, rows, strict=True)
+    )
     helper = (
         "# kernelsmith: launch configurations by problem size (element count of the largest tensor\n"
         "# argument); each row serves sizes up to its limit.\n"
         f"_KS_CONFIGS = (\n{table})\n\n\n"
         "def _ks_config(*args):\n"
-        "    size = max((a.numel() for a in args if hasattr(a, \"numel\")), default=0)\n"
+        '    size = max((a.numel() for a in args if hasattr(a, "numel")), default=0)\n'
         "    for limit, config in _KS_CONFIGS:\n"
         "        if limit is None or size <= limit:\n"
         "            return config\n"
-        "    return _KS_CONFIGS[-1][1]\n\n\n")
+        "    return _KS_CONFIGS[-1][1]\n\n\n"
+    )
     edits.append((offsets[start - 1], offsets[start - 1], helper))
     for s, e, text in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
         data = data[:s] + text.encode() + data[e:]

@@ -1,0 +1,249 @@
+"""report.md (the PR body): the evidence a reviewer needs, rendered from a run directory.
+
+Per-shape table (base ms, winner ms, speedup, 95% CI, % of roofline), environment, base sha, how
+to reproduce, search statistics, a mermaid chart GitHub renders, the diff, and a hidden marker
+the bot reads: `<!-- kernelsmith:op=<target>/<op> source=<sha256 of base file> run=<run id> -->`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+from .benchjson import benchmark_json
+from .rundir import RunDir, write_json, write_text
+
+NO_TIMING = "No timing was done (no CUDA device: correctness and integrity only)."
+
+
+def marker(run: dict, result: dict | None, run_id: str, base_code: str | None) -> str:
+    """The hidden HTML comment identifying target/op, the operator source hash and the run."""
+    source = (result or {}).get("source_sha256") or (
+        hashlib.sha256(base_code.encode()).hexdigest() if base_code is not None else "unknown"
+    )
+    return f"<!-- kernelsmith:op={Path(run['target']).stem}/{run['op']} source={source} run={run_id} -->"
+
+
+def _f(x, fmt: str, none: str = "n/a") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _shape(shape: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shape.items())
+
+
+def shape_table(shapes: list[dict], timed: bool) -> str:
+    """The per-shape markdown table (speedups to 2 decimals)."""
+    if not timed:
+        lines = ["| shape | correct | max abs error |", "|---|---|---|"]
+        lines += [f"| {_shape(s['shape'])} | yes | {_f(s.get('max_abs_err'), '.2e')} |" for s in shapes]
+        return "\n".join(lines)
+    lines = [
+        "| shape | base ms | winner ms | speedup | 95% CI | % roofline |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for s in shapes:
+        ci = s.get("ci95")
+        ci_text = f"{ci[0]:.2f}–{ci[1]:.2f}" if ci and None not in ci else "n/a"
+        lines.append(
+            f"| {_shape(s['shape'])} | {_f(s.get('baseline_ms'), '.4f')} | {_f(s.get('winner_ms'), '.4f')} "
+            f"| {_f(s.get('speedup'), '.2f')}x | {ci_text} | {_f(s.get('pct_roofline'), '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def mermaid(shapes: list[dict], series: list[float]) -> str:
+    """A mermaid xychart: per-shape speedup bars, or best-so-far over evaluations."""
+    if shapes and all(s.get("speedup") is not None for s in shapes):
+        labels = ", ".join(f'"s{i + 1}"' for i in range(len(shapes)))
+        vals = [round(s["speedup"], 2) for s in shapes]
+        top = max(vals + [1.0]) * 1.15
+        return (
+            '```mermaid\nxychart-beta\n    title "Speedup over the base per shape (s1.. as in the table)"\n'
+            f'    x-axis [{labels}]\n    y-axis "speedup (x)" 0 --> {top:.2f}\n    bar {vals}\n```'
+        )
+    if series:
+        xs = ", ".join(str(i + 1) for i in range(len(series)))
+        top = max(series + [1.0]) * 1.15
+        return (
+            '```mermaid\nxychart-beta\n    title "Best geomean speedup so far"\n'
+            f'    x-axis [{xs}]\n    y-axis "speedup (x)" 0 --> {top:.2f}\n'
+            f"    line {[round(v, 3) for v in series]}\n```"
+        )
+    return ""
+
+
+def search_stats(rows: list[dict], result: dict) -> str:
+    """Proposals, evaluations, outcomes by mutator and rejection reason, rate, stop reason."""
+    props = [r for r in rows if r["mutator"] != "base"]
+    by_mut: dict[str, list[int]] = {}
+    for r in props:
+        c = by_mut.setdefault(r["mutator"], [0, 0, 0])
+        c[0] += 1
+        c[1] += int(r["status"] == "evaluated" and r.get("reason") != "malformed_proposal")
+        c[2] += int(bool(r["accepted"]))
+    wall = result.get("wall_s") or 0
+    evals = result.get("evaluations") or 0
+    lines = [
+        f"- proposals: {result.get('proposals')}, evaluations: {evals}, accepted: {result.get('accepted')}",
+        f"- wall time: {wall / 60:.1f} min, {evals / (wall / 60) if wall else 0:.1f} evaluations/min",
+        f"- stopped: {result.get('stop_reason') or 'n/a'}",
+    ]
+    rejected = result.get("rejected") or {}
+    if rejected:
+        lines.append("- rejected: " + ", ".join(f"{k} {v}" for k, v in rejected.items()))
+    lines += ["", "| mutator | proposals | evaluated | accepted |", "|---|---:|---:|---:|"]
+    lines += [f"| {m} | {c[0]} | {c[1]} | {c[2]} |" for m, c in sorted(by_mut.items())]
+    final = result.get("final_measurements") or []
+    if final:
+        lines += [
+            "",
+            "Finalists re-measured with new input seeds:",
+            "",
+            "| candidate | search geomean | re-measured geomean | outcome |",
+            "|---|---:|---:|---|",
+        ]
+        for f in final:
+            outcome = "accepted" if f.get("accepted") else f"rejected ({f.get('reason')})"
+            lines.append(
+                f"| #{f['id']} | {_f(f.get('search_speedup'), '.2f')} | {_f(f.get('final_speedup'), '.2f')} "
+                f"| {outcome}{' (noisy)' if f.get('noisy') else ''} |"
+            )
+    return "\n".join(lines)
+
+
+def repro(run: dict, rd_path: Path) -> str:
+    """Commands that reproduce the run and re-check the winner."""
+    target = Path(run["target"])
+    cmd = [
+        "kernelsmith",
+        "optimize",
+        str(target),
+        run["op"],
+        "--seed",
+        str(run.get("seed", 0)),
+        "--mutator",
+        run.get("mutator", "all"),
+        "--device",
+        run.get("device", "auto"),
+    ]
+    if run.get("budget") is not None:
+        cmd += ["--budget", str(run["budget"])]
+    if run.get("minutes") is not None:
+        cmd += ["--minutes", str(run["minutes"])]
+    check = [
+        "kernelsmith",
+        "evaluate",
+        str(target),
+        run["op"],
+        "--candidate",
+        str(rd_path / "winner" / Path(run["file"]).name),
+    ]
+    return "```sh\n" + shlex.join(cmd) + "\n" + shlex.join(check) + "\n```"
+
+
+def render_report(rd: RunDir, rows: list[dict]) -> str:
+    """The report.md text for a run directory."""
+    run, result = rd.run, rd.result or {}
+    base_row = next((r for r in rows if r["mutator"] == "base"), None)
+    base_code = base_row["code"] if base_row else None
+    timed = bool(result.get("timed", run.get("device") == "cuda"))
+    winner = result.get("winner")
+    g = result.get("geomean_speedup")
+    out = [marker(run, result, rd.path.name, base_code)]
+    if winner and timed:
+        out.append(
+            f"## kernelsmith: `{run['op']}` is {g:.2f}x faster (geomean over {len(result['shapes'])} shapes)"
+        )
+    elif winner:
+        out.append(f"## kernelsmith: `{run['op']}`: an accepted candidate (correctness and integrity only)")
+    else:
+        out.append(f"## kernelsmith: `{run['op']}`: no faster candidate found")
+    out.append("")
+    if not timed:
+        out += [f"**{NO_TIMING}** No speedup is claimed.", ""]
+    out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
+    if winner:
+        out.append(
+            f"Winner: candidate #{winner['id']} (parent #{winner['parent']}), re-checked on new inputs "
+            "before this report."
+        )
+    out.append("")
+    shapes = result.get("shapes") or []
+    if shapes:
+        out += ["### Per shape", "", shape_table(shapes, timed), ""]
+        if timed:
+            out += [
+                f"Geomean speedup: **{g:.2f}x**. 95% CIs are bootstrapped over interleaved base/winner "
+                "pairs; % roofline is the winner against the measured copy bandwidth (or matmul rate).",
+                "",
+            ]
+    from .chart import progress_series
+
+    _, _, best = progress_series(rows)
+    chart = mermaid(shapes if timed else [], [b for b in best if b is not None])
+    if chart:
+        out += ["### Chart", "", chart, ""]
+    dev = result.get("device") or {}
+    out += [
+        "### Environment",
+        "",
+        "| device | driver | torch | triton |",
+        "|---|---|---|---|",
+        f"| {dev.get('name') or 'n/a'} | {dev.get('driver') or 'n/a'} | {dev.get('torch') or 'n/a'} "
+        f"| {dev.get('triton') or 'n/a'} |",
+        "",
+    ]
+    if rd.verify:
+        v = rd.verify
+        out += ["### Upstream tests", "", f"verify: **{v.get('status')}**"]
+        for side in ("base", "winner"):
+            s = v.get(side) or {}
+            out.append(
+                f"- {side}: `{s.get('command')}`: {s.get('passed')} passed, {s.get('failed')} failed, "
+                f"{s.get('errors')} errors"
+            )
+        out.append("")
+    out += ["### Search", "", search_stats(rows, result), ""]
+    out += ["### Reproduce", "", repro(run, rd.path), ""]
+    if winner and winner.get("diff"):
+        out += [
+            "<details><summary>winner.diff</summary>",
+            "",
+            "```diff",
+            winner["diff"].rstrip(),
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def render_all(rd: RunDir) -> list[Path]:
+    """Write report.md, speedup.png and benchmark.json of a run directory; returns their paths."""
+    from .chart import render_chart
+    from .search.archive import Archive
+
+    with Archive(rd.archive_path) as archive:
+        rows = archive.all()
+    result = rd.result or {}
+    report = rd.path / "report.md"
+    write_text(report, render_report(rd, rows))
+    png = render_chart(
+        rd.path / "speedup.png",
+        {**result, "op": result.get("op") or rd.run["op"], "repo": result.get("repo") or rd.run.get("repo")},
+        rows,
+    )
+    winner_id = (result.get("winner") or {}).get("id")
+    shapes = []
+    if winner_id is not None:
+        final = {}
+        with Archive(rd.archive_path) as archive:
+            final = archive.get_meta("final", {}) or {}
+        verdict = final.get(str(winner_id)) or next((r["verdict"] for r in rows if r["id"] == winner_id), {})
+        shapes = (verdict or {}).get("shapes") or []
+    bench = rd.path / "benchmark.json"
+    write_json(bench, benchmark_json(rd.run, result, shapes))
+    return [report, png, bench]

@@ -1,0 +1,135 @@
+"""Run directories (DESIGN.md): run.json, archive.sqlite, winner/, result.json, report files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+@dataclass
+class RunDir:
+    """A run directory as read back: its JSON files and the winning code."""
+
+    path: Path
+    run: dict
+    result: dict | None
+    verify: dict | None
+    winner_code: str | None
+
+    @property
+    def archive_path(self) -> Path:
+        """The run's archive.sqlite."""
+        return self.path / "archive.sqlite"
+
+    def winner_path(self) -> Path | None:
+        """winner/<basename of the operator file>, when there is a winner."""
+        p = self.path / "winner" / Path(self.run["file"]).name
+        return p if p.is_file() else None
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(path, f"invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(path, "must hold a JSON object")
+    return data
+
+
+def load_run(run_dir: str | os.PathLike) -> RunDir:
+    """Read a run directory; ConfigError when it has no run.json."""
+    path = Path(run_dir).resolve()
+    run = _read_json(path / "run.json")
+    if run is None:
+        raise ConfigError(path / "run.json", "not found: not a kernelsmith run directory")
+    for key in ("target", "op", "file"):
+        if key not in run:
+            raise ConfigError(path / "run.json", "missing required field", key)
+    winner = path / "winner" / Path(run["file"]).name
+    return RunDir(
+        path=path,
+        run=run,
+        result=_read_json(path / "result.json"),
+        verify=_read_json(path / "verify.json"),
+        winner_code=winner.read_text() if winner.is_file() else None,
+    )
+
+
+def write_json(path: Path, data) -> None:
+    """Write JSON atomically (a temporary file renamed over the target)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def default_run_dir(target_name: str, op: str) -> Path:
+    """runs/<target>-<op>-<UTC time> under the current folder."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{target_name}-{op}-{stamp}"
+
+
+def versions() -> dict:
+    """kernelsmith, python, torch and triton versions (torch/triton None when absent)."""
+    from . import __version__
+
+    out = {"kernelsmith": __version__, "python": platform.python_version(), "torch": None, "triton": None}
+    for mod in ("torch", "triton"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def run_json(
+    task,
+    *,
+    seed: int,
+    budget: int | None,
+    minutes: float | None,
+    mutator: str,
+    device: str,
+    gpus: list,
+    argv: list[str] | None,
+) -> dict:
+    """The run.json record of a new run (interfaces.md lists the keys)."""
+    return {
+        "target": str(task.target.path),
+        "op": task.operator.name,
+        "repo": task.target.repo,
+        "file": task.operator.file,
+        "checkout": str(task.root),
+        "base_sha": task.base_sha,
+        "seed": seed,
+        "budget": budget,
+        "minutes": minutes,
+        "mutator": mutator,
+        "device": device,
+        "gpus": gpus,
+        "argv": list(argv if argv is not None else sys.argv),
+        "versions": versions(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,151 @@
+"""The end of a search: re-measure the best candidates with new seeds, pick the winner, and write
+winner/, result.json, report.md, speedup.png and benchmark.json.
+
+With timing, the winner is the best re-measured candidate whose geomean beats the base (> 1.0) on
+a measurement that is not noisy. Without timing (interpreter), it is the latest accepted candidate
+that differs from the base and passes again on new inputs; its geomean is null.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from ..rundir import write_json, write_text
+from .archive import rejected_counts
+from .edits import unified_diff
+from .loop import FINAL_SEED_OFFSET
+
+
+def _noisy(v: dict) -> bool:
+    return bool((v.get("timing") or {}).get("noisy"))
+
+
+def _finalists(search, rows: list[dict]) -> list[dict]:
+    base_hash = search.archive.base()["code_hash"]
+    accepted = [r for r in rows if r["accepted"] and r["mutator"] != "base" and r["code_hash"] != base_hash]
+    if not search.timed:
+        return list(reversed(accepted))[: search.config.final_k]
+    full = [
+        r
+        for r in accepted
+        if r["timing"] == "full" and (r["speedup"] or 0) > 1.0 and not _noisy(r["verdict"])
+    ]
+    return sorted(full, key=lambda r: (-r["speedup"], r["id"]))[: search.config.final_k]
+
+
+def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]]:
+    """(winner row, its final verdict, the final measurements) after re-measuring the finalists."""
+    archive = search.archive
+    finalists = _finalists(search, archive.all())
+    final: dict[str, dict] = archive.get_meta("final", {}) or {}
+    seed = search.seed + FINAL_SEED_OFFSET
+    measured = []
+    for row in finalists:
+        key = str(row["id"])
+        if key not in final:
+            search.progress.note(f"re-measuring candidate #{row['id']} with new input seeds")
+            # Stored as it finishes: a kill here repeats at most one re-measurement.
+            final[key] = evaluator.remeasure(row, seed, search.config.referee_factory)
+            archive.set_meta("final", final)
+        v = final[key]
+        measured.append(
+            {
+                "id": row["id"],
+                "accepted": bool(v.get("accepted")),
+                "reason": v.get("reason"),
+                "search_speedup": row["speedup"],
+                "final_speedup": v.get("geomean_speedup"),
+                "noisy": _noisy(v),
+            }
+        )
+        if not search.timed and v.get("accepted"):
+            return row, v, measured  # latest first: the first that passes again wins
+    if not search.timed:
+        return None, None, measured
+    good = [
+        (final[str(r["id"])]["geomean_speedup"], r)
+        for r in finalists
+        if final[str(r["id"])].get("accepted")
+        and not _noisy(final[str(r["id"])])
+        and (final[str(r["id"])].get("geomean_speedup") or 0) > 1.0
+    ]
+    if not good:
+        return None, None, measured
+    _, row = max(good, key=lambda x: (x[0], -x[1]["id"]))
+    return row, final[str(row["id"])], measured
+
+
+def _shapes(verdict: dict | None) -> list[dict]:
+    out = []
+    for s in (verdict or {}).get("shapes") or []:
+        out.append(
+            {
+                "shape": s.get("shape"),
+                "baseline_ms": s.get("baseline_ms"),
+                "winner_ms": s.get("candidate_ms"),
+                "speedup": s.get("speedup"),
+                "ci95": s.get("ci95"),
+                "pct_roofline": s.get("pct_roofline"),
+                "max_abs_err": s.get("max_abs_err"),
+            }
+        )
+    return out
+
+
+def finish(search, evaluator, started: float) -> dict:
+    """Pick the winner and write the run directory's result files; returns result.json's data."""
+    from ..report import render_all
+    from ..rundir import load_run
+
+    task, archive, path = search.task, search.archive, Path(search.path)
+    winner, verdict, measured = pick_winner(search, evaluator)
+    rows = archive.all()
+    base = archive.base()
+    proposals = [r for r in rows if r["mutator"] != "base"]
+    device = evaluator.device_info or (base.get("verdict") or {}).get("device") or {}
+    winner_dir = path / "winner"
+    name = Path(task.operator.file).name
+    winner_json = None
+    if winner is not None:
+        diff = unified_diff(task.base_code, winner["code"], task.operator.file)
+        write_text(winner_dir / name, winner["code"])
+        write_text(winner_dir / "winner.diff", diff)
+        winner_json = {
+            "id": winner["id"],
+            "parent": winner["parent_id"],
+            "file": task.operator.file,
+            "diff": diff,
+        }
+    else:
+        for stale in (winner_dir / name, winner_dir / "winner.diff"):
+            stale.unlink(missing_ok=True)
+    wall = search.prior_wall + time.time() - started  # every invocation of this run, resumes included
+    archive.set_meta("wall_s", wall)
+    result = {
+        "target": str(task.target.path),
+        "op": task.operator.name,
+        "repo": task.target.repo,
+        "base_sha": task.base_sha,
+        "device": {k: device.get(k) for k in ("name", "driver", "torch", "triton")},
+        "proposals": len(proposals),
+        "evaluations": archive.evaluations(),
+        "accepted": sum(1 for r in proposals if r["accepted"]),
+        "rejected": rejected_counts(rows),
+        "wall_s": round(wall, 1),
+        "winner": winner_json,
+        "shapes": _shapes(verdict) if winner is not None else [],
+        "geomean_speedup": verdict.get("geomean_speedup") if winner is not None and search.timed else None,
+        "timed": search.timed,
+        "run_id": path.name,
+        "seed": search.seed,
+        "mutator": search.run["mutator"],
+        "source_sha256": hashlib.sha256(task.base_code.encode()).hexdigest(),
+        "stop_reason": search.stop_reason,
+        "final_measurements": measured,
+        "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
+    }
+    write_json(path / "result.json", result)
+    render_all(load_run(path))
+    return result

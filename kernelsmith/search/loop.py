@@ -1,0 +1,390 @@
+"""The search loop behind `kernelsmith optimize`: generations of proposals, evaluation on every
+GPU, resume from the archive, the final re-measurement and the run directory's files.
+
+Proposals of generation g depend only on the run seed and the verdicts of generations < g (each
+proposal draws from its own generator, seeded by run seed, generation and slot), so a fixed
+`--seed` reproduces the proposal sequence given the same verdicts, however many GPUs evaluate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, KernelsmithError
+from ..rundir import default_run_dir, load_run, run_json, write_json
+from .archive import Archive, code_hash
+from .mutators import Proposal
+from .progress import Progress
+from .selection import Population, SelectionConfig
+
+DEFAULT_BUDGET = 40
+FINAL_SEED_OFFSET = 1_000_003  # the winner is re-measured on inputs no earlier evaluation saw
+
+
+@dataclass
+class SearchConfig:
+    """Everything `kernelsmith optimize` was asked to do."""
+
+    target: str
+    op: str
+    checkout: str | None = None
+    out: str | None = None
+    budget: int | None = None
+    minutes: float | None = None
+    mutator: str = "all"
+    gpus: list[int] | None = None
+    device: str = "auto"
+    resume: bool = False
+    seed: int = 0
+    islands: int | None = None
+    exploit: float = 0.7
+    stagnation: int | None = None
+    progress: bool = True
+    targets: str | None = None
+    batch: int | None = None  # proposals per generation (default: 2 per worker, at least 4)
+    final_k: int = 3  # best candidates re-measured at the end
+    precompile: bool = True
+    argv: list[str] | None = None
+    referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
+
+
+def slot_rng(seed: int, generation: int, slot: int) -> random.Random:
+    """The random generator of one proposal slot (independent of evaluation order)."""
+    digest = hashlib.sha256(f"{seed}/{generation}/{slot}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _resolve(config: SearchConfig):
+    """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run."""
+    from ..referee.backend import cuda_available, resolve_device
+    from ..task import load_task
+
+    out = Path(config.out) if config.out else None
+    if config.resume:
+        if out is None:
+            raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
+        rd = load_run(out)
+        run = rd.run
+        task = load_task(run["target"], run["op"], checkout=run["checkout"])
+        if task.base_sha != run["base_sha"]:
+            raise ConfigError(
+                out / "run.json",
+                f"checkout {run['checkout']} moved from base {run['base_sha']} "
+                f"to {task.base_sha}; start a new run",
+                "base_sha",
+            )
+        if config.budget is not None:
+            run["budget"] = config.budget
+        if config.minutes is not None:
+            run["minutes"] = config.minutes
+        return task, rd.path, run, run["device"], run["gpus"]
+    try:
+        device = resolve_device(config.device)
+    except ValueError as e:
+        raise ConfigError("--device", str(e)) from None
+    if device == "cuda" and not cuda_available():
+        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
+    if device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        gpus = config.gpus if config.gpus is not None else list(range(count))
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
+    else:
+        gpus = [None]  # the interpreter: one worker on the CPU
+    out = out or default_run_dir(task.target.name, task.operator.name)
+    if (out / "archive.sqlite").exists() or (out / "run.json").exists():
+        raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
+    budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
+    run = run_json(
+        task,
+        seed=config.seed,
+        budget=budget,
+        minutes=config.minutes,
+        mutator=config.mutator,
+        device=device,
+        gpus=gpus,
+        argv=config.argv,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "run.json", run)
+    return task, out.resolve(), run, device, gpus
+
+
+def build_mutators(name: str, task, device: str, budget_hint: int, note) -> list:
+    """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings)."""
+    from .mutators.llm import LLMMutator, llm_settings
+    from .mutators.params import GridMutator, ParamsMutator
+
+    if name == "grid":
+        return [GridMutator(task, device=device, budget_hint=budget_hint)]
+    out = []
+    if name in ("params", "all"):
+        out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
+    if name in ("llm", "all"):
+        settings = llm_settings()
+        if settings.problem is None:
+            out.append(LLMMutator(task, settings, device=device))
+        elif name == "llm":
+            raise ConfigError("environment", settings.problem, "KERNELSMITH_LLM_*")
+        else:
+            note(f"llm mutator off: {settings.problem}; using params only")
+    return out
+
+
+class Search:
+    """One run of the loop (see module docstring)."""
+
+    def __init__(self, config: SearchConfig):
+        self.config = config
+        self.task, self.path, self.run, self.device, self.gpus = _resolve(config)
+        self.seed = int(self.run["seed"])
+        self.budget = self.run.get("budget")
+        self.minutes = self.run.get("minutes")
+        self.archive = Archive(self.path / "archive.sqlite")
+        self.timed = self.device == "cuda"
+        n_islands = config.islands or max(1, min(4, (self.budget or DEFAULT_BUDGET) // 10))
+        self.population = Population(
+            SelectionConfig(islands=n_islands, exploit=config.exploit), self.task.base_code
+        )
+        self.batch = config.batch or max(4, 2 * len(self.gpus))
+        self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
+        hint = self.budget or DEFAULT_BUDGET
+        self.mutators = build_mutators(self.run["mutator"], self.task, self.device, hint, self.progress.note)
+        self.stagnation = config.stagnation or max(12, (3 * hint) // 4)
+        self.stop_reason = None
+        self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
+
+    # -- archive rows ---------------------------------------------------------------------------
+    def _record(self, p: Proposal, island: int, generation: int) -> int:
+        from ..referee.verdict import Verdict
+        from .edits import unified_diff
+
+        parent = self.archive.get(p.parent_id) if p.parent_id is not None else None
+        parent_code = (parent or {}).get("code") or self.task.base_code
+        common = dict(
+            mutator=p.mutator,
+            parent_id=p.parent_id,
+            island=island,
+            generation=generation,
+            inspiration_ids=p.inspiration_ids,
+            prompt=p.prompt,
+            response=p.response,
+            params=p.params,
+        )
+        if p.code is None:
+            v = Verdict.rejected("malformed_proposal", p.error or "the answer held no usable code")
+            return self.archive.add(
+                None, status="evaluated", verdict=v.to_json(), feedback=v.feedback(), **common
+            )
+        diff = unified_diff(parent_code, p.code, self.task.operator.file)
+        same = self.archive.find_code(p.code)
+        if same is not None:
+            v = Verdict.rejected("duplicate", f"identical to candidate #{same['id']}")
+            return self.archive.add(
+                p.code,
+                diff=diff,
+                status="duplicate",
+                verdict=v.to_json(),
+                feedback=v.feedback(),
+                duplicate_of=same["id"],
+                **common,
+            )
+        return self.archive.add(p.code, diff=diff, **common)
+
+    def _settled(self, row: dict, verdict: dict, timing: str) -> None:
+        from .prompt import status_line
+
+        best = verdict.get("geomean_speedup") if verdict.get("accepted") and timing == "full" else None
+        noisy = (verdict.get("timing") or {}).get("noisy")
+        summary = status_line({"status": "evaluated", "verdict": verdict}) + (
+            f" [{timing}]" if self.timed else ""
+        )
+        if row["mutator"] == "base":
+            self.progress.note(f"base: {summary}")
+            return
+        self.progress.event(
+            row["id"],
+            row["mutator"],
+            summary + (" (noisy)" if noisy else ""),
+            evaluated=True,
+            accepted=bool(verdict.get("accepted")),
+            best=None if noisy else best,
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _propose(self, generation: int, remaining: int) -> int:
+        """Make one generation of proposals and record them in slot order (model calls run in parallel)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        rows = self.archive.all()
+        self.population.rebuild(rows, self.archive.migrations())
+        for m in self.mutators:
+            m.sync(rows)
+        known = self.archive.known_hashes()
+        n_slots = min(self.batch, remaining)
+        spare = remaining - n_slots
+        results: list[list[Proposal]] = [[] for _ in range(n_slots)]
+        llm_jobs = []
+        # Sequential part, in slot order: sampling and the params mutator (whose state is shared).
+        for slot in range(n_slots):
+            rng = slot_rng(self.seed, generation, slot)
+            island = slot % self.population.n_islands
+            parent, inspirations = self.population.sample(island, rng)
+            order = list(self.mutators)
+            rng.shuffle(order)
+            for m in order:
+                if m.name == "llm":
+                    if getattr(m, "dead", False):
+                        continue
+                    extra = min(m.settings.fix_attempts, spare)
+                    spare -= extra
+                    llm_jobs.append((slot, m, parent, inspirations, rng, 1 + extra))
+                    break
+                p = m.propose(self.archive.base() if m.name == "grid" else parent, inspirations, rng, known)
+                if p is not None:
+                    results[slot] = [p]
+                    known.add(code_hash(p.code))
+                    break
+            results[slot] = [(island, p) for p in results[slot]]
+        if llm_jobs:
+            with ThreadPoolExecutor(max_workers=min(8, len(llm_jobs))) as pool:
+                futures = [
+                    (slot, pool.submit(m.propose, parent, insp, rng, known, quota))
+                    for slot, m, parent, insp, rng, quota in llm_jobs
+                ]
+                for slot, fut in futures:
+                    results[slot] = [(slot % self.population.n_islands, p) for p in fut.result()]
+        made = 0
+        for slot_results in results:
+            for island, p in slot_results:
+                cid = self._record(p, island, generation)
+                row = self.archive.get(cid)
+                made += 1
+                if row["status"] != "pending":
+                    reason = row["verdict"]["reason"]
+                    self.progress.event(
+                        cid,
+                        p.mutator,
+                        f"{reason}: {p.error}" if p.error else reason,
+                        evaluated=False,
+                        accepted=False,
+                        best=None,
+                    )
+        return made
+
+    def _best(self) -> float | None:
+        rows = self.archive.where("accepted=1 AND mutator!='base'")
+        if not self.timed:
+            return float(len({r["code_hash"] for r in rows}))  # progress = new distinct accepted code
+        good = [
+            r["speedup"]
+            for r in rows
+            if r["timing"] == "full" and r["speedup"] and not (r["verdict"].get("timing") or {}).get("noisy")
+        ]
+        return max(good, default=None)
+
+    def search(self, evaluator, started: float) -> None:
+        """Propose and evaluate generation after generation until a budget or stagnation stops it."""
+        if self.minutes is not None:
+            evaluator.deadline = started + self.minutes * 60 - self.prior_wall
+        best, since = self._best(), int(self.archive.get_meta("since_best", 0))
+        generation = self.archive.max_generation()
+        while True:
+            proposals = self.archive.proposals()
+            if self.budget is not None and proposals >= self.budget:
+                self.stop_reason = f"budget of {self.budget} proposals spent"
+                break
+            if evaluator.deadline is not None and time.time() >= evaluator.deadline:
+                self.stop_reason = f"time budget of {self.minutes} minutes spent"
+                break
+            if since >= self.stagnation:
+                self.stop_reason = f"stagnation: no better candidate in {since} proposals"
+                break
+            generation += 1
+            self.progress.set_generation(generation, proposals)
+            remaining = (self.budget - proposals) if self.budget is not None else self.batch
+            made = self._propose(generation, remaining)
+            if made == 0:
+                self.stop_reason = "search space exhausted: no new proposal could be made"
+                break
+            evaluator.run(self.archive.pending())
+            for cid, to in self.population.migrate(generation):
+                self.archive.add_migration(generation, cid, to)
+            new_best = self._best()
+            improved = new_best is not None and (
+                best is None or new_best > best * (1.002 if self.timed else 1)
+            )
+            since = 0 if improved else since + made
+            best = new_best if improved else best
+            self.archive.set_meta("since_best", since)
+            self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
+
+
+def optimize(config: SearchConfig) -> dict:
+    """Run or resume a search; returns result.json's content (winner null when none)."""
+    from .evaluator import Evaluator
+    from .finish import finish
+
+    search = Search(config)
+    progress = search.progress
+    progress.note(f"run directory: {search.path}")
+    if not search.timed:
+        progress.note(
+            "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
+        )
+    precompiler = None
+    if search.timed and config.precompile:
+        import tempfile
+
+        from .precompile import Precompiler
+
+        workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
+        precompiler = Precompiler.maybe(search.task, workers=max(1, len(search.gpus)), workdir=workdir)
+    evaluator = Evaluator(
+        search.task,
+        search.archive,
+        device=search.device,
+        gpus=search.gpus,
+        seed=search.seed,
+        referee_factory=config.referee_factory,
+        precompiler=precompiler,
+        on_verdict=search._settled,
+    )
+    started = time.time()
+    try:
+        if search.archive.base() is None:
+            search.archive.add(search.task.base_code, mutator="base")
+        evaluator.note_best(search.archive.all())
+        pending = search.archive.pending()
+        if pending:
+            progress.note(f"evaluating {len(pending)} pending candidate(s) first")
+            evaluator.run(pending)
+        base = search.archive.base()
+        if base["status"] != "evaluated" or not base["accepted"]:
+            reason = (base.get("verdict") or {}).get("reason")
+            raise KernelsmithError(
+                f"the referee rejects the base itself ({reason}): "
+                f"{(base.get('verdict') or {}).get('error') or base.get('feedback')}"
+            )
+        rows = search.archive.all()
+        progress.set_counts(
+            search.archive.proposals(),
+            search.archive.evaluations(),
+            sum(1 for r in rows if r["accepted"] and r["mutator"] != "base"),
+            search._best() if search.timed else None,
+        )
+        search.search(evaluator, started)
+        progress.note(f"search stopped: {search.stop_reason}")
+        return finish(search, evaluator, started)
+    finally:
+        progress.close()
+        evaluator.close()
+        search.archive.close()

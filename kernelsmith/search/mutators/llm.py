@@ -1,0 +1,233 @@
+"""The llm mutator: asks an OpenAI-compatible model for SEARCH/REPLACE edits (or a full rewrite).
+
+Settings come from KERNELSMITH_LLM_BASE_URL / _MODEL / _API_KEY (falling back to OPENAI_BASE_URL /
+OPENAI_API_KEY), or a yaml file named by KERNELSMITH_LLM_CONFIG (keys: base_url, model, api_key,
+timeout_s, max_retries, temperature, max_tokens); the environment wins over the file. Timeouts,
+429s, 5xx and dropped connections are retried a bounded number of times with backoff; an answer
+that cannot be used (no edits, SEARCH text not found, not Python) is recorded as a malformed
+proposal and the model gets one chance to fix it. The `openai` package is imported only here.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+from ..edits import EditError, parse_proposal
+from ..prompt import build_messages, render_prompt, retry_message
+from . import Proposal
+
+MAX_DEAD_CALLS = 3  # consecutive requests that fail after every retry: the model is unreachable
+
+
+@dataclass
+class LLMSettings:
+    """How to reach the model; `problem` says why it cannot be used (None: usable)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 180.0
+    max_retries: int = 3
+    fix_attempts: int = 1
+    temperature: float = 0.8
+    max_tokens: int = 8192
+    backoff_s: float = 2.0
+    problem: str | None = None
+
+
+def llm_settings(env: dict | None = None) -> LLMSettings:
+    """Settings from the environment (and KERNELSMITH_LLM_CONFIG), with `problem` set if unusable."""
+    env = dict(os.environ if env is None else env)
+    s = LLMSettings()
+    path = env.get("KERNELSMITH_LLM_CONFIG")
+    if path:
+        from pathlib import Path
+
+        from ...config import read_yaml
+        from ...errors import ConfigError
+
+        data = read_yaml(Path(path))
+        for key, value in data.items():
+            if not hasattr(s, key) or key == "problem":
+                raise ConfigError(path, "unknown field", key)
+            setattr(s, key, value)
+    s.base_url = env.get("KERNELSMITH_LLM_BASE_URL") or s.base_url or env.get("OPENAI_BASE_URL")
+    s.model = env.get("KERNELSMITH_LLM_MODEL") or s.model
+    s.api_key = env.get("KERNELSMITH_LLM_API_KEY") or s.api_key or env.get("OPENAI_API_KEY")
+    if not s.model:
+        s.problem = "no model configured (set KERNELSMITH_LLM_MODEL and KERNELSMITH_LLM_BASE_URL)"
+    elif not s.base_url and not s.api_key:
+        s.problem = "no endpoint configured (set KERNELSMITH_LLM_BASE_URL, including /v1, or OPENAI_API_KEY)"
+    else:
+        try:
+            import openai  # noqa: F401
+        except ImportError:
+            s.problem = "the openai package is not installed"
+    return s
+
+
+def _defines(code: str, name: str) -> bool:
+    tree = ast.parse(code)
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+
+
+class LLMMutator:
+    """Proposals from a chat model; every answer (usable or not) becomes one Proposal."""
+
+    name = "llm"
+
+    def __init__(self, task, settings: LLMSettings, *, device: str = "cuda", client=None):
+        self.task = task
+        self.settings = settings
+        self.device_hint = "an NVIDIA GPU" if device == "cuda" else "an NVIDIA GPU (checked here on CPU)"
+        self._client = client
+        self.dead_calls = 0
+        self.stats = {
+            "requests": 0,
+            "retries": 0,
+            "timeouts": 0,
+            "rate_limited": 0,
+            "server_errors": 0,
+            "connection_errors": 0,
+            "failed": 0,
+        }
+
+    @property
+    def dead(self) -> bool:
+        """True once the endpoint failed MAX_DEAD_CALLS times in a row (after retries)."""
+        return self.dead_calls >= MAX_DEAD_CALLS
+
+    def sync(self, rows: list[dict]) -> None:
+        """Nothing to learn from the archive beyond what the prompt shows."""
+
+    def client(self):
+        """The openai client (created on first use; retries are ours, not the client's)."""
+        if self._client is None:
+            from openai import OpenAI
+
+            self._client = OpenAI(
+                base_url=self.settings.base_url,
+                api_key=self.settings.api_key or "none",
+                timeout=self.settings.timeout_s,
+                max_retries=0,
+            )
+        return self._client
+
+    def chat(self, messages: list[dict], rng: random.Random) -> tuple[str | None, list[dict]]:
+        """(answer text or None, log of failed attempts) with bounded retries on transient errors."""
+        import openai
+
+        log: list[dict] = []
+        for attempt in range(self.settings.max_retries + 1):
+            self.stats["requests"] += 1
+            try:
+                resp = self.client().chat.completions.create(
+                    model=self.settings.model,
+                    messages=messages,
+                    temperature=self.settings.temperature,
+                    max_tokens=self.settings.max_tokens,
+                    seed=rng.randrange(1 << 31),
+                )
+                self.dead_calls = 0
+                choice = resp.choices[0] if resp.choices else None
+                return (choice.message.content or "") if choice is not None else "", log
+            except openai.APITimeoutError as e:
+                kind, retry = "timeout", True
+                self.stats["timeouts"] += 1
+                err = str(e)
+            except openai.RateLimitError as e:
+                kind, retry = "429", True
+                self.stats["rate_limited"] += 1
+                err = str(e)
+            except openai.InternalServerError as e:
+                kind, retry = f"{e.status_code}", True
+                self.stats["server_errors"] += 1
+                err = str(e)
+            except openai.APIConnectionError as e:
+                kind, retry = "connection", True
+                self.stats["connection_errors"] += 1
+                err = str(e)
+            except openai.APIStatusError as e:  # 400, 401, 404...: asking again will not help
+                kind, retry = f"{e.status_code}", False
+                err = str(e)
+            log.append({"attempt": attempt + 1, "error": kind, "detail": err[:300]})
+            if not retry or attempt == self.settings.max_retries:
+                break
+            self.stats["retries"] += 1
+            time.sleep(self.settings.backoff_s * (2**attempt) * (0.5 + rng.random()))
+        self.stats["failed"] += 1
+        self.dead_calls += 1
+        return None, log
+
+    def propose(
+        self,
+        parent: dict,
+        inspirations: list[dict],
+        rng: random.Random,
+        known: set[str] | None = None,
+        max_answers: int | None = None,
+    ) -> list[Proposal]:
+        """Ask for one improvement of `parent`; a malformed answer is followed by one fix request."""
+        if self.dead:
+            return []
+        parent_code = parent.get("code") or self.task.base_code
+        messages = build_messages(
+            self.task, parent, inspirations, parent.get("feedback"), device_hint=self.device_hint
+        )
+        insp_ids = [r["id"] for r in inspirations]
+        limit = 1 + self.settings.fix_attempts if max_answers is None else max(1, max_answers)
+        out: list[Proposal] = []
+        while len(out) < limit:
+            answer, log = self.chat(messages, rng)
+            meta = {"model": self.settings.model, "failed_attempts": log}
+            prompt = render_prompt(messages)
+            if answer is None:
+                why = "; ".join(f"{x['error']}" for x in log) or "no answer"
+                out.append(
+                    Proposal(
+                        self.name,
+                        parent["id"],
+                        None,
+                        prompt=prompt,
+                        params=meta,
+                        inspiration_ids=insp_ids,
+                        error=f"the model did not answer ({why})",
+                    )
+                )
+                return out
+            try:
+                code, kind = parse_proposal(answer, parent_code)
+                if not _defines(code, self.task.operator.entry):
+                    raise EditError(f"the file no longer defines the entry {self.task.operator.entry!r}")
+            except EditError as e:
+                out.append(
+                    Proposal(
+                        self.name,
+                        parent["id"],
+                        None,
+                        prompt=prompt,
+                        response=answer,
+                        params={**meta, "problem": str(e)},
+                        inspiration_ids=insp_ids,
+                        error=f"unusable answer: {e}",
+                    )
+                )
+                messages = messages + [{"role": "assistant", "content": answer}, retry_message(str(e))]
+                continue
+            out.append(
+                Proposal(
+                    self.name,
+                    parent["id"],
+                    code,
+                    prompt=prompt,
+                    response=answer,
+                    params={**meta, "kind": kind},
+                    inspiration_ids=insp_ids,
+                )
+            )
+            return out
+        return out

@@ -1,0 +1,238 @@
+"""Triton compilation on CPU cores ahead of evaluation, so the GPUs are not idle while kernels compile.
+
+While a GPU times one candidate, child processes (no GPU visible, scrubbed environment, no
+network where the OS allows, like the referee's workers) run the next candidates' entry on CPU
+tensors of the harness's GPU shapes with Triton's driver replaced by a stand-in for the real GPU
+target and every launch turned into a compile-only warm-up. The compiled kernels land in Triton's
+on-disk cache under the same keys the referee's worker computes (same source, specialization,
+target and options), so the worker loads them instead of compiling. It is only an accelerator:
+any failure here just leaves the compiling to the worker. Set KERNELSMITH_PRECOMPILE=0 to turn it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+JOB_TIMEOUT_S = 180.0
+
+
+def gpu_target() -> tuple[str, int, int] | None:
+    """("cuda", capability, warp size) of GPU 0, or None without CUDA."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability(0)
+        return ("cuda", major * 10 + minor, 32)
+    except Exception:
+        return None
+
+
+class _Child:
+    """One compile process, fed candidate files over stdin (one JSON line per job)."""
+
+    def __init__(self, spec: dict):
+        from ..referee.process import netns_prefix, scrubbed_env
+
+        env = scrubbed_env()
+        env.pop("TRITON_INTERPRET", None)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        pkg_parent = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+        cmd = [*netns_prefix(), sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=spec["workdir"],
+            text=True,
+            start_new_session=True,
+        )
+
+    def run(self, path: str, timeout: float) -> dict:
+        result: dict = {}
+
+        def talk():
+            self.proc.stdin.write(json.dumps({"path": path}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            result.update(json.loads(line) if line else {"ok": False, "error": "compile process exited"})
+
+        t = threading.Thread(target=talk, daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            self.kill()
+            return {"ok": False, "error": "timeout"}
+        return result
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+
+class Precompiler:
+    """A pool of compile processes; `submit` a candidate, `wait` for it before evaluating."""
+
+    def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path):
+        self.spec = {
+            "root": str(task.root),
+            "file": task.operator.file,
+            "entry": task.operator.entry,
+            "harness": str(task.operator.harness),
+            "target": list(target),
+            "workdir": str(workdir),
+            "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
+        }
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.pool = ThreadPoolExecutor(max_workers=workers)
+        self.children: list[_Child] = []
+        self.lock = threading.Lock()
+        self.futures: dict[int, Future] = {}
+        self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
+
+    @classmethod
+    def maybe(cls, task, workers: int, workdir: Path) -> Precompiler | None:
+        """A precompiler for CUDA runs, or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
+        if os.environ.get("KERNELSMITH_PRECOMPILE", "1") == "0":
+            return None
+        target = gpu_target()
+        cores = os.cpu_count() or 2
+        if target is None or cores < 4:
+            return None
+        return cls(task, target, max(1, min(workers, cores // 2)), workdir)
+
+    def _child(self) -> _Child:
+        with self.lock:
+            while self.children:
+                c = self.children.pop()
+                if c.alive():
+                    return c
+        return _Child(self.spec)
+
+    def _compile(self, cid: int, code: str) -> dict:
+        path = Path(self.spec["workdir"]) / f"c{cid}" / Path(self.spec["file"]).name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+        child = self._child()
+        start = time.monotonic()
+        reply = child.run(str(path), JOB_TIMEOUT_S)
+        with self.lock:
+            self.stats["jobs"] += 1
+            self.stats["ok" if reply.get("ok") else "failed"] += 1
+            self.stats["seconds"] += time.monotonic() - start
+            if child.alive():
+                self.children.append(child)
+        return reply
+
+    def submit(self, cid: int, code: str) -> None:
+        """Start compiling candidate `cid` in the background."""
+        if cid not in self.futures:
+            self.futures[cid] = self.pool.submit(self._compile, cid, code)
+
+    def wait(self, cid: int, timeout: float) -> None:
+        """Wait (bounded) for candidate `cid`'s compile job; compiling it again would take as long."""
+        fut = self.futures.pop(cid, None)
+        if fut is not None:
+            try:
+                fut.result(timeout=timeout)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Stop the compile processes."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.lock:
+            for c in self.children:
+                c.kill()
+            self.children.clear()
+
+
+# -- the compile process ------------------------------------------------------------------------
+def _install_fake_driver(target: list) -> None:
+    """Stand in for the GPU driver: Triton asks it only for the device, stream and target."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    class _CompileOnlyDriver:
+        def __init__(self):
+            self.target = GPUTarget(target[0], int(target[1]), int(target[2]))
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return self.target
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+        def is_active(self):
+            return True
+
+    driver.set_active(_CompileOnlyDriver())
+    run = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = compile_only
+
+
+def _main(spec: dict) -> None:
+    from ..harness import load_harness
+    from ..loader import load_operator_module
+
+    _install_fake_driver(spec["target"])
+    harness = load_harness(spec["harness"])
+    inputs_cache: dict[int, dict] = {}
+    stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
+    for n, line in enumerate(sys.stdin):
+        job = json.loads(line)
+        start = time.monotonic()
+        reply = {"ok": True}
+        try:
+            code = Path(job["path"]).read_text()
+            mod = load_operator_module(
+                Path(spec["root"]),
+                spec["file"],
+                code=code,
+                tag=f"pc{n}",
+                source_path=Path(job["path"]),
+                stubs=stubs,
+            )
+            fn = getattr(mod, spec["entry"])
+            for i, shape in enumerate(harness.shapes):
+                if i not in inputs_cache:
+                    inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
+                fn(**inputs_cache[i])
+        except BaseException as e:  # the worker will compile (and judge) it instead
+            reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        reply["s"] = round(time.monotonic() - start, 3)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _main(json.loads(sys.argv[1]))
