@@ -37,6 +37,7 @@ def register(subparsers) -> None:
                                  "(default runs/bench-<time>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print per-task results and metrics as JSON")
+    p.add_argument("--save", metavar="FILE", help="also write per-task results and metrics as JSON to FILE")
     p.set_defaults(func=run)
 
 
@@ -72,8 +73,14 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="ks-bench-") as work:
             scores = score_solutions(problems, Path(args.solutions), Path(work), device=args.device,
                                      dtype=args.dtype, seed=args.seed, progress=log)
+    data = report(scores)
+    data["device"] = args.device
+    data["dtype"] = args.dtype
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(data, indent=2) + "\n")
     if args.json:
-        print(json.dumps(report(scores), indent=2))
+        print(json.dumps(data, indent=2))
     else:
         print(format_table(scores))
     return 0

@@ -85,13 +85,21 @@ def report(scores: list[TaskScore]) -> dict:
     }
 
 
+def _ms(score: TaskScore, key: str) -> str:
+    values = [sh.get(key) for sh in score.detail.get("shapes") or [] if sh.get(key) is not None]
+    return "/".join(f"{v:.4f}" for v in values) or "-"
+
+
 def format_table(scores: list[TaskScore]) -> str:
-    """A markdown table of the tasks, then KernelBench's metrics."""
+    """A markdown table of the tasks (times in ms per shape), then KernelBench's metrics."""
     m = summarize(scores)
-    lines = ["| task | correct | speedup | reason |", "|---|---|---|---|"]
+    lines = ["| task | correct | PyTorch ms | solution ms | speedup | reason |", "|---|---|---|---|---|---|"]
     for s in scores:
         sp = f"{s.speedup:.2f}x" if s.speedup is not None else ("no timing" if s.correct else "-")
-        lines.append(f"| {s.task} | {'yes' if s.correct else 'no'} | {sp} | {s.reason or ''} |")
+        if s.detail.get("noisy"):
+            sp += " (noisy)"
+        lines.append(f"| {s.task} | {'yes' if s.correct else 'no'} | {_ms(s, 'baseline_ms')} | "
+                     f"{_ms(s, 'candidate_ms')} | {sp} | {s.reason or ''} |")
     lines.append("")
     lines.append(f"correctness rate: {m['correct']}/{m['tasks']} = {m['correctness_rate']:.2f}")
     for p, v in m["fast_p"].items():

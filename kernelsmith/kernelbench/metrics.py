@@ -61,7 +61,7 @@ def summarize(scores: list[TaskScore], ps: tuple[float, ...] = FAST_P) -> dict:
         "tasks": len(scores),
         "correct": sum(s.correct for s in scores),
         "correctness_rate": correctness_rate(scores),
-        "fast_p": {f"{p:g}": fast_p(scores, p) for p in ps},
+        "fast_p": {f"{p:.1f}": fast_p(scores, p) for p in ps},
         "mean_speedup": geomean_speedup(scores),
         "timed": timed,
     }

@@ -41,6 +41,14 @@ def _to(value, device: str, dtype: torch.dtype):
     return value.to(device=device)
 
 
+def device_key(device) -> str:
+    """One spelling per device ("cuda" and "cuda:0" are the same GPU), for the model caches."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return str(dev)
+
+
 def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> str:
     """Copy src's weights into dst: by state_dict key, else by parameter order; returns how."""
     s, d = src.state_dict(), dst.state_dict()
@@ -103,7 +111,7 @@ class KernelBenchRuntime:
         inputs[SIZES_KEY] = tuple(sorted(sizes.items())) + (("dtype", shape.get("dtype", "float32")),)
         # Build every live solution's models now, outside the referee's watched calls: set-up
         # (seeding, weight init, the weight copy) is not part of a forward.
-        key = (tuple(sorted(sizes.items())), device, shape.get("dtype", "float32"))
+        key = (tuple(sorted(sizes.items())), device_key(device), shape.get("dtype", "float32"))
         for binding in list(self._bindings):
             self._ready(binding, key)
         return inputs
@@ -113,7 +121,7 @@ class KernelBenchRuntime:
         key = dict(inputs[SIZES_KEY])
         dtype = key.pop("dtype")
         args = [inputs[f"arg{i}"] for i in range(len(inputs) - 1)]
-        device = next((str(a.device) for a in args if isinstance(a, torch.Tensor)), "cpu")
+        device = next((device_key(a.device) for a in args if isinstance(a, torch.Tensor)), "cpu")
         return key, dtype, args + [device]
 
     def reference_model(self, sizes: dict, device: str, dtype_name: str) -> torch.nn.Module:

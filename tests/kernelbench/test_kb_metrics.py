@@ -33,8 +33,8 @@ def test_geomean_over_correct_tasks_keeps_slowdowns():
 def test_summary_and_untimed():
     m = summarize(_scores())
     assert m["correctness_rate"] == 3 / 5 and m["correct"] == 3 and m["tasks"] == 5
-    assert m["fast_p"] == {"1": 2 / 5, "1.2": 1 / 5} and m["timed"]
+    assert m["fast_p"] == {"1.0": 2 / 5, "1.2": 1 / 5} and m["timed"]
     untimed = summarize([TaskScore("a", True, None), TaskScore("b", False)])
     assert untimed["correctness_rate"] == 0.5
-    assert untimed["fast_p"] == {"1": None, "1.2": None} and untimed["mean_speedup"] is None
+    assert untimed["fast_p"] == {"1.0": None, "1.2": None} and untimed["mean_speedup"] is None
     assert not untimed["timed"]
