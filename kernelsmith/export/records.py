@@ -24,9 +24,17 @@ def assistant_text(step: Step) -> str:
     return format_edits(make_edits(step.parent["code"], step.child["code"]))
 
 
-def prompt_messages(task, step: Step) -> list[dict]:
+def device_hint(task, device: str | None) -> str:
+    """The llm mutator's own device wording for a run on `device` (taken from the mutator itself)."""
+    from ..search.mutators.llm import LLMMutator
+
+    return LLMMutator(task, None, device=device or "cuda").device_hint
+
+
+def prompt_messages(task, step: Step, device: str | None) -> list[dict]:
     """System and user messages exactly as the llm mutator builds them for the step's parent."""
-    return build_messages(task, step.parent, step.inspirations, None)
+    return build_messages(task, step.parent, step.inspirations, step.parent.get("feedback"),
+                          device_hint=device_hint(task, device))
 
 
 def step_meta(step: Step, source: dict) -> dict:
@@ -45,7 +53,7 @@ def step_meta(step: Step, source: dict) -> dict:
 
 def sft_record(task, step: Step, source: dict) -> dict:
     """One chat sample: system, user (the parent's prompt), assistant (the edit)."""
-    messages = prompt_messages(task, step)
+    messages = prompt_messages(task, step, source.get("device"))
     messages.append({"role": "assistant", "content": assistant_text(step)})
     return {"messages": messages, "meta": step_meta(step, source)}
 
@@ -55,7 +63,7 @@ def rl_record(task, step: Step, source: dict) -> dict:
     op = task.operator
     harness = task.harness
     return {
-        "prompt": prompt_messages(task, step),
+        "prompt": prompt_messages(task, step, source.get("device")),
         "task": {
             "target": str(task.target.path), "repo": task.target.repo, "op": op.name, "file": op.file,
             "entry": op.entry, "base_sha": task.base_sha,

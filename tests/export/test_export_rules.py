@@ -6,6 +6,7 @@ import json
 from kernelsmith.commands import export as export_cmd
 from kernelsmith.export import export_runs, read_run, task_for_run
 from kernelsmith.export.steps import select_steps
+from kernelsmith.search.mutators.llm import LLMMutator
 from kernelsmith.search.prompt import build_messages
 
 
@@ -42,7 +43,10 @@ def test_sft_messages_are_the_mutator_prompt_plus_the_edit(timed_run, tmp_path):
     task = task_for_run(run_json, run, rows)
     by_id = {r["id"]: r for r in rows}
     parent, child = by_id[ids["first"]], by_id[ids["improve"]]
-    expected = build_messages(task, parent, [by_id[ids["first_rejected"]]], None)
+    # What the llm mutator sends for this parent on a CUDA run (its own call, its own device wording).
+    mutator = LLMMutator(task, None, device="cuda")
+    expected = build_messages(task, parent, [by_id[ids["first_rejected"]]], parent.get("feedback"),
+                              device_hint=mutator.device_hint)
     assert record["messages"][:2] == expected
     assert [m["role"] for m in record["messages"]] == ["system", "user", "assistant"]
     assert record["messages"][2]["content"] == child["response"]
