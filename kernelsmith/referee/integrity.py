@@ -257,8 +257,11 @@ def compute_ops(ops: set[str]) -> set[str]:
     return {o for o in ops if o not in _LAYOUT_OPS and o.rstrip("_") not in _LAYOUT_OPS}
 
 
-def violations_vs_base(cand: Record, base: Record, library_base: bool = False) -> list[tuple[str, str]]:
+def violations_vs_base(cand: Record, base: Record, library_base: bool = False,
+                       complete: bool = True) -> list[tuple[str, str]]:
     """(violation, message) pairs for what the candidate did beyond what the base did.
+
+    `complete` is False when the evaluation stopped early: then a missing launch proves nothing.
 
     `library_base`: the base is a pure-library reference (a KernelBench task's PyTorch Model),
     so every torch compute op of the candidate is a fallback and a Triton launch is required.
@@ -279,7 +282,7 @@ def violations_vs_base(cand: Record, base: Record, library_base: bool = False) -
         out.append(("file_access", f"file access beyond the base: {', '.join(sorted(files)[:4])}"))
     if cand.processes - base.processes:
         out.append(("extra_threads", f"started processes: {', '.join(sorted(cand.processes))}"))
-    if cand.threads > base.threads:
+    if cand.threads and not base.threads:
         out.append(("extra_threads", f"started {cand.threads} thread(s)"))
     if cand.streams - base.streams:
         out.append(("extra_streams", "work issued on a CUDA stream other than the current one"))
@@ -287,7 +290,7 @@ def violations_vs_base(cand: Record, base: Record, library_base: bool = False) -
     if extra_ops:
         names = ", ".join(sorted(extra_ops))
         out.append(("library_fallback", f"torch compute ops the base does not use: {names}"))
-    if (base.launches or library_base) and not cand.launches:
+    if complete and (base.launches or library_base) and not cand.launches:
         out.append(("no_kernel_launch", "no Triton kernel was launched (the base launches "
                                         f"{base.launches})"))
     return out

@@ -95,8 +95,8 @@ class Session:
         """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned)."""
         for name in self._write_only():
             C.poison(inputs[name])
-        if self.harness.outputs is None:
-            C.dirty_allocator(self.dev, dirty)
+        # Always, not only for self-allocated outputs: scratch buffers must not start clean either.
+        C.dirty_allocator(self.dev, dirty)
         self.backend.synchronize()
         if rec is None:
             ret = fn(**inputs)
@@ -134,6 +134,10 @@ class Session:
         for name, o, e in zip(names, outs, expected, strict=False):
             tol = self.harness.tolerance_for(str(e.dtype).replace("torch.", ""))
             chk = C.compare(o, e, tol, f"{where} {name}")
+            if chk.problem == "incorrect":
+                why = C.precision_downgrade(o, e, chk.mean_abs_err, None)
+                if why:
+                    raise Rejected("precision_downgrade", f"{where} {name}: {why}; {chk.message}")
             if chk.problem:
                 raise Rejected(chk.problem, chk.message)
             checks.append(chk)
@@ -223,11 +227,6 @@ class Session:
     # -- the evaluation -----------------------------------------------------------------------
     def load_candidate(self, code: str, cid: int, source_path: Path):
         """Static checks, then import the candidate beside the base under the monitor."""
-        try:
-            compile(code, str(source_path), "exec")
-        except SyntaxError as e:
-            raise Rejected("compile_error", f"syntax error at line {e.lineno}: {e.msg}",
-                           "".join(traceback.format_exception_only(type(e), e))) from None
         if not static.defines(code, self.entry):
             raise Rejected("import_error", f"the candidate does not define the entry function {self.entry!r}")
         self.monitor.allowed_files.add(os.path.realpath(source_path))
@@ -256,20 +255,24 @@ class Session:
         msgs = out["details"]["messages"]
         snap = Snapshot(extra={"harness": self.harness.module})
         threads_before = thread_names()
-        mod = None
+        mod, rec, base_rec = None, Record(), Record()
+        base_rec.merge(self.base_import)
         try:
             if code is None:
-                fn, imp = self.base_fn, self.base_import
+                fn = self.base_fn
+                rec.merge(self.base_import)
             else:
+                try:
+                    compile(code, str(source_path), "exec")
+                except SyntaxError as e:
+                    raise Rejected("compile_error", f"syntax error at line {e.lineno}: {e.msg}",
+                                   "".join(traceback.format_exception_only(type(e), e))) from None
                 for viol, msg in static.static_violations(code, self.base_code):
                     out["violations"].append(viol)
                     msgs.append(msg)
                 out["details"]["same_as_base"] = static.same_program(code, self.base_code)
                 mod, fn, imp = self.load_candidate(code, cid, Path(source_path))
-            rec = Record()
-            rec.merge(imp)
-            base_rec = Record()
-            base_rec.merge(self.base_import)
+                rec.merge(imp)
             shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
                 base_rec.merge(self.base_profile(shape, si, seed))
@@ -279,21 +282,6 @@ class Session:
                 self.check_fresh(fn, shape, cid, seed, rec)
                 out["fresh_shapes"].append(shape)
             out["correct"] = True
-            for viol, msg in violations_vs_base(
-                    rec, base_rec, library_base=bool(getattr(self.harness.module, "LIBRARY_BASE", False))):
-                out["violations"].append(viol)
-                msgs.append(msg)
-            if thread_names() - threads_before:
-                out["violations"].append("extra_threads")
-                msgs.append("a thread started by the candidate is still running")
-            changed = snap.changes()
-            if changed:
-                out["violations"].append("monkeypatch")
-                msgs.append("replaced: " + ", ".join(changed[:6]))
-            if not out["violations"] and timing != "none" and self.backend.timed:
-                from .timing import time_candidate
-
-                time_candidate(self, fn, cid, seed, timing, out)
         except Rejected as r:
             out["violations"].append(r.reason)
             msgs.append(r.message)
@@ -303,6 +291,28 @@ class Session:
             out["violations"].append(name)
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
+        # Integrity is judged on everything observed, whether or not the answers were right.
+        library_base = bool(getattr(self.harness.module, "LIBRARY_BASE", False))
+        found = violations_vs_base(rec, base_rec, library_base=library_base, complete=out["correct"])
+        for viol, msg in found:
+            out["violations"].append(viol)
+            msgs.append(msg)
+        if thread_names() - threads_before:
+            out["violations"].append("extra_threads")
+            msgs.append("a thread started by the candidate is still running")
+        changed = snap.changes()
+        if changed:
+            out["violations"].append("monkeypatch")
+            msgs.append("replaced: " + ", ".join(changed[:6]))
+        try:
+            if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
+                from .timing import time_candidate
+
+                time_candidate(self, fn, cid, seed, timing, out)
+        except Exception as e:  # noqa: BLE001
+            name, text = classify_exception(e)
+            out["violations"].append(name)
+            out["error"] = text
         finally:
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
