@@ -163,7 +163,7 @@ class ParamsMutator:
     def describe(self, params: dict) -> str:
         """The edit in words (the archive's `prompt` column for params candidates)."""
         changes = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in (params.get("changed") or {}).items())
-        what = f"params mutator, {params.get('op')}: " + (changes or "configuration")
+        what = f"{self.name} mutator, {params.get('op')}: " + (changes or "configuration")
         if params.get("table"):
             what += f"; per-shape table with limits {params['table']['limits']}"
         return what

@@ -1,0 +1,88 @@
+"""A stand-in for the referee in loop tests on machines without a GPU.
+
+It times nothing: `evaluate` reads the launch configuration of a silu_and_mul candidate (BLOCK and
+num_warps, or the per-size table) and returns a Verdict whose per-shape milliseconds come from a
+fixed cost model with shape-dependent optima far from the base (BLOCK 64, num_warps 1), the way
+real configs behave. BLOCK above 8192 "fails to compile". Every call is logged for assertions.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+from kernelsmith.referee.verdict import Verdict
+from kernelsmith.search.mutators.tunables import discover
+
+CALLS: list[dict] = []
+SMS = 132
+
+
+def config_of(code: str) -> list[tuple[int | None, dict]]:
+    """[(limit, {"BLOCK", "num_warps"})]: one row for a plain config, several for a table."""
+    tree = ast.parse(code)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_KS_CONFIGS":
+            return [(limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
+                    for limit, cfg in ast.literal_eval(node.value)]
+    vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in discover(code)}
+    return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
+
+
+def model_ms(tokens: int, d: int, block: int, warps: int) -> float:
+    """Milliseconds of one call in the cost model."""
+    programs = tokens * math.ceil(d / block)
+    threads = 32 * warps
+    per_thread = block / threads
+    waste = 1 / per_thread if per_thread < 1 else 1.0  # idle threads
+    pressure = (per_thread / 16) ** 0.5 if per_thread > 16 else 1.0  # registers spill
+    util = min(1.0, programs * warps / (SMS * 24))  # enough warps in flight to hide latency
+    mem_ms = 6 * tokens * d / 4.0e9 / max(util, 0.02) * waste * pressure
+    tail = (math.ceil(programs / (SMS * 8)) * (block / 1024) * 0.0004)
+    return 0.003 + programs * 2.0e-6 + mem_ms + tail
+
+
+class ModelReferee:
+    """Referee-shaped (context manager, evaluate, close, gpu, seed) with modelled timings."""
+
+    def __init__(self, task, *, device="cuda", gpu=None, seed=0, **kw):
+        self.task, self.device, self.gpu, self.seed = task, device, gpu, seed
+        self.shapes = task.harness.shapes_for(device)
+
+    def evaluate(self, code, *, candidate_id=0, timing="full"):
+        CALLS.append({"cid": candidate_id, "timing": timing, "seed": self.seed, "gpu": self.gpu})
+        code = code if code is not None else self.task.base_code
+        rows = config_of(code)
+        if any(cfg["BLOCK"] > 8192 for _, cfg in rows):
+            return Verdict.rejected("compile_error", "out of resources: shared memory").finalize()
+        shapes, speedups = [], []
+        for s in self.shapes:
+            size = s["tokens"] * 2 * s["d"]
+            cfg = next(c for limit, c in rows if limit is None or size <= limit)
+            base = model_ms(s["tokens"], s["d"], 64, 1)
+            cand = model_ms(s["tokens"], s["d"], cfg["BLOCK"], cfg["num_warps"])
+            sp = base / cand
+            speedups.append(sp)
+            shapes.append({"shape": s, "max_abs_err": 0.0, "baseline_ms": base, "candidate_ms": cand, "speedup": sp,
+                           "ci95": [sp * 0.99, sp * 1.01], "device_ms": cand, "host_ms": None,
+                           "bitwise_identical": True, "pct_roofline": 100 * (6 * size / 2 / 4.0e9) / cand,
+                           "samples_ms": {"base": [base * f for f in (0.99, 1.0, 1.01)],
+                                          "candidate": [cand * f for f in (0.99, 1.0, 1.02)]}})
+        timed = timing != "none"
+        g = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+        v = Verdict(accepted=True, correct=True, device={"name": "model GPU", "driver": "0", "torch": "x",
+                                                          "triton": "y"},
+                    shapes=shapes if timed else [{"shape": s["shape"], "max_abs_err": 0.0} for s in shapes],
+                    geomean_speedup=g if timed else None, timed=timed,
+                    timing={"metric": "device", "aa_ratio": 1.001 if timing == "full" else None,
+                            "noisy": False if timing == "full" else None})
+        return v.finalize()
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

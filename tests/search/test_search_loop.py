@@ -1,0 +1,134 @@
+"""The search loop with the model referee (timed path without a GPU): staging, winner, run dir, seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import model_referee
+import pytest
+import torch
+
+from kernelsmith.cli import main
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig, optimize
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULT_KEYS = {"target", "op", "repo", "base_sha", "device", "proposals", "evaluations", "accepted", "rejected",
+               "wall_s", "winner", "shapes", "geomean_speedup", "timed"}
+RUN_KEYS = {"target", "op", "repo", "file", "checkout", "base_sha", "seed", "budget", "minutes", "mutator",
+            "device", "gpus", "argv", "versions", "created_at"}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch says one CUDA device exists; the referee is the model (nothing runs on a GPU)."""
+    import kernelsmith.referee.backend as backend
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model_referee.CALLS.clear()
+
+
+def _run(tmp_path, name="run", **kw):
+    cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / name), budget=12, mutator="params",
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
+               referee_factory=model_referee.ModelReferee, argv=["kernelsmith", "optimize"])
+    cfg.update(kw)
+    return optimize(SearchConfig(**cfg))
+
+
+def test_timed_run_directory(tmp_path, fake_gpu):
+    result = _run(tmp_path)
+    run_dir = tmp_path / "run"
+    assert RESULT_KEYS <= set(result) and result["timed"] and result["proposals"] == 12
+    assert RUN_KEYS <= set(json.loads((run_dir / "run.json").read_text()))
+    assert result["winner"] and result["geomean_speedup"] > 1.5
+    # Staged timing: a screen for every candidate, the full measurement only for contenders.
+    calls = model_referee.CALLS
+    screens = {c["cid"] for c in calls if c["timing"] == "screen"}
+    fulls = [c for c in calls if c["timing"] == "full" and c["seed"] == 0 and c["cid"] != 1]
+    assert screens == set(range(2, 14)) and 0 < len(fulls) < len(screens)
+    # The winner is re-measured with new seeds and those numbers are the ones reported.
+    final = [c for c in calls if c["seed"] == FINAL_SEED_OFFSET]
+    assert result["winner"]["id"] in {c["cid"] for c in final}
+    with Archive(run_dir / "archive.sqlite") as a:
+        rows = a.all()
+    assert all(r["status"] != "pending" for r in rows) and rows[0]["mutator"] == "base"
+    assert all(r["response"].startswith("<<<<<<< SEARCH") for r in rows[1:] if r["status"] != "duplicate")
+    win = (run_dir / "winner" / "silu_and_mul.py").read_text()
+    assert win == next(r["code"] for r in rows if r["id"] == result["winner"]["id"])
+    assert (run_dir / "winner" / "winner.diff").read_text() == result["winner"]["diff"]
+    report = (run_dir / "report.md").read_text()
+    sha = result["source_sha256"]
+    assert report.startswith(f"<!-- kernelsmith:op=demo/silu_and_mul source={sha} run=run -->")
+    assert "| shape | base ms | winner ms | speedup | 95% CI | % roofline |" in report
+    first = result["shapes"][0]
+    assert f"| {first['speedup']:.2f}x |" in report and "```mermaid" in report and "model GPU" in report
+    assert "kernelsmith optimize" in report and "No timing was done" not in report
+    bench = json.loads((run_dir / "benchmark.json").read_text())
+    assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(bench)
+    assert len(bench["benchmarks"]) == 2 * len(result["shapes"])
+    st = bench["benchmarks"][0]["stats"]
+    assert st["rounds"] == 3 and st["min"] <= st["median"] <= st["max"]
+    assert (run_dir / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    (run_dir / "report.md").unlink()
+    assert main(["report", str(run_dir)]) == 0 and (run_dir / "report.md").read_text() == report
+
+
+def test_seed_fixes_the_proposal_sequence(tmp_path, fake_gpu):
+    def codes(name, seed):
+        _run(tmp_path, name, budget=10, seed=seed)
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            return [r["code"] for r in a.all()]
+
+    assert codes("a", 3) == codes("b", 3)
+    assert codes("a2", 3) != codes("c", 4)
+
+
+def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
+    budget = 24
+    params = _run(tmp_path, "params", budget=budget, stagnation=100)
+    grid = _run(tmp_path, "grid", budget=budget, mutator="grid", stagnation=100)
+
+    def best(name):
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            return max(r["speedup"] or 0 for r in a.all() if r["accepted"] and r["timing"] == "full")
+
+    assert best("params") > 1.5 * best("grid")
+    assert params["geomean_speedup"] > 5.0  # near the best single config of the model (5.96)
+    assert grid["winner"] is None or grid["geomean_speedup"] < params["geomean_speedup"]
+
+
+def test_per_shape_table_when_shapes_disagree(tmp_path, fake_gpu):
+    _run(tmp_path, budget=40, stagnation=100)
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        tables = [r for r in a.all() if (r["params"] or {}).get("table")]
+    assert tables and "_KS_CONFIGS" in tables[0]["code"]
+    assert max(r["speedup"] or 0 for r in tables) > 5.96  # beyond the best single config
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "0"], "--budget"),
+    (["--gpus", "x"], "--gpus"),
+    (["--resume"], "--resume"),
+])
+def test_usage_errors_exit_2(tmp_path, argv, message, capsys):
+    assert main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_llm_without_settings_is_a_config_error(tmp_path, monkeypatch, capsys):
+    for k in ("KERNELSMITH_LLM_BASE_URL", "KERNELSMITH_LLM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY",
+              "KERNELSMITH_LLM_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    rc = main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--mutator", "llm",
+               "--device", "interpret", "--out", str(tmp_path / "r")])
+    assert rc == 2 and "KERNELSMITH_LLM_MODEL" in capsys.readouterr().err
+
+
+def test_existing_run_needs_resume(tmp_path, fake_gpu, capsys):
+    _run(tmp_path, budget=2)
+    rc = main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--out",
+               str(tmp_path / "run"), "--device", "interpret"])
+    assert rc == 2 and "--resume" in capsys.readouterr().err
