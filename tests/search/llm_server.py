@@ -44,10 +44,17 @@ class ScriptedLLM:
                     payload = {"error": {"message": f"scripted {status}", "type": "scripted", "code": status}}
                 else:
                     payload = {
-                        "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion",
-                        "created": int(time.time()), "model": body.get("model", "scripted"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": step.get("content", "")}}],
+                        "id": f"chatcmpl-{len(owner.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", "scripted"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": step.get("content", "")},
+                            }
+                        ],
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     }
                 data = json.dumps(payload).encode()

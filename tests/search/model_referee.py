@@ -23,8 +23,10 @@ def config_of(code: str) -> list[tuple[int | None, dict]]:
     tree = ast.parse(code)
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_KS_CONFIGS":
-            return [(limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
-                    for limit, cfg in ast.literal_eval(node.value)]
+            return [
+                (limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
+                for limit, cfg in ast.literal_eval(node.value)
+            ]
     vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in discover(code)}
     return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
 
@@ -38,7 +40,7 @@ def model_ms(tokens: int, d: int, block: int, warps: int) -> float:
     pressure = (per_thread / 16) ** 0.5 if per_thread > 16 else 1.0  # registers spill
     util = min(1.0, programs * warps / (SMS * 24))  # enough warps in flight to hide latency
     mem_ms = 6 * tokens * d / 4.0e9 / max(util, 0.02) * waste * pressure
-    tail = (math.ceil(programs / (SMS * 8)) * (block / 1024) * 0.0004)
+    tail = math.ceil(programs / (SMS * 8)) * (block / 1024) * 0.0004
     return 0.003 + programs * 2.0e-6 + mem_ms + tail
 
 
@@ -63,19 +65,39 @@ class ModelReferee:
             cand = model_ms(s["tokens"], s["d"], cfg["BLOCK"], cfg["num_warps"])
             sp = base / cand
             speedups.append(sp)
-            shapes.append({"shape": s, "max_abs_err": 0.0, "baseline_ms": base, "candidate_ms": cand, "speedup": sp,
-                           "ci95": [sp * 0.99, sp * 1.01], "device_ms": cand, "host_ms": None,
-                           "bitwise_identical": True, "pct_roofline": 100 * (6 * size / 2 / 4.0e9) / cand,
-                           "samples_ms": {"base": [base * f for f in (0.99, 1.0, 1.01)],
-                                          "candidate": [cand * f for f in (0.99, 1.0, 1.02)]}})
+            shapes.append(
+                {
+                    "shape": s,
+                    "max_abs_err": 0.0,
+                    "baseline_ms": base,
+                    "candidate_ms": cand,
+                    "speedup": sp,
+                    "ci95": [sp * 0.99, sp * 1.01],
+                    "device_ms": cand,
+                    "host_ms": None,
+                    "bitwise_identical": True,
+                    "pct_roofline": 100 * (6 * size / 2 / 4.0e9) / cand,
+                    "samples_ms": {
+                        "base": [base * f for f in (0.99, 1.0, 1.01)],
+                        "candidate": [cand * f for f in (0.99, 1.0, 1.02)],
+                    },
+                }
+            )
         timed = timing != "none"
         g = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
-        v = Verdict(accepted=True, correct=True, device={"name": "model GPU", "driver": "0", "torch": "x",
-                                                          "triton": "y"},
-                    shapes=shapes if timed else [{"shape": s["shape"], "max_abs_err": 0.0} for s in shapes],
-                    geomean_speedup=g if timed else None, timed=timed,
-                    timing={"metric": "device", "aa_ratio": 1.001 if timing == "full" else None,
-                            "noisy": False if timing == "full" else None})
+        v = Verdict(
+            accepted=True,
+            correct=True,
+            device={"name": "model GPU", "driver": "0", "torch": "x", "triton": "y"},
+            shapes=shapes if timed else [{"shape": s["shape"], "max_abs_err": 0.0} for s in shapes],
+            geomean_speedup=g if timed else None,
+            timed=timed,
+            timing={
+                "metric": "device",
+                "aa_ratio": 1.001 if timing == "full" else None,
+                "noisy": False if timing == "full" else None,
+            },
+        )
         return v.finalize()
 
     def close(self):

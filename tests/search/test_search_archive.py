@@ -6,23 +6,64 @@ import sqlite3
 
 from kernelsmith.search.archive import Archive, code_hash, rejected_counts
 
-COLUMNS = {"id", "parent_id", "island", "generation", "mutator", "code", "diff", "inspiration_ids", "prompt",
-           "response", "verdict", "feedback", "status", "speedup", "accepted", "code_hash", "created_at",
-           "evaluated_at"}
+COLUMNS = {
+    "id",
+    "parent_id",
+    "island",
+    "generation",
+    "mutator",
+    "code",
+    "diff",
+    "inspiration_ids",
+    "prompt",
+    "response",
+    "verdict",
+    "feedback",
+    "status",
+    "speedup",
+    "accepted",
+    "code_hash",
+    "created_at",
+    "evaluated_at",
+}
 
 
 def test_schema_and_rows(tmp_path):
     path = tmp_path / "archive.sqlite"
     with Archive(path) as a:
         base = a.add("x = 1\n", mutator="base")
-        a.set_verdict(base, {"accepted": True, "geomean_speedup": 1.0, "reason": None, "timed": True,
-                             "timing": {"aa_ratio": 1.001}}, "ok")
-        c = a.add("x = 2\n", mutator="params", parent_id=base, island=1, generation=1, inspiration_ids=[base],
-                  prompt="p", response="r", params={"values": {"B": 2}})
+        a.set_verdict(
+            base,
+            {
+                "accepted": True,
+                "geomean_speedup": 1.0,
+                "reason": None,
+                "timed": True,
+                "timing": {"aa_ratio": 1.001},
+            },
+            "ok",
+        )
+        c = a.add(
+            "x = 2\n",
+            mutator="params",
+            parent_id=base,
+            island=1,
+            generation=1,
+            inspiration_ids=[base],
+            prompt="p",
+            response="r",
+            params={"values": {"B": 2}},
+        )
         assert a.get(c)["status"] == "pending" and [r["id"] for r in a.pending()] == [c]
         a.set_verdict(c, {"accepted": False, "reason": "incorrect", "geomean_speedup": None}, "bad")
-        m = a.add(None, mutator="llm", parent_id=base, status="evaluated", response="junk",
-                  verdict={"accepted": False, "reason": "malformed_proposal"})
+        m = a.add(
+            None,
+            mutator="llm",
+            parent_id=base,
+            status="evaluated",
+            response="junk",
+            verdict={"accepted": False, "reason": "malformed_proposal"},
+        )
         row = a.get(c)
         assert row["inspiration_ids"] == [base] and row["params"] == {"values": {"B": 2}}
         assert a.get(base)["timing"] == "full" and a.get(base)["speedup"] == 1.0
@@ -46,8 +87,13 @@ def test_duplicates_found_by_normalised_hash(tmp_path):
 def test_screened_contender_stays_pending_for_its_full_measurement(tmp_path):
     with Archive(tmp_path / "a.sqlite") as a:
         c = a.add("y = 1\n", mutator="params")
-        a.set_verdict(c, {"accepted": True, "geomean_speedup": 1.3, "timed": True}, "fb", timing="screen",
-                      awaiting_full=True)
+        a.set_verdict(
+            c,
+            {"accepted": True, "geomean_speedup": 1.3, "timed": True},
+            "fb",
+            timing="screen",
+            awaiting_full=True,
+        )
         assert [r["id"] for r in a.pending()] == [c] and a.get(c)["status"] == "evaluated"
         a.set_verdict(c, {"accepted": True, "geomean_speedup": 1.25, "timed": True}, "fb", timing="full")
         assert a.pending() == [] and a.get(c)["speedup"] == 1.25

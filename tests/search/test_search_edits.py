@@ -5,10 +5,20 @@ from __future__ import annotations
 import pytest
 
 from kernelsmith.search.edits import (
-    Edit, EditError, apply_edits, format_edit, format_edits, make_edits, parse_edits, parse_proposal,
+    Edit,
+    EditError,
+    apply_edits,
+    format_edit,
+    format_edits,
+    make_edits,
+    parse_edits,
+    parse_proposal,
 )
 
-CODE = "import triton\n\n\ndef f(x):\n    BLOCK = 64\n    y = x + 1\n    return launch(x, BLOCK=BLOCK, num_warps=1)\n"
+CODE = (
+    "import triton\n\n\ndef f(x):\n    BLOCK = 64\n    y = x + 1\n"
+    "    return launch(x, BLOCK=BLOCK, num_warps=1)\n"
+)
 
 
 def test_parse_and_apply():
@@ -25,16 +35,19 @@ def test_tolerates_trailing_space_and_indent_shift():
     assert kind == "edits" and "    BLOCK = 128\n    y = x + 2\n" in out
 
 
-@pytest.mark.parametrize("text, message", [
-    ("<<<<<<< SEARCH\nBLOCK = 64\n>>>>>>> REPLACE\n", "no ======= divider"),
-    ("<<<<<<< SEARCH\nBLOCK = 64\n=======\nBLOCK = 1\n", "no >>>>>>> REPLACE"),
-    (format_edit("    BLOCK = 65\n", "    BLOCK = 1\n"), "not found"),
-    (format_edit("    BLOCK = 64\n", "    BLOCK = (\n"), "not valid Python"),
-    (format_edit("    BLOCK = 64\n", "    BLOCK = 64\n"), "change nothing"),
-    ("just words", "no SEARCH/REPLACE block"),
-    ("```python\nx = 1\n```", "fragment"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("<<<<<<< SEARCH\nBLOCK = 64\n>>>>>>> REPLACE\n", "no ======= divider"),
+        ("<<<<<<< SEARCH\nBLOCK = 64\n=======\nBLOCK = 1\n", "no >>>>>>> REPLACE"),
+        (format_edit("    BLOCK = 65\n", "    BLOCK = 1\n"), "not found"),
+        (format_edit("    BLOCK = 64\n", "    BLOCK = (\n"), "not valid Python"),
+        (format_edit("    BLOCK = 64\n", "    BLOCK = 64\n"), "change nothing"),
+        ("just words", "no SEARCH/REPLACE block"),
+        ("```python\nx = 1\n```", "fragment"),
+        ("", "empty"),
+    ],
+)
 def test_unusable_answers(text, message):
     with pytest.raises(EditError, match=message):
         parse_proposal(text, CODE)
@@ -48,7 +61,9 @@ def test_full_rewrite():
 
 def test_make_edits_round_trip_with_unique_search():
     old = CODE + "\n\ndef g(x):\n    BLOCK = 64\n    return x\n"
-    new = old.replace("    BLOCK = 64\n    return x", "    BLOCK = 512\n    return x").replace("num_warps=1", "num_warps=4")
+    new = old.replace("    BLOCK = 64\n    return x", "    BLOCK = 512\n    return x").replace(
+        "num_warps=1", "num_warps=4"
+    )
     edits = make_edits(old, new)
     for e in edits:
         assert old.count(e.search) == 1  # context grew until the SEARCH text is unique

@@ -14,10 +14,39 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig, optimize
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULT_KEYS = {"target", "op", "repo", "base_sha", "device", "proposals", "evaluations", "accepted", "rejected",
-               "wall_s", "winner", "shapes", "geomean_speedup", "timed"}
-RUN_KEYS = {"target", "op", "repo", "file", "checkout", "base_sha", "seed", "budget", "minutes", "mutator",
-            "device", "gpus", "argv", "versions", "created_at"}
+RESULT_KEYS = {
+    "target",
+    "op",
+    "repo",
+    "base_sha",
+    "device",
+    "proposals",
+    "evaluations",
+    "accepted",
+    "rejected",
+    "wall_s",
+    "winner",
+    "shapes",
+    "geomean_speedup",
+    "timed",
+}
+RUN_KEYS = {
+    "target",
+    "op",
+    "repo",
+    "file",
+    "checkout",
+    "base_sha",
+    "seed",
+    "budget",
+    "minutes",
+    "mutator",
+    "device",
+    "gpus",
+    "argv",
+    "versions",
+    "created_at",
+}
 
 
 @pytest.fixture
@@ -31,9 +60,20 @@ def fake_gpu(monkeypatch):
 
 
 def _run(tmp_path, name="run", **kw):
-    cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / name), budget=12, mutator="params",
-               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-               referee_factory=model_referee.ModelReferee, argv=["kernelsmith", "optimize"])
+    cfg = dict(
+        target="demo",
+        op="silu_and_mul",
+        out=str(tmp_path / name),
+        budget=12,
+        mutator="params",
+        device="cuda",
+        gpus=[0],
+        progress=False,
+        targets=str(ROOT / "targets"),
+        precompile=False,
+        referee_factory=model_referee.ModelReferee,
+        argv=["kernelsmith", "optimize"],
+    )
     cfg.update(kw)
     return optimize(SearchConfig(**cfg))
 
@@ -108,27 +148,59 @@ def test_per_shape_table_when_shapes_disagree(tmp_path, fake_gpu):
     assert max(r["speedup"] or 0 for r in tables) > 5.96  # beyond the best single config
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--budget", "0"], "--budget"),
-    (["--gpus", "x"], "--gpus"),
-    (["--resume"], "--resume"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--budget", "0"], "--budget"),
+        (["--gpus", "x"], "--gpus"),
+        (["--resume"], "--resume"),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, argv, message, capsys):
     assert main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", *argv]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_llm_without_settings_is_a_config_error(tmp_path, monkeypatch, capsys):
-    for k in ("KERNELSMITH_LLM_BASE_URL", "KERNELSMITH_LLM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY",
-              "KERNELSMITH_LLM_CONFIG"):
+    for k in (
+        "KERNELSMITH_LLM_BASE_URL",
+        "KERNELSMITH_LLM_MODEL",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "KERNELSMITH_LLM_CONFIG",
+    ):
         monkeypatch.delenv(k, raising=False)
-    rc = main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--mutator", "llm",
-               "--device", "interpret", "--out", str(tmp_path / "r")])
+    rc = main(
+        [
+            "--targets",
+            str(ROOT / "targets"),
+            "optimize",
+            "demo",
+            "silu_and_mul",
+            "--mutator",
+            "llm",
+            "--device",
+            "interpret",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert rc == 2 and "KERNELSMITH_LLM_MODEL" in capsys.readouterr().err
 
 
 def test_existing_run_needs_resume(tmp_path, fake_gpu, capsys):
     _run(tmp_path, budget=2)
-    rc = main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--out",
-               str(tmp_path / "run"), "--device", "interpret"])
+    rc = main(
+        [
+            "--targets",
+            str(ROOT / "targets"),
+            "optimize",
+            "demo",
+            "silu_and_mul",
+            "--out",
+            str(tmp_path / "run"),
+            "--device",
+            "interpret",
+        ]
+    )
     assert rc == 2 and "--resume" in capsys.readouterr().err

@@ -35,8 +35,11 @@ def test_demo_rms_norm_only_what_the_entry_reaches():
 def test_upstream_style_config_lists_heuristics_and_asserts():
     code = UPSTREAM.read_text()
     ts = {t.key: t for t in discover(code)}
-    assert {f"config[{i}].{k}" for i in (0, 1) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps",
-                                                           "num_stages")} <= set(ts)
+    assert {
+        f"config[{i}].{k}"
+        for i in (0, 1)
+        for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+    } <= set(ts)
     assert ts["config[1].BLOCK_M"].base == 128 and ts["config[0].GROUP_M"].kind == "group"
     assert max(ts["config[0].BLOCK_K"].domain) == 256  # tl.static_assert(BLOCK_K <= 256)
     assert max(ts["scale_:block#1"].domain) == 8192  # assert block <= 8192
@@ -50,13 +53,22 @@ def test_upstream_style_config_lists_heuristics_and_asserts():
 def test_per_shape_table_runs_and_picks_by_size(tmp_path):
     code = (KERNELS / "silu_and_mul.py").read_text()
     ts = relevant(discover(code), code, "silu_and_mul")
-    rows = [{"silu_and_mul:BLOCK": 32, "silu_and_mul:_silu_and_mul_kernel.num_warps": 2},
-            {"silu_and_mul:BLOCK": 256, "silu_and_mul:_silu_and_mul_kernel.num_warps": 4}]
+    rows = [
+        {"silu_and_mul:BLOCK": 32, "silu_and_mul:_silu_and_mul_kernel.num_warps": 2},
+        {"silu_and_mul:BLOCK": 256, "silu_and_mul:_silu_and_mul_kernel.num_warps": 4},
+    ]
     table = render_table(code, ts, [500, None], rows, {})
     assert "_KS_CONFIGS" in table and "# kernelsmith: hotspot\n@triton.jit" in table
-    mod = load_operator_module(ROOT / "examples" / "miniserve", "miniserve/kernels/silu_and_mul.py", code=table,
-                               tag="table_test", source_path=tmp_path / "silu_and_mul.py")
-    assert mod._ks_config(torch.empty(400))["BLOCK"] == 32 and mod._ks_config(torch.empty(600))["BLOCK"] == 256
+    mod = load_operator_module(
+        ROOT / "examples" / "miniserve",
+        "miniserve/kernels/silu_and_mul.py",
+        code=table,
+        tag="table_test",
+        source_path=tmp_path / "silu_and_mul.py",
+    )
+    assert (
+        mod._ks_config(torch.empty(400))["BLOCK"] == 32 and mod._ks_config(torch.empty(600))["BLOCK"] == 256
+    )
     for tokens, d in ((3, 50), (4, 200)):  # one shape per bucket, under the interpreter on CPU
         x = torch.randn(tokens, 2 * d)
         out = torch.empty(tokens, d)
