@@ -210,7 +210,7 @@ class Bot:
                 ignored = entry(self.state, t.name, name).get("ignored")
                 asked = only_op is not None
                 skip = (ignored or not stale) and not asked
-                if not row.get("harness_present", True) or skip:
+                if not row.get("harness_ok", True) or skip:
                     continue
                 minutes = min(DEFAULT_OP_MINUTES, left)
                 if minutes <= 0:

@@ -89,8 +89,10 @@ def render(repo_name: str, targets: list[Target], state: dict, scans: dict | Non
                          f"{status} | {_cell(err)} |")
     marks = []
     for name, scan in (scans or {}).items():
-        for m in scan.get("needs_harness", []):
-            marks.append(f"- `{name}`: `{m.get('file')}` `{m.get('function')}` (line {m.get('line', '?')})")
+        for m in scan.get("hotspots", []):
+            if not m.get("operator"):  # scan's "needs a harness"
+                where = f"`{m.get('file')}` `{m.get('function')}` (line {m.get('line', '?')})"
+                marks.append(f"- `{name}`: {where}")
     if marks:
         lines += ["", "### Hotspots that need a harness", "", *marks]
     if run_url:

@@ -39,15 +39,15 @@ class Engine:
     def scan(self, target: Path) -> dict:
         """`kernelsmith scan TARGET --json` parsed; {} when the scan fails (the error is logged)."""
         proc = self._run(["scan", str(target), "--json"], timeout=1800)
-        if proc.returncode != 0:
-            self.log(f"scan of {target} failed (exit {proc.returncode})")
-            return {}
+        # Exit 2 with JSON means some operator has a problem: the others are still usable.
         try:
-            data = json.loads(proc.stdout)
+            data = json.loads(proc.stdout or "")
         except ValueError:
-            self.log(f"scan of {target} printed no JSON")
+            self.log(f"scan of {target} failed (exit {proc.returncode}) and printed no JSON")
             return {}
-        return data if isinstance(data, dict) else {"operators": data}
+        if proc.returncode != 0:
+            self.log(f"scan of {target}: exit {proc.returncode}; operators with problems are skipped")
+        return data if isinstance(data, dict) else {}
 
     def optimize(self, target: Path, op: str, out: Path, budget: int | None, minutes: float | None) -> int:
         """`kernelsmith optimize`; exit 0 with an accepted winner, 1 without, 2 on config errors."""
@@ -62,9 +62,3 @@ class Engine:
         """`kernelsmith verify RUN_DIR`; exit 0 pass, 1 regression, 2 could not run."""
         return self._run(["verify", str(run_dir)]).returncode
 
-
-def stale_operators(scan: dict) -> list[dict]:
-    """Operators a scan reports as stale and ready (a harness present); tolerant of missing keys."""
-    ops = scan.get("operators") or []
-    return [o for o in ops if isinstance(o, dict) and o.get("stale", True) and o.get("harness_present", True)
-            and o.get("name")]

@@ -100,8 +100,11 @@ class SavedRunEngine:
 
     def scan(self, target):
         self.calls.append(("scan", str(target)))
-        return {"operators": [{"name": "rms_norm", "source_hash": self.hash, "harness_present": True},
-                              {"name": "silu_and_mul", "source_hash": "0" * 64, "harness_present": True}]}
+        # The shape of `kernelsmith scan --json` (kernelsmith/scan.py ScanResult.to_json).
+        return {"operators": [{"name": "rms_norm", "source_hash": self.hash, "harness_ok": True},
+                              {"name": "silu_and_mul", "source_hash": "0" * 64, "harness_ok": True}],
+                "hotspots": [{"file": OP_FILE, "line": 40, "function": "_fused_add_rms_norm_kernel",
+                              "operator": None, "status": "needs a harness"}]}
 
     def optimize(self, target, op, out, budget, minutes):
         self.calls.append(("optimize", op, budget, minutes))

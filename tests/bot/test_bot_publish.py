@@ -52,6 +52,7 @@ def test_schedule_run_opens_a_pr_and_the_second_updates_it(gh, tmp_path, monkeyp
     mirrored = read_block(dash[0]["body"])["operators"]
     assert mirrored["demo/rms_norm"]["pr"]["number"] == pr["number"]
     assert mirrored["demo/rms_norm"]["source_hash"] == engine.hash
+    assert "`_fused_add_rms_norm_kernel` (line 40)" in dash[0]["body"]     # needs a harness
     assert ("optimize", "silu_and_mul", None, 30.0) in engine.calls
 
     # Second scheduled run, on a fresh runner (no local state): the operator changed upstream, so it
