@@ -49,7 +49,11 @@ def make_task(target: Target, op_name: str, root: Path, base_sha: str) -> Task:
 def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None) -> Task:
     """Target argument + operator + optional checkout -> a validated Task (clones when needed)."""
     from .checkout import prepare_checkout
+    from .scan import with_repo_operators
 
     target = load_target(resolve_target(target_arg, targets))
     co = prepare_checkout(target, checkout)
+    if not any(op.name == op_name for op in target.operators):
+        # Operators may also come from the target repo's own .kernelsmith.yml (base branch only).
+        target = with_repo_operators(target, co)
     return make_task(target, op_name, co.path, co.base_sha)
