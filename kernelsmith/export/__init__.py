@@ -81,8 +81,9 @@ def export_runs(run_dirs: list[str | Path], fmt: str, out: str | Path, *, min_ga
             dropped[k] = dropped.get(k, 0) + v
         if fmt == "rl":
             best = best_per_trajectory(rows, steps, rl_top)
-            extra = len(steps) - len(best)
-            dropped["not_best_in_trajectory"] = dropped.get("not_best_in_trajectory", 0) + extra
+            if len(steps) > len(best):
+                extra = len(steps) - len(best)
+                dropped["not_best_in_trajectory"] = dropped.get("not_best_in_trajectory", 0) + extra
             steps = best
         source = {"run": str(run_dir), "target": run["target"], "op": run["op"], "repo": run.get("repo"),
                   "base_sha": run.get("base_sha"), "mutator": run.get("mutator"), "device": run.get("device")}
