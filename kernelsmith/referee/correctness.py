@@ -68,14 +68,24 @@ def poison(t: torch.Tensor, value: float | None = None) -> None:
         t.fill_(max(info.min, min(info.max, INT_SENTINEL)))
 
 
-def dirty_allocator(device: str, value: float, mib: int = 64) -> None:
-    """Fill and free a large block so memory the entry allocates itself starts as garbage."""
+def dirty_allocator(device: str, value: float, sizes: list[int] = (), mib: int = 64) -> None:
+    """Fill and free memory so buffers the entry allocates itself start as garbage.
+
+    Blocks of the outputs' own byte sizes are what an allocator hands out next (CPU malloc free
+    lists, CUDA's small pool); on CUDA a large block also seeds the caching allocator's big pool.
+    """
+    blocks = []
     try:
-        block = torch.empty(mib * (1 << 20) // 4, dtype=torch.float32, device=device)
-        block.fill_(value)
-        del block
+        for nbytes in sizes:
+            for _ in range(3):
+                blocks.append(torch.empty(max(1, -(-nbytes // 4)), dtype=torch.float32, device=device))
+        if device == "cuda":
+            blocks.append(torch.empty(mib * (1 << 20) // 4, dtype=torch.float32, device=device))
+        for b in blocks:
+            b.fill_(value)
     except RuntimeError:
         pass
+    del blocks
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

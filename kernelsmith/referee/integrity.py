@@ -92,6 +92,8 @@ class Monitor:
         self.allowed_read_roots = [os.path.realpath(p) for p in allowed_read_roots if p]
         self.allowed_files: set[str] = set()
         self.own_modules: set[str] = set()
+        self.candidate_files: set[str] = set()
+        self._in_audit = False
         self.expected_stream = None
         self._installed = False
 
@@ -103,6 +105,7 @@ class Monitor:
         self._installed = True
         self._hook_triton()
         self._hook_threads()
+        self._hook_torch_files()
         with _OpRecorder(self):
             torch.zeros(1).add_(1)  # the first dispatched op imports torch._dynamo, which re-wraps torch
 
@@ -116,6 +119,12 @@ class Monitor:
             from triton.runtime import interpreter
             classes.append(interpreter.InterpretedFunction)
         except ImportError:  # pragma: no cover - every supported triton has the interpreter
+            pass
+        try:
+            # An autotuned launch counts once; its benchmarking runs count as Triton's own work.
+            from triton.runtime import autotuner
+            classes += [autotuner.Autotuner, autotuner.Heuristics]
+        except ImportError:  # pragma: no cover
             pass
         for cls in classes:
             original = cls.run
@@ -162,6 +171,29 @@ class Monitor:
 
             setattr(owner, attr, make(original))
 
+    def _hook_torch_files(self) -> None:
+        """torch.save/torch.load open files from C++, where the audit hook cannot see them."""
+        monitor = self
+        for name, writes in (("save", True), ("load", False)):
+            original = getattr(torch, name)
+            if getattr(original, "__ks_hook__", False):
+                continue
+
+            def make(orig, writes, name):
+                def wrapper(*args, **kwargs):
+                    rec = monitor.current
+                    if rec is not None and not monitor.in_triton:
+                        target = args[1] if writes and len(args) > 1 else (args[0] if args else None)
+                        path_like = isinstance(target, (str, bytes, os.PathLike))
+                        where = os.fsdecode(target) if path_like else "a stream"
+                        (rec.writes if writes else rec.files).add(f"torch.{name}({where})")
+                    return orig(*args, **kwargs)
+                wrapper.__ks_hook__ = True
+                wrapper.__wrapped__ = orig
+                return wrapper
+
+            setattr(torch, name, make(original, writes, name))
+
     def wrap_reference(self, module) -> None:
         """Replace the harness module's `reference` so a call from watched code is recorded."""
         original = getattr(module, "reference", None)
@@ -198,19 +230,44 @@ class Monitor:
                 rec.network.add(event)
             elif event.startswith(_PROCESS_EVENTS):
                 rec.processes.add(event)
+            elif event == "sys._getframe":
+                if self._called_from_candidate():
+                    rec.introspection.add(event)
             elif event in _INTROSPECTION_EVENTS:
                 rec.introspection.add(event)
             elif event in _TAMPER_EVENTS:
                 if event.startswith("object."):
                     obj, name = args[0], args[1]
                     owner = getattr(obj, "__module__", "") or ""
-                    if owner in self.own_modules:
-                        return  # a class the watched module defined itself
+                    if owner in self.own_modules or name == "__class__":
+                        return  # a class the watched module defined itself, or a lazy-module swap
                     rec.tamper.add(f"{getattr(obj, '__qualname__', type(obj).__name__)}.{name}")
                 else:
                     rec.tamper.add(event)
         except Exception:  # an audit hook must never raise into the code it watches
             pass
+
+    def _called_from_candidate(self) -> bool:
+        """Whether candidate code itself (directly or through `inspect`) asked for a frame.
+
+        Library code such as logging also calls sys._getframe; that is not introspection.
+        """
+        if self._in_audit:
+            return False
+        self._in_audit = True
+        try:
+            frame = sys._getframe(2)  # 0: this method, 1: the audit hook, 2: the caller
+            for _ in range(2):
+                if frame is None:
+                    return False
+                if frame.f_code.co_filename in self.candidate_files:
+                    return True
+                if not frame.f_code.co_filename.endswith("inspect.py"):
+                    return False
+                frame = frame.f_back
+            return False
+        finally:
+            self._in_audit = False
 
     def _record_open(self, rec: Record, args) -> None:
         path, mode, flags = (list(args) + [None, None, None])[:3]

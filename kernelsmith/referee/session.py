@@ -27,6 +27,10 @@ from .snapshot import Snapshot
 TRIALS = 3
 
 
+def _nbytes(tensors) -> list[int]:
+    return [t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)]
+
+
 class Rejected(Exception):
     """Stop evaluating: the candidate is rejected for a named reason."""
 
@@ -91,12 +95,15 @@ class Session:
     def _write_only(self) -> list[str]:
         return [n for n in (self.harness.outputs or []) if n not in self.harness.inplace]
 
-    def call(self, fn, inputs: dict, dirty: float, rec: Record | None) -> tuple:
-        """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned)."""
+    def call(self, fn, inputs: dict, dirty: float, rec: Record | None, sizes: list[int] = ()) -> tuple:
+        """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned).
+
+        `sizes`: byte sizes of the expected outputs, used to dirty the allocator for them.
+        """
         for name in self._write_only():
             C.poison(inputs[name])
         # Always, not only for self-allocated outputs: scratch buffers must not start clean either.
-        C.dirty_allocator(self.dev, dirty)
+        C.dirty_allocator(self.dev, dirty, sizes)
         self.backend.synchronize()
         if rec is None:
             ret = fn(**inputs)
@@ -158,7 +165,8 @@ class Session:
                 inputs = {**inputs, **arena}
             originals = C.clone_inputs(inputs)
             expected = self.expected(originals)
-            outs = self.call(fn, inputs, float("nan"), rec)
+            sizes = _nbytes(expected)
+            outs = self.call(fn, inputs, float("nan"), rec, sizes)
             try:
                 checks = self.check_outputs(outs, expected, f"{where} trial {t}")
             except Rejected as r:
@@ -175,7 +183,7 @@ class Session:
             for name, orig in C.tensors_of(originals).items():
                 if name in self.harness.inplace or name not in (self.harness.outputs or []):
                     inputs[name].copy_(orig)
-            outs2 = self.call(fn, inputs, 1.0e4, rec)
+            outs2 = self.call(fn, inputs, 1.0e4, rec, sizes)
             for a, b in zip(outs, outs2, strict=False):
                 atol, rtol = self._tol(a)
                 same = C.same_bits(a, b) if not self.harness.nondeterministic else \
@@ -212,7 +220,7 @@ class Session:
         expected = self.expected(inputs)
         where = "fresh shape " + ",".join(f"{k}={v}" for k, v in shape.items())
         try:
-            outs = self.call(fn, inputs, float("nan"), rec)
+            outs = self.call(fn, inputs, float("nan"), rec, _nbytes(expected))
             self.check_outputs(outs, expected, where)
         except Rejected as r:
             if r.reason in ("incorrect", "unwritten_output", "shape_mismatch", "dtype_mismatch"):
@@ -230,6 +238,7 @@ class Session:
         if not static.defines(code, self.entry):
             raise Rejected("import_error", f"the candidate does not define the entry function {self.entry!r}")
         self.monitor.allowed_files.add(os.path.realpath(source_path))
+        self.monitor.candidate_files.update({str(source_path), os.path.realpath(source_path)})
         tag = f"c{cid}"
         try:
             with self.monitor.watch(ops=False) as rec:
@@ -292,7 +301,8 @@ class Session:
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
         # Integrity is judged on everything observed, whether or not the answers were right.
-        library_base = bool(getattr(self.harness.module, "LIBRARY_BASE", False))
+        # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
+        library_base = code is not None and bool(getattr(self.harness.module, "LIBRARY_BASE", False))
         found = violations_vs_base(rec, base_rec, library_base=library_base, complete=out["correct"])
         for viol, msg in found:
             out["violations"].append(viol)

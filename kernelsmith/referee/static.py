@@ -169,7 +169,8 @@ def static_violations(code: str, base_code: str) -> list[tuple[str, str]]:
         base = features(base_code)
     except SyntaxError:
         base = {}
-    return [(viol, f"static check: {why}") for key, (viol, why) in sorted(cand.items()) if key not in base]
+    found = {(viol, f"static check: {why}") for key, (viol, why) in cand.items() if key not in base}
+    return sorted(found)
 
 
 def defines(code: str, name: str) -> bool:

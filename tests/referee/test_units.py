@@ -1,0 +1,194 @@
+"""Unit tests of the referee's pieces that need no worker process."""
+
+import math
+
+import pytest
+import torch
+
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee import static
+from kernelsmith.referee.integrity import Record, compute_ops, violations_vs_base
+from kernelsmith.referee.process import scrubbed_env
+from kernelsmith.referee.timing import bootstrap_ci, geomean, roofline_ms
+from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
+
+# -- verdict ------------------------------------------------------------------------------------
+
+
+def test_verdict_roundtrip_and_reason_order():
+    names = ["no_kernel_launch", "reference_call", "reference_call"]
+    v = Verdict(accepted=True, correct=True, violations=names,
+                shapes=[{"shape": {"n": 1}, "max_abs_err": float("nan")}], eval_s=1.5)
+    v.finalize()
+    assert not v.accepted and v.reason == "reference_call"  # the more specific name wins
+    assert v.violations == ["no_kernel_launch", "reference_call"]
+    data = v.to_json()
+    assert data["shapes"][0]["max_abs_err"] is None  # JSON has no NaN
+    back = Verdict.from_json({**data, "something_new": 3})
+    assert back.reason == "reference_call" and back.details["something_new"] == 3
+
+
+def test_untimed_feedback_says_no_timing():
+    v = Verdict(accepted=False, correct=True, timed=False, geomean_speedup=2.0).finalize()
+    assert v.accepted and v.geomean_speedup is None
+    assert NO_TIMING_LINE in v.feedback() and "no timing" in v.summary()
+
+
+def test_timed_feedback_lists_shapes_and_noise():
+    v = Verdict(accepted=True, correct=True, timed=True, geomean_speedup=1.2,
+                timing={"metric": "device", "aa_ratio": 1.02, "noisy": True},
+                shapes=[{"shape": {"n": 4}, "baseline_ms": 0.2, "candidate_ms": 0.1, "speedup": 2.0,
+                         "pct_roofline": 50.0}]).finalize()
+    text = v.feedback()
+    assert "NOISY" in text and "speedup 2.000x" in text and "50% of roofline" in text
+
+
+# -- correctness --------------------------------------------------------------------------------
+
+
+def test_seeds_differ_across_candidates_trials_and_runs():
+    seeds = {C.derive_seed(run, cid, 0, t) for run in (0, 1) for cid in (1, 2) for t in range(3)}
+    assert len(seeds) == 12 and all(0 <= s < 2**31 for s in seeds)
+    assert C.derive_seed(5, 3, 0, 1) == C.derive_seed(5, 3, 0, 1)
+
+
+def test_fresh_shapes_redraw_vary_fields():
+    shapes = [{"t": 3, "h": 256, "dtype": "float16"}]
+    fresh = C.fresh_shapes(shapes, {"t": [1, 5, 37], "h": [64, 96]}, 0, 7, 3)
+    assert len(fresh) == 3 and all(f not in shapes for f in fresh)
+    assert all(f["dtype"] == "float16" and f["h"] in (64, 96) for f in fresh)
+    assert C.fresh_shapes(shapes, {}, 0, 7, 3) == []
+
+
+def test_poison_floats_ints_and_compare_finds_unwritten():
+    f = torch.zeros(8)
+    i = torch.zeros(4, dtype=torch.int32)
+    C.poison(f)
+    C.poison(i)
+    assert torch.isnan(f).all() and (i == C.INT_SENTINEL).all()
+    out = torch.ones(8)
+    out[3] = float("nan")
+    chk = C.compare(out, torch.ones(8), (1e-4, 1e-4), "y")
+    assert chk.problem == "unwritten_output" and "1 of 8" in chk.message
+
+
+@pytest.mark.parametrize("out,problem", [
+    (torch.ones(4, dtype=torch.float64), "dtype_mismatch"),
+    (torch.ones(5), "shape_mismatch"),
+    (torch.ones(4) * 1.1, "incorrect"),
+    ("not a tensor", "incorrect"),
+    (torch.ones(4).as_subclass(type("Sub", (torch.Tensor,), {})), "tensor_subclass"),
+    (torch.ones(4) + 1e-6, None),
+])
+def test_compare(out, problem):
+    assert C.compare(out, torch.ones(4), (1e-4, 1e-4), "y").problem == problem
+
+
+def test_integer_outputs_must_match_exactly():
+    e = torch.arange(10)
+    assert C.compare(e.clone(), e, (1.0, 1.0), "idx").problem is None
+    bad = e.clone()
+    bad[0] = 1
+    assert C.compare(bad, e, (1.0, 1.0), "idx").problem == "incorrect"
+
+
+def test_precision_downgrade_detection():
+    torch.manual_seed(0)
+    exp = torch.randn(1000)
+    low = exp.to(torch.float16).to(torch.float32)
+    assert "float16" in C.precision_downgrade(low, exp, 1e-4, None)
+    assert C.precision_downgrade(exp + 1e-9, exp, 1e-9, 1e-9) is None
+    # within tolerance, but far worse than the base and than fp32 rounding
+    assert "base" in C.precision_downgrade(exp + 1e-3, exp, 1e-3, 1e-8)
+
+
+def test_same_bits_sees_nan_payloads_and_signed_zero():
+    a = torch.tensor([0.0, float("nan")])
+    assert C.same_bits(a, a.clone())
+    assert not C.same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+
+
+# -- integrity ----------------------------------------------------------------------------------
+
+
+def test_violations_vs_base_are_relative_to_the_base():
+    base = Record(launches=1, ops={"empty_like", "mul"}, files={"/data/table.bin"})
+    cand = Record(launches=0, ops={"empty", "mul", "silu", "copy_"}, files={"/data/table.bin"},
+                  network={"socket.connect"}, threads=2, streams={"0x1"}, reference_calls=1,
+                  tamper={"Tensor.__eq__"}, writes={"/tmp/cache.pt"})
+    names = [v for v, _ in violations_vs_base(cand, base)]
+    assert names == ["reference_call", "monkeypatch", "network_access", "file_access", "extra_threads",
+                     "extra_streams", "library_fallback", "no_kernel_launch"]
+    assert compute_ops({"empty", "view", "copy_", "fill_", "silu"}) == {"silu"}
+    # an evaluation cut short proves nothing about launches
+    assert "no_kernel_launch" not in [v for v, _ in violations_vs_base(Record(), base, complete=False)]
+
+
+BASE = "import torch\nimport triton\n\ndef op(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("snippet,violation", [
+    ("import threading\n", "extra_threads"),
+    ("s = torch.cuda.Stream()\n", "extra_streams"),
+    ("import time\ntime.perf_counter = lambda: 0\n", "monkeypatch"),
+    ("setattr(torch, 'matmul', None)\n", "monkeypatch"),
+    ("import sys\nf = sys._getframe(1).f_back\n", "reference_call"),
+    ("import gc\n", "reference_call"),
+    ("from kernelsmith.harness import load_harness\n", "reference_call"),
+    ("g = torch.compile(lambda x: x)\n", "library_fallback"),
+    ("y = torch.ops.aten.mul\n", "library_fallback"),
+    ("try:\n    pass\nexcept Exception:\n    y = torch.nn.functional.silu(x)\n", "library_fallback"),
+    ("class T(torch.Tensor):\n    pass\n", "tensor_subclass"),
+    ("import socket\n", "network_access"),
+    ("torch.save(1, 'x.pt')\n", "file_access"),
+    ("torch.backends.cuda.matmul.allow_tf32 = True\n", "precision_downgrade"),
+])
+def test_static_flags_constructs_the_base_does_not_use(snippet, violation):
+    found = [v for v, _ in static.static_violations(BASE + snippet, BASE)]
+    assert violation in found
+    assert static.static_violations(BASE + snippet, BASE + snippet) == []  # the base uses it too
+
+
+def test_static_leaves_honest_code_alone():
+    honest = BASE + ("import functools\n\n@functools.lru_cache(maxsize=None)\ndef cfg(n):\n    return n\n"
+                     "try:\n    import numpy as np\nexcept ImportError:\n    np = None\n")
+    assert static.static_violations(honest, BASE) == []
+    assert static.defines(BASE, "op") and not static.defines(BASE, "other")
+    assert static.same_program(BASE + "# comment\n", BASE)
+
+
+# -- isolation environment ----------------------------------------------------------------------
+
+
+def test_scrubbed_env_drops_secrets_and_keeps_the_rest():
+    env = scrubbed_env({
+        "PATH": "/usr/bin", "HOME": "/root", "PYTHONPATH": "/x", "GITHUB_TOKEN": "t",
+        "GITHUB_REPOSITORY": "a/b", "KERNELSMITH_LLM_API_KEY": "k", "KERNELSMITH_CACHE": "/c",
+        "OPENAI_API_KEY": "sk", "HF_TOKEN": "h", "MY_SECRET": "s", "DB_PASSWORD": "p",
+        "ACTIONS_ID_TOKEN_REQUEST_URL": "u", "INNOCENT": "ghp_" + "a" * 36,
+        "OTHER": "sk-" + "b" * 40, "CUDA_HOME": "/usr/local/cuda",
+    })
+    assert set(env) == {"PATH", "HOME", "PYTHONPATH", "CUDA_HOME"}
+
+
+# -- timing statistics --------------------------------------------------------------------------
+
+
+def test_bootstrap_ci_brackets_the_ratio():
+    g = torch.Generator().manual_seed(0)
+    base = (1.0 + 0.01 * torch.randn(200, generator=g)).tolist()
+    cand = (0.5 + 0.005 * torch.randn(200, generator=g)).tolist()
+    lo, hi = bootstrap_ci(base, cand, seed=1)
+    assert lo < 2.0 < hi and hi - lo < 0.05
+
+
+def test_geomean_and_roofline():
+    assert math.isclose(geomean([2.0, 0.5, 1.0]), 1.0)
+    assert geomean([]) is None
+
+    class H:
+        bytes_moved = staticmethod(lambda s: 4_000_000_000)
+        flops = staticmethod(lambda s: 10**12)
+
+    ms = roofline_ms(H, {}, {"bandwidth_gbs": 4000.0, "tflops": 500.0})
+    assert math.isclose(ms, 2.0)  # flops-bound: 1e12 / 500e12 s = 2 ms > 1 ms of bytes
