@@ -168,7 +168,9 @@ class Archive:
         """Store a verdict (dict as Verdict.to_json gives it): status becomes "evaluated"."""
         self._db.execute(
             "UPDATE candidates SET verdict=?, feedback=?, status='evaluated', speedup=?, accepted=?,"
-            " reason=?, evaluated_at=?, timing=?, awaiting_full=?, eval_s=? WHERE id=?",
+            " reason=?, evaluated_at=?, timing=?, awaiting_full=?,"
+            # A screened contender's full measurement adds to its time (eval_s is all referee time).
+            " eval_s=CASE WHEN awaiting_full=1 THEN COALESCE(eval_s, 0) + ? ELSE ? END WHERE id=?",
             (
                 json.dumps(verdict_json),
                 feedback,
@@ -178,6 +180,7 @@ class Archive:
                 now_iso(),
                 timing or _timing_of(verdict_json),
                 int(awaiting_full),
+                verdict_json.get("eval_s") or 0.0,
                 verdict_json.get("eval_s"),
                 cid,
             ),

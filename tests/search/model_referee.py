@@ -98,6 +98,7 @@ class ModelReferee:
                 "noisy": False if timing == "full" else None,
             },
         )
+        v.eval_s = 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)  # modelled referee seconds
         return v.finalize()
 
     def close(self):

@@ -11,6 +11,7 @@ import torch
 
 from kernelsmith.cli import main
 from kernelsmith.search.archive import Archive
+from kernelsmith.search.efficiency import compare
 from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig, optimize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +139,12 @@ def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
     assert best("params") > 1.5 * best("grid")
     assert params["geomean_speedup"] > 5.0  # near the best single config of the model (5.96)
     assert grid["winner"] is None or grid["geomean_speedup"] < params["geomean_speedup"]
+    cmp = compare(tmp_path / "params", tmp_path / "grid")
+    assert cmp["best_a_at_equal_time"] > cmp["best_b_at_equal_time"]
+    assert (
+        cmp["gpu_seconds_to_target_b"] is None
+        or cmp["gpu_seconds_to_target_a"] < cmp["gpu_seconds_to_target_b"]
+    )
 
 
 def test_per_shape_table_when_shapes_disagree(tmp_path, fake_gpu):

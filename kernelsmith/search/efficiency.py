@@ -1,0 +1,109 @@
+"""Search efficiency from run directories: best speedup against GPU time, evaluations per GPU-minute,
+and the params-vs-grid comparison (`python -m kernelsmith.search.efficiency RUN_DIR... --compare A B`).
+
+GPU time is the referee's time per candidate (`eval_s`: correctness, integrity, compilation and
+timing, screen and full together), summed in evaluation order; "best" counts only accepted, full,
+non-noisy measurements, as the search itself does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .archive import Archive
+
+
+def curve(run_dir: Path) -> list[tuple[float, float]]:
+    """[(cumulative GPU seconds, best geomean so far)] after each candidate evaluation."""
+    with Archive(Path(run_dir) / "archive.sqlite") as a:
+        rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated" and r["eval_s"]]
+    rows.sort(key=lambda r: r["evaluated_at"] or "")
+    out, t, best = [], 0.0, 1.0
+    for r in rows:
+        t += r["eval_s"]
+        v = r["verdict"] or {}
+        if r["accepted"] and r["timing"] == "full" and not (v.get("timing") or {}).get("noisy"):
+            best = max(best, r["speedup"] or 0.0)
+        out.append((t, best))
+    return out
+
+
+def best_at(points: list[tuple[float, float]], seconds: float) -> float:
+    """The best geomean reached within `seconds` of GPU time."""
+    return max([b for t, b in points if t <= seconds] + [1.0])
+
+
+def time_to(points: list[tuple[float, float]], target: float) -> float | None:
+    """GPU seconds until the best reached `target` (None: never)."""
+    return next((t for t, b in points if b >= target), None)
+
+
+def run_summary(run_dir: Path) -> dict:
+    """One run: geomean, % roofline of the winner, evaluations per GPU-minute and per wall minute."""
+    result = json.loads((Path(run_dir) / "result.json").read_text())
+    pts = curve(run_dir)
+    gpu_s = pts[-1][0] if pts else 0.0
+    roofs = [s["pct_roofline"] for s in result.get("shapes") or [] if s.get("pct_roofline") is not None]
+    return {
+        "run": str(run_dir),
+        "op": result["op"],
+        "mutator": result.get("mutator"),
+        "geomean_speedup": result.get("geomean_speedup"),
+        "proposals": result["proposals"],
+        "evaluations": result["evaluations"],
+        "gpu_minutes": round(gpu_s / 60, 3),
+        "evals_per_gpu_minute": round(result["evaluations"] / (gpu_s / 60), 1) if gpu_s else None,
+        "evals_per_wall_minute": round(result["evaluations"] / (result["wall_s"] / 60), 1)
+        if result.get("wall_s")
+        else None,
+        "winner_pct_roofline": {"min": min(roofs), "max": max(roofs)} if roofs else None,
+        "precompile": result.get("precompile"),
+    }
+
+
+def compare(a: Path, b: Path) -> dict:
+    """Search `a` against search `b` (e.g. params against a grid sweep) at equal GPU time."""
+    pa, pb = curve(a), curve(b)
+    horizon = min(pa[-1][0] if pa else 0.0, pb[-1][0] if pb else 0.0)
+    best_a, best_b = (pa[-1][1] if pa else 1.0), (pb[-1][1] if pb else 1.0)
+    target = 0.95 * max(best_a, best_b)
+    ta, tb = time_to(pa, target), time_to(pb, target)
+    return {
+        "a": str(a),
+        "b": str(b),
+        "equal_gpu_seconds": round(horizon, 2),
+        "best_a_at_equal_time": round(best_at(pa, horizon), 4),
+        "best_b_at_equal_time": round(best_at(pb, horizon), 4),
+        "best_a": round(best_a, 4),
+        "best_b": round(best_b, 4),
+        "target_95pct": round(target, 4),
+        "gpu_seconds_to_target_a": round(ta, 2) if ta is not None else None,
+        "gpu_seconds_to_target_b": round(tb, 2) if tb is not None else None,
+        "speedup_gain_per_gpu_minute_a": round((best_at(pa, horizon) - 1) / (horizon / 60), 3)
+        if horizon
+        else None,
+        "speedup_gain_per_gpu_minute_b": round((best_at(pb, horizon) - 1) / (horizon / 60), 3)
+        if horizon
+        else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print JSON summaries of run directories, and a comparison of two of them."""
+    p = argparse.ArgumentParser(prog="python -m kernelsmith.search.efficiency", description=__doc__)
+    p.add_argument("runs", nargs="*", type=Path)
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
+    args = p.parse_args(argv)
+    out = {"runs": [run_summary(r) for r in args.runs]}
+    if args.compare:
+        out["compare"] = compare(*args.compare)
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
