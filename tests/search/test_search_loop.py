@@ -211,3 +211,28 @@ def test_existing_run_needs_resume(tmp_path, fake_gpu, capsys):
         ]
     )
     assert rc == 2 and "--resume" in capsys.readouterr().err
+
+
+def test_all_mutators_share_the_generations(tmp_path, fake_gpu, monkeypatch):
+    from llm_server import ScriptedLLM
+
+    from kernelsmith.search.edits import format_edit
+
+    def answer(body):
+        # Answer against the parent in the prompt: raise its BLOCK line by 2x when there is one.
+        text = body["messages"][-1]["content"]
+        for block in (64, 128, 256, 512, 1024, 2048):
+            if f"    BLOCK = {block}\n" in text:
+                return {"content": format_edit(f"    BLOCK = {block}\n", f"    BLOCK = {block * 2}\n")}
+        return {"content": "no idea"}
+
+    with ScriptedLLM([], default=answer) as srv:
+        monkeypatch.setenv("KERNELSMITH_LLM_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KERNELSMITH_LLM_MODEL", "scripted")
+        result = _run(tmp_path, budget=12, mutator="all")
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = a.all()[1:]
+    assert {r["mutator"] for r in rows} == {"params", "llm"} and len(rows) == 12
+    llm = [r for r in rows if r["mutator"] == "llm"]
+    assert all(r["prompt"].startswith("[system]") for r in llm) and srv.requests
+    assert result["proposals"] == 12 and result["winner"]
