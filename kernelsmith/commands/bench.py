@@ -67,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
         solutions = optimize_tasks(problems, out, mutator=args.mutator, device=args.device,
                                    dtype=args.dtype, budget=args.budget, minutes=args.minutes,
                                    seed=args.seed)
+        # A task whose search found no accepted winner is scored as KernelBench scores a failed
+        # generation: incorrect.
         scores = score_solutions(problems, solutions, out / "score", device=args.device,
-                                 dtype=args.dtype, seed=args.seed, progress=log)
+                                 dtype=args.dtype, seed=args.seed, progress=log, missing="no_winner")
     else:
         with tempfile.TemporaryDirectory(prefix="ks-bench-") as work:
             scores = score_solutions(problems, Path(args.solutions), Path(work), device=args.device,

@@ -13,12 +13,12 @@ from .problem import Problem
 
 
 def score_solution(problem: Problem, code: str | None, folder: Path, *, device: str = "auto",
-                   dtype: str = "float32", seed: int = 0) -> TaskScore:
+                   dtype: str = "float32", seed: int = 0, missing: str = "missing_solution") -> TaskScore:
     """One task: the referee's verdict on `code` (None: no solution, scored as incorrect)."""
     from ..referee import Referee
 
     if code is None:
-        return TaskScore(problem.name, False, None, "missing_solution")
+        return TaskScore(problem.name, False, None, missing)
     task = kernelbench_task(problem, folder, dtype)
     started = time.monotonic()
     with Referee(task, device=device, seed=seed, workdir=folder / "work") as referee:
@@ -33,7 +33,8 @@ def score_solution(problem: Problem, code: str | None, folder: Path, *, device: 
 
 
 def score_solutions(problems: list[Problem], solutions: Path, workdir: Path, *, device: str = "auto",
-                    dtype: str = "float32", seed: int = 0, progress=None) -> list[TaskScore]:
+                    dtype: str = "float32", seed: int = 0, progress=None,
+                    missing: str = "missing_solution") -> list[TaskScore]:
     """Score `solutions`/<problem>.py for every problem (a missing file counts as incorrect)."""
     solutions = Path(solutions)
     if not solutions.is_dir():
@@ -43,7 +44,7 @@ def score_solutions(problems: list[Problem], solutions: Path, workdir: Path, *, 
         path = solutions / f"{problem.name}.py"
         code = path.read_text() if path.is_file() else None
         score = score_solution(problem, code, Path(workdir) / operator_name(problem), device=device,
-                               dtype=dtype, seed=seed)
+                               dtype=dtype, seed=seed, missing=missing)
         scores.append(score)
         if progress:
             progress(score)

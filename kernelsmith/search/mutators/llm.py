@@ -72,7 +72,9 @@ def llm_settings(env: dict | None = None) -> LLMSettings:
 
 def _defines(code: str, name: str) -> bool:
     tree = ast.parse(code)
-    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+    # A class counts too: a KernelBench task's entry is the ModelNew class.
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+               for n in tree.body)
 
 
 class LLMMutator:
