@@ -8,6 +8,7 @@ the bot reads: `<!-- kernelsmith:op=<target>/<op> source=<sha256 of base file> r
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from pathlib import Path
 
@@ -17,11 +18,16 @@ from .rundir import RunDir, write_json, write_text
 NO_TIMING = "No timing was done (no CUDA device: correctness and integrity only)."
 
 
-def marker(run: dict, result: dict | None, run_id: str, base_code: str | None) -> str:
+def marker(
+    run: dict, result: dict | None, run_id: str, base_code: str | None, prior: str | None = None
+) -> str:
     """The hidden HTML comment identifying target/op, the operator source hash and the run."""
     source = (result or {}).get("source_sha256") or (
-        hashlib.sha256(base_code.encode()).hexdigest() if base_code is not None else "unknown"
+        hashlib.sha256(base_code.encode()).hexdigest() if base_code is not None else None
     )
+    if source is None:  # re-rendered without archive or result hash: keep what the last report said
+        m = re.search(r"<!-- kernelsmith:op=\S+ source=([0-9a-f]{64}) ", prior or "")
+        source = m.group(1) if m else "unknown"
     return f"<!-- kernelsmith:op={Path(run['target']).stem}/{run['op']} source={source} run={run_id} -->"
 
 
@@ -151,7 +157,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     timed = bool(result.get("timed", run.get("device") == "cuda"))
     winner = result.get("winner")
     g = result.get("geomean_speedup")
-    out = [marker(run, result, rd.path.name, base_code)]
+    prior = (rd.path / "report.md").read_text() if (rd.path / "report.md").is_file() else None
+    out = [marker(run, result, rd.path.name, base_code, prior)]
     if winner and timed:
         out.append(
             f"## kernelsmith: `{run['op']}` is {g:.2f}x faster (geomean over {len(result['shapes'])} shapes)"
@@ -226,8 +233,11 @@ def render_all(rd: RunDir) -> list[Path]:
     from .chart import render_chart
     from .search.archive import Archive
 
-    with Archive(rd.archive_path) as archive:
-        rows = archive.all()
+    rows, final = [], {}
+    if rd.archive_path.is_file():  # a copied run directory may come without its archive
+        with Archive(rd.archive_path) as archive:
+            rows = archive.all()
+            final = archive.get_meta("final", {}) or {}
     result = rd.result or {}
     report = rd.path / "report.md"
     write_text(report, render_report(rd, rows))
@@ -239,11 +249,10 @@ def render_all(rd: RunDir) -> list[Path]:
     winner_id = (result.get("winner") or {}).get("id")
     shapes = []
     if winner_id is not None:
-        final = {}
-        with Archive(rd.archive_path) as archive:
-            final = archive.get_meta("final", {}) or {}
         verdict = final.get(str(winner_id)) or next((r["verdict"] for r in rows if r["id"] == winner_id), {})
         shapes = (verdict or {}).get("shapes") or []
+    if not shapes:  # no archive: the per-shape medians of result.json are all there is
+        shapes = [{**s, "candidate_ms": s.get("winner_ms")} for s in result.get("shapes") or []]
     bench = rd.path / "benchmark.json"
     write_json(bench, benchmark_json(rd.run, result, shapes))
     return [report, png, bench]

@@ -236,3 +236,67 @@ def test_all_mutators_share_the_generations(tmp_path, fake_gpu, monkeypatch):
     llm = [r for r in rows if r["mutator"] == "llm"]
     assert all(r["prompt"].startswith("[system]") for r in llm) and srv.requests
     assert result["proposals"] == 12 and result["winner"]
+
+
+def test_stagnation_and_minutes_stop_the_search(tmp_path, fake_gpu):
+    stalled = _run(tmp_path, "stalled", budget=40, stagnation=1)
+    assert stalled["stop_reason"].startswith("stagnation") and stalled["proposals"] < 40
+    timed_out = _run(tmp_path, "minutes", budget=None, minutes=1e-4)
+    assert timed_out["stop_reason"].startswith("time budget")
+
+
+def test_identical_answers_are_duplicates_not_evaluations(tmp_path, fake_gpu, monkeypatch):
+    from llm_server import ScriptedLLM
+
+    from kernelsmith.search.edits import format_edit
+
+    edit = {"content": format_edit("    BLOCK = 64\n", "    BLOCK = 1024\n")}
+    with ScriptedLLM([], default=edit) as srv:
+        monkeypatch.setenv("KERNELSMITH_LLM_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KERNELSMITH_LLM_MODEL", "scripted")
+        result = _run(tmp_path, budget=4, mutator="llm")
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = a.all()[1:]
+    firsts = [r for r in rows if r["status"] == "evaluated"]
+    dups = [r for r in rows if r["status"] == "duplicate"]
+    assert len(rows) == 4 and dups and all(d["duplicate_of"] == firsts[0]["id"] for d in dups)
+    assert result["evaluations"] == len(firsts) and result["rejected"]["duplicate"] == len(dups)
+    screened = [c["cid"] for c in model_referee.CALLS if c["timing"] == "screen"]
+    assert not set(screened) & {d["id"] for d in dups}
+
+
+def test_report_renders_without_archive(tmp_path):
+    import shutil
+
+    run = tmp_path / "example"
+    shutil.copytree(ROOT / "tests" / "data" / "example_run", run)
+    before = json.loads((run / "benchmark.json").read_text())
+    assert main(["report", str(run)]) == 0
+    assert not (run / "archive.sqlite").exists()
+    text = (run / "report.md").read_text()
+    assert text.startswith("<!-- kernelsmith:op=demo/rms_norm ") and "| shape | base ms |" in text
+    after = json.loads((run / "benchmark.json").read_text())
+    assert len(after["benchmarks"]) == 2 * len(json.loads((run / "result.json").read_text())["shapes"])
+    assert before["benchmarks"]  # the hand-made file had entries; the re-rendered one keeps one per side
+
+
+def test_live_progress_on_a_terminal():
+    import io
+
+    from kernelsmith.search.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    p = Progress(10, live=True, timed=True, stream=out)
+    p.set_generation(2, 3)
+    p.event(5, "params", "accepted, geomean speedup 1.500x", evaluated=True, accepted=True, best=1.5)
+    p.close()
+    text = out.getvalue()
+    assert "gen 2" in text and "best 1.500x" in text and "evals/min" in text
+    plain = io.StringIO()
+    q = Progress(10, live=True, stream=plain)
+    q.event(6, "llm", "rejected: incorrect", evaluated=True, accepted=False, best=None)
+    assert plain.getvalue().startswith("[gen 0] #6 llm: rejected: incorrect | evals 1")
