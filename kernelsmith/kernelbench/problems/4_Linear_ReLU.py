@@ -16,7 +16,8 @@ class Model(nn.Module):
 batch_size = 1024
 in_features = 2048
 out_features = 2048
-CPU_SIZES = {"batch_size": 5, "in_features": 48, "out_features": 40}
+# K large enough that accumulation order shows (the referee must not call that lower precision).
+CPU_SIZES = {"batch_size": 5, "in_features": 1024, "out_features": 40}
 VARY = {"batch_size": [1, 9]}
 
 
