@@ -31,7 +31,8 @@ class Referee:
     """Evaluates candidates for one Task in an isolated, recycled worker process."""
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
-                 timeout_s: float | None = None, workdir: Path | None = None, network: bool = False):
+                 timeout_s: float | None = None, workdir: Path | None = None, network: bool = False,
+                 prefork: bool | None = None):
         try:
             self.device = resolve_device(device)
         except ValueError as e:
@@ -50,7 +51,11 @@ class Referee:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.network = network
         self.device_info: dict | None = None
+        # A spare worker boots while the current one evaluates, so replacing a worker after a
+        # rejection costs nothing. Off on CUDA: a booting process must not disturb a measurement.
+        self.prefork = (self.device == "interpret") if prefork is None else bool(prefork)
         self._worker: WorkerProcess | None = None
+        self._spare: tuple[WorkerProcess, str] | None = None
         self.workers_started = 0
 
     # -- worker lifecycle ---------------------------------------------------------------------
@@ -70,12 +75,22 @@ class Referee:
             env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
         return env
 
-    def _start(self) -> WorkerProcess:
+    def _spawn(self) -> tuple[WorkerProcess, str]:
+        """Start a worker and send its init request (answered later, see _ready)."""
         worker = WorkerProcess(self._env(), self.workdir, network=self.network)
         self.workers_started += 1
         try:
-            init = {"op": "init", "fd": worker.fd_in_child, "spec": self._spec()}
-            reply = worker.request(init, INIT_TIMEOUT_S)
+            nonce = worker.send({"op": "init", "fd": worker.fd_in_child, "spec": self._spec()})
+        except WorkerDied as e:
+            worker.kill()
+            raise RefereeError(f"the referee's worker failed to start: {e}") from None
+        return worker, nonce
+
+    def _ready(self, spawned: tuple[WorkerProcess, str]) -> WorkerProcess:
+        """Wait for a spawned worker's init answer; RefereeError if it cannot load the task."""
+        worker, nonce = spawned
+        try:
+            reply = worker.wait(nonce, INIT_TIMEOUT_S)
         except (WorkerDied, WorkerTimeout) as e:
             worker.kill()
             raise RefereeError(f"the referee's worker failed to start: {e}") from None
@@ -85,6 +100,10 @@ class Referee:
                                f"{reply.get('error')}")
         self.device_info = reply.get("device")
         return worker
+
+    def _start(self) -> WorkerProcess:
+        spawned, self._spare = (self._spare or self._spawn()), None
+        return self._ready(spawned)
 
     def _recycle(self) -> None:
         if self._worker is not None:
@@ -121,6 +140,8 @@ class Referee:
                 if code is None:
                     return Verdict.rejected("import_error", str(e))
                 raise
+        if self.prefork and self._spare is None:
+            self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
                "candidate_id": cid, "timing": timing, "seed": self.seed}
         try:
@@ -146,6 +167,9 @@ class Referee:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+        if self._spare is not None:
+            self._spare[0].kill()
+            self._spare = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

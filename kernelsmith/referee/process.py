@@ -88,8 +88,8 @@ class WorkerProcess:
         """The last lines the worker printed."""
         return "\n".join(list(self.log)[-n:])
 
-    def request(self, msg: dict, timeout: float) -> dict:
-        """Send one request and wait for its answer; WorkerTimeout / WorkerDied otherwise."""
+    def send(self, msg: dict) -> str:
+        """Send one request; returns the nonce its answer must carry."""
         nonce = secrets.token_hex(16)
         line = json.dumps({**msg, "nonce": nonce}) + "\n"
         try:
@@ -97,6 +97,10 @@ class WorkerProcess:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
             raise WorkerDied(self._death_note()) from e
+        return nonce
+
+    def wait(self, nonce: str, timeout: float) -> dict:
+        """Wait for the answer to the request sent with `nonce`; WorkerTimeout / WorkerDied otherwise."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
@@ -117,6 +121,10 @@ class WorkerProcess:
         if reply.get("nonce") != nonce:
             raise WorkerDied("the worker's answer did not carry this request's nonce (tampered protocol)")
         return reply
+
+    def request(self, msg: dict, timeout: float) -> dict:
+        """Send one request and wait for its answer."""
+        return self.wait(self.send(msg), timeout)
 
     def _death_note(self) -> str:
         try:

@@ -27,7 +27,7 @@ def test_hang_times_out_and_the_worker_is_replaced():
         assert verdict.reason == "timeout" and not verdict.accepted
         assert "process group killed" in verdict.error
         assert ref.evaluate(honest, candidate_id=2).accepted
-        assert ref.workers_started == 2
+        assert ref.workers_started >= 2
 
 
 def test_candidates_see_no_secrets(monkeypatch):
