@@ -116,7 +116,7 @@ class Precompiler:
         cores = os.cpu_count() or 2
         if target is None or cores < 4:
             return None
-        return cls(task, target, max(1, min(workers, cores // 2)), workdir)
+        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir)
 
     def _child(self) -> _Child:
         with self.lock:
@@ -149,7 +149,7 @@ class Precompiler:
     def wait(self, cid: int, timeout: float) -> None:
         """Wait (bounded) for candidate `cid`'s compile job; compiling it again would take as long."""
         fut = self.futures.pop(cid, None)
-        if fut is not None:
+        if fut is not None and not fut.cancel():  # not started yet: the worker compiles it itself
             try:
                 fut.result(timeout=timeout)
             except Exception:
