@@ -96,6 +96,14 @@ def search_stats(rows: list[dict], result: dict) -> str:
         f"- wall time: {wall / 60:.1f} min, {evals / (wall / 60) if wall else 0:.1f} evaluations/min",
         f"- stopped: {result.get('stop_reason') or 'n/a'}",
     ]
+    llm = result.get("llm")
+    if llm:
+        lines.append(
+            f"- llm requests: {llm.get('requests')} ({llm.get('retries')} retries: "
+            f"{llm.get('timeouts')} timeouts, "
+            f"{llm.get('rate_limited')} rate-limited, {llm.get('server_errors')} server errors; "
+            f"{llm.get('failed')} gave no answer)"
+        )
     rejected = result.get("rejected") or {}
     if rejected:
         lines.append("- rejected: " + ", ".join(f"{k} {v}" for k, v in rejected.items()))

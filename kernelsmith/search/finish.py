@@ -145,6 +145,7 @@ def finish(search, evaluator, started: float) -> dict:
         "stop_reason": search.stop_reason,
         "final_measurements": measured,
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
+        "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
     }
     write_json(path / "result.json", result)
     render_all(load_run(path))
