@@ -103,7 +103,7 @@ class KernelBenchRuntime:
         dtype = getattr(torch, shape.get("dtype", "float32"))
         sizes = {k: v for k, v in shape.items() if k in self.problem.sizes}
         self._apply_sizes(sizes)
-        devices = [torch.cuda.current_device()] if device.startswith("cuda") else []
+        devices = [torch.cuda.current_device()] if str(device).startswith("cuda") else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             args = self.module.get_inputs()

@@ -222,7 +222,9 @@ def _main(spec: dict) -> None:
                 source_path=Path(job["path"]),
                 stubs=stubs,
             )
-            fn = getattr(mod, spec["entry"])
+            # A harness may say how to call a loaded module (KernelBench tasks: an instance of ModelNew).
+            bind = getattr(harness.module, "bind", None)
+            fn = bind(mod) if bind is not None else getattr(mod, spec["entry"])
             for i, shape in enumerate(harness.shapes):
                 if i not in inputs_cache:
                     inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
