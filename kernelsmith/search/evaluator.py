@@ -46,7 +46,6 @@ class Evaluator:
         self.on_verdict = on_verdict
         self.best = 1.0  # best full-measured, non-noisy geomean so far (the base is 1.0)
         self.deadline: float | None = None
-        self.busy_s = [0.0] * len(self.referees)
         self.device_info: dict | None = None
         self._final = None  # the referee of the final re-measurement (new seeds)
 
@@ -89,9 +88,7 @@ class Evaluator:
                 except queue.Empty:
                     return
                 try:
-                    start = time.monotonic()
                     self._evaluate(self.referees[i], row)
-                    self.busy_s[i] += time.monotonic() - start
                     done[0] += 1
                 except BaseException as e:  # a referee that cannot work at all stops the run
                     errors.append(e)
