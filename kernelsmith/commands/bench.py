@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -64,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.json else None
     if args.mutator:
         out = Path(args.out or f"runs/bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}").resolve()
-        solutions = optimize_tasks(problems, out, mutator=args.mutator, device=args.device,
-                                   dtype=args.dtype, budget=args.budget, minutes=args.minutes,
-                                   seed=args.seed)
+        # The search's progress goes to stderr, so stdout holds only the table (or the JSON).
+        with contextlib.redirect_stdout(sys.stderr):
+            solutions = optimize_tasks(problems, out, mutator=args.mutator, device=args.device,
+                                       dtype=args.dtype, budget=args.budget, minutes=args.minutes,
+                                       seed=args.seed)
         # A task whose search found no accepted winner is scored as KernelBench scores a failed
         # generation: incorrect.
         scores = score_solutions(problems, solutions, out / "score", device=args.device,

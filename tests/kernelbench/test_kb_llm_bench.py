@@ -35,7 +35,9 @@ def test_llm_backend_is_scored_and_its_run_exported(tmp_path, monkeypatch, capsy
                                   "--device", "interpret", "--only", "1_Swish", "--out", str(out),
                                   "--save", str(tmp_path / "bench.json")])
         assert args.func(args) == 0
-    assert "| 1_Swish | yes |" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert printed.out.startswith("| task | correct |")  # the search's progress went to stderr
+    assert "| 1_Swish | yes |" in printed.out and "run directory" in printed.err
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["metrics"]["correctness_rate"] == 1.0 and report["tasks"][0]["reason"] is None
     first_prompt = srv.requests[0]["json"]["messages"][1]["content"]
