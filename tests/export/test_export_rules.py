@@ -114,3 +114,13 @@ def test_cli_prints_summary(timed_run, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "2 sft records" in text and "1 first steps, 1 improving steps" in text
     assert out.is_file() and (tmp_path / "x.jsonl.summary.json").is_file()
+
+
+def test_bad_run_dir_is_a_config_error(tmp_path, capsys):
+    from kernelsmith.cli import main
+
+    assert main(["export", str(tmp_path), "--format", "sft", "-o", str(tmp_path / "o.jsonl")]) == 2
+    assert "not a run directory (no run.json)" in capsys.readouterr().err
+    (tmp_path / "run.json").write_text("{}")
+    assert main(["export", str(tmp_path), "--format", "rl", "-o", str(tmp_path / "o.jsonl")]) == 2
+    assert "no archive.sqlite" in capsys.readouterr().err
