@@ -69,17 +69,41 @@ class Record:
             getattr(self, name).update(getattr(other, name))
 
 
+_ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
+def fill_garbage(t: torch.Tensor, value: float) -> None:
+    """Fill fresh memory with a visible value: `value` for floats, a sentinel for integers."""
+    if t.is_floating_point():
+        if t.element_size() == 1:
+            t.view(torch.uint8).fill_(0x7F)  # NaN in the float8 formats
+        else:
+            t.fill_(value)
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    elif not t.is_complex():
+        info = torch.iinfo(t.dtype)
+        t.fill_(max(info.min, min(info.max, -0x5A5A5A5A)))
+
+
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, monitor: Monitor):
+    def __init__(self, monitor: Monitor, garbage: float | None):
         super().__init__()
         self.monitor = monitor
+        self.garbage = garbage
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = self.monitor.current
+        out = func(*args, **(kwargs or {}))
         if rec is not None and not self.monitor.in_triton:
-            rec.ops.add(op_name(func))
+            name = op_name(func)
+            rec.ops.add(name)
             self.monitor.check_stream(rec)
-        return func(*args, **(kwargs or {}))
+            # Memory the candidate allocates starts as garbage, whatever the allocator would hand
+            # out: an output it never writes, or scratch it reads before writing, shows up.
+            if self.garbage is not None and name in _ALLOC_OPS and isinstance(out, torch.Tensor):
+                fill_garbage(out, self.garbage)
+        return out
 
 
 class Monitor:
@@ -106,7 +130,7 @@ class Monitor:
         self._hook_triton()
         self._hook_threads()
         self._hook_torch_files()
-        with _OpRecorder(self):
+        with _OpRecorder(self, None):
             torch.zeros(1).add_(1)  # the first dispatched op imports torch._dynamo, which re-wraps torch
 
         sys.addaudithook(self._audit)
@@ -286,14 +310,17 @@ class Monitor:
         rec.files.add(path)
 
     @contextmanager
-    def watch(self, record: Record | None = None, ops: bool = True):
-        """Record what the block does into `record` (a new one when None); yields the record."""
+    def watch(self, record: Record | None = None, ops: bool = True, garbage: float | None = None):
+        """Record what the block does into `record` (a new one when None); yields the record.
+
+        `garbage`: fill every tensor the block allocates with this value (None: leave them).
+        """
         rec = record if record is not None else Record()
         prev = self.current
         self.current = rec
         if self.device == "cuda":
             self.expected_stream = torch.cuda.current_stream().cuda_stream
-        mode = _OpRecorder(self) if ops else None
+        mode = _OpRecorder(self, garbage) if ops else None
         try:
             if mode is not None:
                 with mode:

@@ -109,7 +109,7 @@ class Session:
             ret = fn(**inputs)
             self.backend.synchronize()
         else:
-            with self.monitor.watch(rec):
+            with self.monitor.watch(rec, garbage=dirty):
                 ret = fn(**inputs)
                 self.backend.synchronize()
         names = self.harness.outputs

@@ -41,7 +41,6 @@ class CudaBackend(Backend):
         self.cache_path = Path(cache_dir) / "device.json" if cache_dir else None
         self._flush = None
         self._cycles_per_us: float | None = None
-        self._peaks: dict | None = None
 
     def init_context(self) -> None:
         """Create the CUDA context and the L2 flush buffer."""

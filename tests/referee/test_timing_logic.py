@@ -1,0 +1,126 @@
+"""The timing pipeline (interleaving, A/A re-takes, cached-result check, roofline floor) driven by a
+synthetic backend, so its logic is tested without a GPU. Real numbers come from the H200 step."""
+
+import random
+
+import pytest
+import torch
+from referee_helpers import ROOT
+
+from kernelsmith.harness import load_harness
+from kernelsmith.referee import timing
+from kernelsmith.referee.backend.base import Backend
+
+
+class FakeBackend(Backend):
+    """Calls every function for real (so outputs exist) but reports scripted device times."""
+
+    timed = True
+
+    def __init__(self, ms: list[float], bandwidth_gbs: float = 1e9, aa_drift: list[float] = ()):
+        self.ms, self.bw, self.drift, self.calls = ms, bandwidth_gbs, list(aa_drift), 0
+
+    def time_calls(self, fns, reps, order_seed):
+        rng = random.Random(order_seed)
+        drift = self.drift.pop(0) if self.drift and len(fns) == 3 else 1.0
+        out = [[] for _ in fns]
+        for r in range(reps):
+            for i, f in enumerate(fns):
+                f(r)
+                self.calls += 1
+                scale = drift if i == 2 else 1.0
+                out[i].append(self.ms[i] * scale * (1 + 0.001 * rng.random()))
+        return out
+
+    def host_time(self, fn, calls):
+        for i in range(calls):
+            fn(i)
+        return 0.05
+
+    def peak(self, dtype_name=None):
+        return {"bandwidth_gbs": self.bw, "tflops": None}
+
+
+def _rms(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+class FakeSession:
+    def __init__(self, backend):
+        self.harness = load_harness(ROOT / "targets" / "demo" / "rms_norm.py")
+        self.backend, self.dev, self.device = backend, "cpu", "interpret"
+        self.base_fn = _rms
+
+    def aa_fn(self):
+        return lambda **kw: _rms(**kw)
+
+    def expected(self, inputs):
+        return (self.harness.reference(**inputs),)
+
+    def _tol(self, t):
+        return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))
+
+
+def _verdict_dict(session):
+    shapes = [{"shape": s} for s in session.harness.shapes_for("interpret")]
+    return {"shapes": shapes, "violations": [], "details": {"messages": []}}
+
+
+@pytest.fixture(autouse=True)
+def _few_reps(monkeypatch):
+    monkeypatch.setitem(timing.FULL, "min_reps", 12)
+    monkeypatch.setitem(timing.FULL, "max_reps", 12)
+    monkeypatch.setitem(timing.FULL, "host_calls", 3)
+
+
+def test_full_timing_fills_every_shape_field():
+    s = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timed"] and out["violations"] == []
+    assert out["timing"]["metric"] == "device" and out["timing"]["noisy"] is False
+    assert abs(out["timing"]["aa_ratio"] - 1) < 0.01 and 1.9 < out["geomean_speedup"] < 2.1
+    for sh in out["shapes"]:
+        lo, hi = sh["ci95"]
+        assert lo <= sh["speedup"] <= hi * 1.001 and sh["host_ms"] == 0.05 and sh["reps"] == 12
+        assert sh["device_ms"] == sh["candidate_ms"] and sh["floored"] is False
+
+
+def test_aa_drift_is_retaken_then_reported_noisy():
+    retaken = FakeBackend([0.2, 0.1, 0.2], aa_drift=[1.05, 1.0] * 2)  # first take of each shape drifts
+    s = FakeSession(retaken)
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is False and all(sh["attempts"] == 2 for sh in out["shapes"])
+    noisy = FakeSession(FakeBackend([0.2, 0.1, 0.2], aa_drift=[1.05] * 10))
+    out = _verdict_dict(noisy)
+    timing.time_candidate(noisy, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is True and out["shapes"][0]["attempts"] == timing.RETAKES + 1
+
+
+def test_screen_mode_has_no_aa_control():
+    s = FakeSession(FakeBackend([0.2, 0.1]))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="screen", out=out)
+    assert out["timed"] and out["timing"]["aa_ratio"] is None and out["timing"]["noisy"] is None
+
+
+def test_impossible_time_is_floored_at_the_roofline():
+    # A bandwidth of 1 kB/s makes the roofline far slower than the reported 0.1 ms.
+    s = FakeSession(FakeBackend([0.2, 0.1, 0.2], bandwidth_gbs=1e-6))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
+    assert all(sh["floored"] and sh["speedup"] < 1 for sh in out["shapes"])
+
+
+def test_result_cached_across_timed_calls_is_caught():
+    first = {}
+
+    def cached(x, weight, eps):
+        return first.setdefault("y", _rms(x, weight, eps))
+
+    s = FakeSession(FakeBackend([0.2, 0.01, 0.2]))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, cached, cid=1, seed=0, mode="full", out=out)
+    assert out["violations"] == ["cached_result"] and not out.get("timed")
