@@ -312,6 +312,7 @@ class Search:
             self.progress.set_generation(generation, proposals)
             remaining = (self.budget - proposals) if self.budget is not None else self.batch
             made = self._propose(generation, remaining)
+            self.progress.set_generation(generation, self.archive.proposals())
             if made == 0:
                 self.stop_reason = "search space exhausted: no new proposal could be made"
                 break
