@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
-from .process import WorkerDied, WorkerProcess, WorkerTimeout, scrubbed_env
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, scrubbed_env
 from .verdict import NO_TIMING_LINE, Verdict
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
@@ -32,7 +32,7 @@ class Referee:
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None, network: bool = False,
-                 prefork: bool | None = None):
+                 prefork: bool | None = None, zygote: bool = True):
         try:
             self.device = resolve_device(device)
         except ValueError as e:
@@ -56,6 +56,9 @@ class Referee:
         self.prefork = (self.device == "interpret") if prefork is None else bool(prefork)
         self._worker: WorkerProcess | None = None
         self._spare: tuple[WorkerProcess, str] | None = None
+        # A fork server with torch and Triton imported: a fresh worker costs a fork, not an import.
+        self.use_zygote = zygote
+        self._zygote: Zygote | None = None
         self.workers_started = 0
 
     # -- worker lifecycle ---------------------------------------------------------------------
@@ -77,7 +80,12 @@ class Referee:
 
     def _spawn(self) -> tuple[WorkerProcess, str]:
         """Start a worker and send its init request (answered later, see _ready)."""
-        worker = WorkerProcess(self._env(), self.workdir, network=self.network)
+        if self.use_zygote and (self._zygote is None or not self._zygote.alive()):
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = Zygote(self._env(), self.workdir, network=self.network,
+                                  log=self.workdir / "zygote.log")
+        worker = WorkerProcess(self._env(), self.workdir, network=self.network, zygote=self._zygote)
         self.workers_started += 1
         try:
             nonce = worker.send({"op": "init", "fd": worker.fd_in_child, "spec": self._spec()})
@@ -170,6 +178,9 @@ class Referee:
         if self._spare is not None:
             self._spare[0].kill()
             self._spare = None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -11,6 +11,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -58,23 +59,149 @@ class WorkerTimeout(Exception):
     """The worker did not answer within the wall-clock limit."""
 
 
-class WorkerProcess:
-    """One worker: `python -m kernelsmith.referee.worker` in its own process group."""
+class Zygote:
+    """The fork server (zygote.py): one per Referee, with the workers' environment and sandbox."""
 
-    def __init__(self, env: dict[str, str], cwd: Path, network: bool = False):
-        read_fd, write_fd = os.pipe()
-        pkg_parent = str(Path(__file__).resolve().parents[2])
-        env = dict(env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        cmd = [*(() if network else netns_prefix()), sys.executable, "-m", "kernelsmith.referee.worker"]
+    def __init__(self, env: dict[str, str], cwd: Path, network: bool = False, log: Path | None = None):
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        cmd = [*(() if network else netns_prefix()), sys.executable, "-m", "kernelsmith.referee.zygote",
+               str(child_sock.fileno())]
+        self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
+                                     env=_with_pythonpath(env), cwd=str(cwd), start_new_session=True)
+        child_sock.close()
+        self.sock = parent_sock
+        self.ready = False
+
+    def _call(self, payload: dict, fds: list[int] = (), timeout: float = 30.0) -> dict:
+        self.sock.settimeout(timeout)
+        if not self.ready:
+            self.sock.settimeout(max(timeout, 300.0))  # the first answer waits for torch to import
+            if json.loads(self.sock.recv(4096) or b"{}").get("ready") is not True:
+                raise OSError("the zygote did not start")
+            self.ready = True
+            self.sock.settimeout(timeout)
+        socket.send_fds(self.sock, [json.dumps(payload).encode()], list(fds))
+        reply = self.sock.recv(4096)
+        if not reply:
+            raise OSError("the zygote closed its socket")
+        return json.loads(reply)
+
+    def fork(self) -> tuple[int, int, int, int]:
+        """A new worker: (pid, its stdin write end, its output read end, its answers read end)."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        res_r, res_w = os.pipe()
+        try:
+            pid = int(self._call({"op": "fork"}, [in_r, out_w, res_w])["pid"])
+        except BaseException:
+            for fd in (in_w, out_r, res_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, res_w):
+                os.close(fd)
+        return pid, in_w, out_r, res_r
+
+    def status(self, pid: int) -> int | None:
+        """The exit code of a forked worker (negative: killed by that signal), None while it runs."""
+        try:
+            return self._call({"op": "status", "pid": pid}).get("status")
+        except (OSError, ValueError):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return -signal.SIGKILL
+            except PermissionError:
+                pass
+            return None
+
+    def alive(self) -> bool:
+        """Whether the zygote process still runs."""
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """Stop the zygote (its workers have their own process groups and are killed separately)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+
+
+class _Forked:
+    """A Popen-like handle on a worker forked by the zygote (not our child: it reports the status)."""
+
+    def __init__(self, pid: int, stdin_fd: int, out_fd: int, zygote: Zygote):
+        self.pid = pid
+        self.stdin = os.fdopen(stdin_fd, "wb")
+        self.stdout = os.fdopen(out_fd, "rb")
+        self.returncode: int | None = None
+        self._zygote = zygote
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _with_pythonpath(env: dict[str, str]) -> dict[str, str]:
+    pkg_parent = str(Path(__file__).resolve().parents[2])
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class WorkerProcess:
+    """One worker in its own process group: forked by a zygote, else `python -m ...worker`."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, network: bool = False, zygote: Zygote | None = None):
         self.sandboxed = bool(netns_prefix()) and not network
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env, cwd=str(cwd),
-                                     start_new_session=True)
-        os.close(write_fd)
-        self.fd_in_child = write_fd
-        self._read_fd = read_fd
+        self.forked = False
+        if zygote is not None and zygote.alive():
+            try:
+                pid, in_w, out_r, res_r = zygote.fork()
+            except (OSError, ValueError, KeyError):
+                pass
+            else:
+                self.proc = _Forked(pid, in_w, out_r, zygote)
+                self._read_fd = res_r
+                self.fd_in_child = 3
+                self.forked = True
+        if not self.forked:
+            read_fd, write_fd = os.pipe()
+            cmd = [*(() if network else netns_prefix()), sys.executable, "-m", "kernelsmith.referee.worker"]
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                         env=_with_pythonpath(env), cwd=str(cwd), start_new_session=True)
+            os.close(write_fd)
+            self.fd_in_child = write_fd
+            self._read_fd = read_fd
         self._buf = b""
         self.log: collections.deque[str] = collections.deque(maxlen=300)
         self._drain = threading.Thread(target=self._drain_output, daemon=True)

@@ -27,10 +27,11 @@ def test_hang_times_out_and_the_worker_is_replaced():
         assert verdict.reason == "timeout" and not verdict.accepted
         assert "process group killed" in verdict.error
         assert ref.evaluate(honest, candidate_id=2).accepted
-        assert ref.workers_started >= 2
+        assert ref.workers_started >= 2 and ref._worker.forked  # replaced by a fork of the zygote
 
 
-def test_candidates_see_no_secrets(monkeypatch):
+@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+def test_candidates_see_no_secrets(monkeypatch, zygote):
     secrets = {"GITHUB_TOKEN": "ghs_" + "x" * 36, "KERNELSMITH_TOKEN": "t", "OPENAI_API_KEY": "sk-abc",
                "KERNELSMITH_LLM_API_KEY": "k", "MY_SERVICE_SECRET": "s",
                "LOOKS_HARMLESS": "github_pat_" + "y" * 30}
@@ -41,8 +42,9 @@ def test_candidates_see_no_secrets(monkeypatch):
         '    """RMSNorm over the last dimension of x."""\n',
         '    """RMSNorm over the last dimension of x."""\n'
         '    import os\n    raise RuntimeError("ENV:" + ",".join(sorted(os.environ)))\n')
-    with Referee(demo_task("rms_norm"), device="interpret", timeout_s=45) as ref:
+    with Referee(demo_task("rms_norm"), device="interpret", timeout_s=45, zygote=zygote) as ref:
         verdict = ref.evaluate(spy, candidate_id=3)
+        assert ref._worker is None  # recycled after the crash
     assert verdict.reason == "crash" and "ENV:" in verdict.error
     seen = verdict.error.split("RuntimeError: ENV:")[1].split()[0]
     assert "KS_VISIBLE_MARKER" in seen and "PATH" in seen

@@ -1,0 +1,102 @@
+"""A fork server for referee workers: `python -m kernelsmith.referee.zygote FD`.
+
+It imports torch, Triton and the referee once (never touching a CUDA device) and then forks a
+fresh worker per request, so replacing a worker after a rejected candidate costs a fork instead of
+a new interpreter and a torch import. The parent passes the worker's three pipe ends (stdin,
+output, answers) over a SOCK_SEQPACKET socket; each worker gets its own session (process group)
+and runs `kernelsmith.referee.worker.main` with its answers on fd 3. The zygote reaps its children
+and reports their exit status on request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+
+WORKER_RESULT_FD = 3
+
+
+def _reap(statuses: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        statuses[pid] = os.waitstatus_to_exitcode(status)
+
+
+def _child(sock: socket.socket, fds: list[int]) -> None:
+    """In the forked child: become a worker with the passed pipe ends as fds 0, 1, 2 and 3."""
+    code = 70
+    try:
+        sock.close()
+        os.setsid()
+        stdin_fd, out_fd, res_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(res_fd, WORKER_RESULT_FD)
+        for fd in set(fds) - {0, 1, 2, WORKER_RESULT_FD}:
+            os.close(fd)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - lives as long as the process
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
+        from .worker import main
+
+        code = main()
+    except BaseException:  # noqa: BLE001 - report, then leave without running the zygote's cleanup
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> int:
+    """Preload, then serve fork and status requests until the parent closes the socket."""
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - the first dispatch mode imports it; do it once here
+    import triton  # noqa: F401
+
+    from . import session, timing, worker  # noqa: F401
+
+    statuses: dict[int, int] = {}
+    sock.send(b'{"ready": true}')
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 65536, 3)
+        except OSError:
+            return 0
+        if not msg:
+            return 0
+        req = json.loads(msg)
+        if req.get("op") == "fork" and len(fds) == 3:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(sock, fds)
+            for fd in fds:
+                os.close(fd)
+            _reap(statuses)
+            sock.send(json.dumps({"pid": pid}).encode())
+        elif req.get("op") == "status":
+            for fd in fds:
+                os.close(fd)
+            _reap(statuses)
+            sock.send(json.dumps({"status": statuses.get(int(req["pid"]))}).encode())
+        else:
+            for fd in fds:
+                os.close(fd)
+            sock.send(b'{"error": "unknown request"}')
+
+
+if __name__ == "__main__":
+    sys.exit(main())
