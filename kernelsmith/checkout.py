@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -157,8 +158,10 @@ def prepare_checkout(target: Target, checkout: str | Path | None = None) -> Chec
             raise ConfigError(target.path, f"local clone_url {url} not found", "clone_url")
         if not (local / ".git").exists() and not (local / "HEAD").exists():
             snap = _snapshot_plain_folder(target, local)
-            if not has_git():  # no git at all: the copied folder is the checkout
-                return Checkout(snap, tree_hash(snap), False)
+            if not has_git() or importlib.util.find_spec("git") is None:
+                # Without gitpython (the GPU box) the one-commit snapshot itself is the checkout.
+                sha, is_git = head_sha(snap)
+                return Checkout(snap, sha, is_git)
             url = str(snap)
     return _worktree_checkout(target, url)
 
