@@ -51,6 +51,7 @@ class Referee:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.network = network
         self.device_info: dict | None = None
+        self._base_profiles: dict = {}
         # A spare worker boots while the current one evaluates, so replacing a worker after a
         # rejection costs nothing. Off on CUDA: a booting process must not disturb a measurement.
         self.prefork = (self.device == "interpret") if prefork is None else bool(prefork)
@@ -66,7 +67,8 @@ class Referee:
         op = self.task.operator
         return {"root": str(self.task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
-                "device": self.device, "workdir": str(self.workdir), "cache_dir": str(cache_dir())}
+                "device": self.device, "workdir": str(self.workdir), "cache_dir": str(cache_dir()),
+                "seed": self.seed, "base_profiles": self._base_profiles}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()
@@ -107,6 +109,7 @@ class Referee:
             raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
                                f"{reply.get('error')}")
         self.device_info = reply.get("device")
+        self._base_profiles = reply.get("base_profiles") or self._base_profiles
         return worker
 
     def _start(self) -> WorkerProcess:

@@ -60,6 +60,15 @@ class Record:
     streams: set = field(default_factory=set)
     reference_calls: int = 0
 
+    def to_json(self) -> dict:
+        """Plain data (sets as sorted lists)."""
+        return {k: sorted(v) if isinstance(v, set) else v for k, v in vars(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Record:
+        """Rebuild a record from `to_json` output."""
+        return cls(**{k: set(v) if isinstance(v, list) else v for k, v in data.items()})
+
     def merge(self, other: Record) -> None:
         """Add another record's observations to this one."""
         self.launches += other.launches

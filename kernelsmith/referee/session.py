@@ -85,7 +85,13 @@ class Session:
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
         self._aa_fn = None
-        self._profiles: dict[str, Record] = {}
+        # What the base does per shape, measured before any candidate code is loaded here (or
+        # handed over by the parent from an earlier worker's start, which is the same thing).
+        self._profile_seed = int(spec.get("seed", 0))
+        self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
+        for si, shape in enumerate(self.harness.shapes_for(self.device)):
+            self.base_profile(shape, si)
+        self.trial_sets: dict[int, list[dict]] = {}
 
     def _entry_fn(self, mod):
         """What to call for a loaded module: the harness's `bind(module)`, else the entry."""
@@ -120,11 +126,15 @@ class Session:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
         return C.as_tuple(self.reference(**C.clone_inputs(inputs)))
 
-    def base_profile(self, shape: dict, si: int, seed: int) -> Record:
+    def base_profiles(self) -> dict:
+        """The per-shape base profiles as plain data (for the parent to hand to later workers)."""
+        return {k: r.to_json() for k, r in self._profiles.items()}
+
+    def base_profile(self, shape: dict, si: int) -> Record:
         """What the base does on one call for this shape (its launches, ops, files, threads)."""
         key = json.dumps(shape, sort_keys=True)
         if key not in self._profiles:
-            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, "base", si))
+            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(self._profile_seed, "base", si))
             rec = Record()
             self.call(self.base_fn, inputs, float("nan"), None)  # compile outside the profile
             self.call(self.base_fn, inputs, float("nan"), rec)
@@ -164,6 +174,9 @@ class Session:
                     buf.copy_(inputs[name])
                 inputs = {**inputs, **arena}
             originals = C.clone_inputs(inputs)
+            if self.backend.timed:
+                # The timing pass reuses these (already made) inputs: big inputs are slow to make.
+                self.trial_sets.setdefault(si, []).append(originals)
             expected = self.expected(originals)
             sizes = _nbytes(expected)
             outs = self.call(fn, inputs, float("nan"), rec, sizes)
@@ -287,7 +300,7 @@ class Session:
                 rec.merge(imp)
             shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
-                base_rec.merge(self.base_profile(shape, si, seed))
+                base_rec.merge(self.base_profile(shape, si))
                 out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
             fresh = C.fresh_shapes(shapes, self.harness.vary, seed, cid, 3 if self.device == "cuda" else 2)
             for shape in fresh:
@@ -327,6 +340,7 @@ class Session:
             out["violations"].append(name)
             out["error"] = text
         finally:
+            self.trial_sets.clear()
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
         return out

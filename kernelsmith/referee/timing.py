@@ -56,8 +56,11 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     """Time base, candidate (and, in full mode, the A/A copy) on one shape."""
     cfg = FULL if mode == "full" else SCREEN
     h, dev, backend = session.harness, session.dev, session.backend
-    sets = [h.make_inputs(shape, dev, C.derive_seed(seed, cid, si, "time", k)) for k in range(INPUT_SETS)]
-    originals = [C.clone_inputs(s) for s in sets]
+    made = getattr(session, "trial_sets", {}).get(si) or []
+    originals = [C.clone_inputs(s) for s in made[:INPUT_SETS]]
+    originals += [h.make_inputs(shape, dev, C.derive_seed(seed, cid, si, "time", k))
+                  for k in range(len(originals), INPUT_SETS)]
+    sets = [C.clone_inputs(s) for s in originals]
     cand_sets = [C.clone_inputs(s) for s in sets]  # the candidate writes only its own buffers
     last: dict = {}
 

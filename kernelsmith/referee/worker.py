@@ -40,7 +40,8 @@ def main() -> int:
                 from .session import Session
 
                 session = Session(msg["spec"])
-                reply = {"ok": True, "device": session.backend.info()}
+                reply = {"ok": True, "device": session.backend.info(),
+                         "base_profiles": session.base_profiles()}
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):

@@ -20,6 +20,8 @@ from kernelsmith.task import load_task
 out = Path(os.environ["OUT"])
 cases = [("rms_norm", "tests/referee/honest/rms_norm__num_warps.py"),
          ("silu_and_mul", "tests/referee/honest/silu_and_mul__block_warps.py")]
+cheats = {"rms_norm": "tests/referee/cheats/rms_norm__cache_by_pointer.py",
+          "silu_and_mul": "tests/referee/cheats/silu_and_mul__cache_by_pointer.py"}
 report, lines = {}, []
 for op, cand in cases:
     task = load_task("targets/demo.yaml", op, checkout="examples/miniserve")
@@ -29,12 +31,17 @@ for op, cand in cases:
         first = ref.evaluate(code, candidate_id=1, timing="full")   # includes worker start + compile
         second = ref.evaluate(code, candidate_id=2, timing="full")  # warm worker
         screen = ref.evaluate(code, candidate_id=3, timing="screen")
+        cheat = ref.evaluate(Path(cheats[op]).read_text(), candidate_id=4, timing="screen")
+        after = ref.evaluate(code, candidate_id=5, timing="screen")  # on a replacement worker
         total = time.monotonic() - t
-    for v in (first, second, screen):
+        forked = ref._worker.forked
+    for v in (first, second, screen, after):
         assert v.accepted, v.feedback()
+    assert cheat.reason == "cached_result", cheat.feedback()
     agree = [b["candidate_ms"] / a["candidate_ms"] for a, b in zip(first.shapes, second.shapes)]
     report[op] = {"candidate": cand, "first": first.to_json(), "second": second.to_json(),
-                  "screen": screen.to_json(), "repeat_ratio": agree, "total_s": total}
+                  "screen": screen.to_json(), "cheat": cheat.to_json(), "after": after.to_json(),
+                  "repeat_ratio": agree, "total_s": total, "forked_worker": forked}
     lines.append(f"### {op}: base vs `{cand}` on {first.device.get('name')} "
                  f"(driver {first.device.get('driver')}, torch {first.device.get('torch')}, "
                  f"triton {first.device.get('triton')})\n")
@@ -55,7 +62,9 @@ for op, cand in cases:
         f"max |repeat/first - 1| = {max(abs(x - 1) for x in agree) * 100:.2f}% "
         f"(median {statistics.median(abs(x - 1) for x in agree) * 100:.2f}%)\n"
         f"\nevaluation cost (start to verdict): first {first.eval_s:.1f} s (worker start, CUDA init, "
-        f"compile), warm {second.eval_s:.1f} s full timing, {screen.eval_s:.1f} s screen timing\n")
+        f"compile), warm {second.eval_s:.1f} s full timing, {screen.eval_s:.1f} s screen timing; a "
+        f"cheat rejected ({cheat.reason}) in {cheat.eval_s:.1f} s, the next candidate on the replacement "
+        f"worker ({'forked by the zygote' if forked else 'spawned'}) {after.eval_s:.1f} s screen timing\n")
 (out / "referee.json").write_text(json.dumps(report, indent=2))
 (out / "referee.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
