@@ -57,7 +57,7 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     cfg = FULL if mode == "full" else SCREEN
     h, dev, backend = session.harness, session.dev, session.backend
     made = getattr(session, "trial_sets", {}).get(si) or []
-    originals = [C.clone_inputs(s) for s in made[:INPUT_SETS]]
+    originals = list(made[:INPUT_SETS])  # private clones already, never handed to a kernel
     originals += [h.make_inputs(shape, dev, C.derive_seed(seed, cid, si, "time", k))
                   for k in range(len(originals), INPUT_SETS)]
     sets = [C.clone_inputs(s) for s in originals]
