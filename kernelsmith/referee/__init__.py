@@ -114,7 +114,18 @@ class Referee:
 
     def _start(self) -> WorkerProcess:
         spawned, self._spare = (self._spare or self._spawn()), None
-        return self._ready(spawned)
+        try:
+            return self._ready(spawned)
+        except RefereeError:
+            if not spawned[0].forked:
+                raise
+            # A forked worker that cannot start (say, a device runtime that dislikes fork) falls
+            # back to a freshly spawned interpreter for the rest of this Referee's life.
+            self.use_zygote = False
+            if self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
+            return self._ready(self._spawn())
 
     def _recycle(self) -> None:
         if self._worker is not None:
