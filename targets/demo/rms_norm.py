@@ -19,10 +19,10 @@ VARY = {"tokens": [1, 5, 37], "hidden": [64, 96, 160, 1000]}
 
 def make_inputs(shape: dict, device: str, seed: int) -> dict:
     """x [tokens, hidden] and weight [hidden], random normal."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
-    x = torch.randn(shape["tokens"], shape["hidden"], generator=g).to(device=device, dtype=dtype)
-    w = (1.0 + 0.1 * torch.randn(shape["hidden"], generator=g)).to(device=device, dtype=dtype)
+    x = torch.randn(shape["tokens"], shape["hidden"], generator=g, device=device).to(dtype)
+    w = (1.0 + 0.1 * torch.randn(shape["hidden"], generator=g, device=device)).to(dtype)
     return {"x": x, "weight": w, "eps": 1e-6}
 
 

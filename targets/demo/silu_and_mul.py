@@ -18,9 +18,9 @@ VARY = {"tokens": [1, 3, 17], "d": [32, 100, 256, 333]}
 
 def make_inputs(shape: dict, device: str, seed: int) -> dict:
     """x [tokens, 2d] random normal and an output buffer out [tokens, d]."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
-    x = (2 * torch.randn(shape["tokens"], 2 * shape["d"], generator=g)).to(device=device, dtype=dtype)
+    x = (2 * torch.randn(shape["tokens"], 2 * shape["d"], generator=g, device=device)).to(dtype)
     out = torch.empty(shape["tokens"], shape["d"], device=device, dtype=dtype)
     return {"out": out, "x": x}
 

@@ -22,12 +22,12 @@ VARY = {"tokens": [1, 7, 333, 5000], "heads_q": [2, 12, 32], "head_dim": [64, 12
 
 def make_inputs(shape: dict, device: str, seed: int) -> dict:
     """q, k [tokens, heads, dim]; cos/sin [tokens, dim] of random positions; output buffers."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     t, d = shape["tokens"], shape["head_dim"]
-    q = torch.randn(t, shape["heads_q"], d, generator=g)
-    k = torch.randn(t, shape["heads_k"], d, generator=g)
-    pos = torch.randint(0, 32768, (t,), generator=g).double()
+    q = torch.randn(t, shape["heads_q"], d, generator=g, device=device)
+    k = torch.randn(t, shape["heads_k"], d, generator=g, device=device)
+    pos = torch.randint(0, 32768, (t,), generator=g, device=device).double()
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).double() / d))
     angles = torch.cat([pos[:, None] * inv_freq[None, :]] * 2, dim=-1)
     to = dict(device=device, dtype=dtype)

@@ -21,11 +21,12 @@ def make_inputs(shape: dict, device: str, seed: int) -> dict:
     choice = scores + bias is 1 + (a permutation of the experts + u) / 192 with u in [0.1, 0.9]:
     neighbours differ by at least 0.2/192, far beyond float32 rounding, so ids compare exactly.
     """
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     t = shape["tokens"]
-    ranks = torch.argsort(torch.rand(t, EXPERTS, generator=g), dim=-1).double()
-    choice = 1.0 + (ranks + 0.1 + 0.8 * torch.rand(t, EXPERTS, generator=g, dtype=torch.float64)) / EXPERTS
-    bias = 0.5 * (torch.rand(EXPERTS, generator=g, dtype=torch.float64) - 0.5)
+    ranks = torch.argsort(torch.rand(t, EXPERTS, generator=g, device=device), dim=-1).double()
+    u = torch.rand(t, EXPERTS, generator=g, device=device, dtype=torch.float64)
+    choice = 1.0 + (ranks + 0.1 + 0.8 * u) / EXPERTS
+    bias = 0.5 * (torch.rand(EXPERTS, generator=g, device=device, dtype=torch.float64) - 0.5)
     scores = (choice - bias).float()
     return {"scores": scores.to(device), "bias": bias.float().to(device), "num_experts": EXPERTS,
             "top_k": TOP_K, "routed_scaling_factor": SCALE}

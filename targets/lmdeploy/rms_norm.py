@@ -20,11 +20,11 @@ VARY = {"tokens": [1, 7, 333, 5000], "hidden": [96, 1000, 4096]}
 
 def make_inputs(shape: dict, device: str, seed: int) -> dict:
     """hidden_states [tokens, hidden], weight [hidden], an output buffer; eps 1e-6."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     t, h = shape["tokens"], shape["hidden"]
-    x = torch.randn(t, h, generator=g).to(device=device, dtype=dtype)
-    w = (1.0 + 0.1 * torch.randn(h, generator=g)).to(device=device, dtype=dtype)
+    x = torch.randn(t, h, generator=g, device=device).to(dtype)
+    w = (1.0 + 0.1 * torch.randn(h, generator=g, device=device)).to(dtype)
     out = torch.empty(t, h, device=device, dtype=dtype)
     return {"hidden_states": x, "weight": w, "eps": 1e-6, "out": out}
 

@@ -20,10 +20,10 @@ VARY = {"tokens": [1, 7, 333, 5000], "inter": [96, 1000, 4096]}
 
 def make_inputs(shape: dict, device: str, seed: int) -> dict:
     """gate_up [tokens, 2*inter] (gate first) and an output buffer [tokens, inter]."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     t, n = shape["tokens"], shape["inter"]
-    gate_up = (2.0 * torch.randn(t, 2 * n, generator=g)).to(device=device, dtype=dtype)
+    gate_up = (2.0 * torch.randn(t, 2 * n, generator=g, device=device)).to(dtype)
     return {"gate_up": gate_up, "out": torch.empty(t, n, device=device, dtype=dtype)}
 
 

@@ -22,18 +22,18 @@ def make_inputs(shape: dict, device: str, seed: int) -> dict:
 
     About 1 in 16 LSEs is +inf (SGLang's marker of an empty part, merged as weight zero).
     """
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     t, h, d = shape["tokens"], shape["heads"], shape["head_dim"]
-    lse = 4.0 * torch.randn(2, t, h, generator=g)
-    empty = torch.rand(2, t, h, generator=g) < 1 / 16
+    lse = 4.0 * torch.randn(2, t, h, generator=g, device=device)
+    empty = torch.rand(2, t, h, generator=g, device=device) < 1 / 16
     empty[1] &= ~empty[0]  # never both parts empty at once
     lse[empty] = float("inf")
     to = dict(device=device, dtype=dtype)
     return {
-        "prefix_output": torch.randn(t, h, d, generator=g).to(**to),
+        "prefix_output": torch.randn(t, h, d, generator=g, device=device).to(**to),
         "prefix_lse": lse[0].to(device),
-        "suffix_output": torch.randn(t, h, d, generator=g).to(**to),
+        "suffix_output": torch.randn(t, h, d, generator=g, device=device).to(**to),
         "suffix_lse": lse[1].to(device),
         "output": torch.empty(t, h, d, **to),
         "output_lse": torch.empty(t, h, device=device, dtype=torch.float32),
