@@ -210,16 +210,6 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         f"| {dev.get('triton') or 'n/a'} |",
         "",
     ]
-    if rd.verify:
-        v = rd.verify
-        out += ["### Upstream tests", "", f"verify: **{v.get('status')}**"]
-        for side in ("base", "winner"):
-            s = v.get(side) or {}
-            out.append(
-                f"- {side}: `{s.get('command')}`: {s.get('passed')} passed, {s.get('failed')} failed, "
-                f"{s.get('errors')} errors"
-            )
-        out.append("")
     out += ["### Search", "", search_stats(rows, result), ""]
     out += ["### Reproduce", "", repro(run, rd.path), ""]
     if winner and winner.get("diff"):
@@ -248,7 +238,12 @@ def render_all(rd: RunDir) -> list[Path]:
             final = archive.get_meta("final", {}) or {}
     result = rd.result or {}
     report = rd.path / "report.md"
-    write_text(report, render_report(rd, rows))
+    text = render_report(rd, rows)
+    if rd.verify:  # keep verify's "Upstream tests" section across re-renders
+        from .verify import render_section, replace_section
+
+        text = replace_section(text, render_section(rd.verify))
+    write_text(report, text)
     png = render_chart(
         rd.path / "speedup.png",
         {**result, "op": result.get("op") or rd.run["op"], "repo": result.get("repo") or rd.run.get("repo")},

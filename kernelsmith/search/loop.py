@@ -329,6 +329,16 @@ class Search:
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
+def _record_state(run_dir: Path, progress) -> None:
+    """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
+    from ..state import record_run_dir
+
+    try:
+        record_run_dir(run_dir)
+    except (KernelsmithError, OSError) as e:  # the run itself is complete and stays valid
+        progress.note(f"warning: could not record the run in the state file: {e}")
+
+
 def optimize(config: SearchConfig) -> dict:
     """Run or resume a search; returns result.json's content (winner null when none)."""
     from .evaluator import Evaluator
@@ -384,7 +394,9 @@ def optimize(config: SearchConfig) -> dict:
         )
         search.search(evaluator, started)
         progress.note(f"search stopped: {search.stop_reason}")
-        return finish(search, evaluator, started)
+        result = finish(search, evaluator, started)
+        _record_state(search.path, progress)
+        return result
     finally:
         progress.close()
         evaluator.close()
