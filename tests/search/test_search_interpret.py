@@ -81,7 +81,7 @@ def test_llm_run_with_malformed_and_hostile_answers(tmp_path, monkeypatch):
     # The operator is recorded as optimized at this source hash: a scheduled run skips it now.
     from kernelsmith.state import entry, load_state
 
-    recorded = entry(load_state(), "demo", "rms_norm")
+    recorded = entry(load_state(), "demo", "silu_and_mul")
     assert recorded["source_hash"] and recorded["run_dir"] == str((tmp_path / "run").resolve())
 
 
