@@ -1,10 +1,12 @@
 """Run-time integrity monitoring inside the worker: launches, torch ops, threads, files, patches.
 
 One `Monitor` is installed per worker before any operator module is imported. It hooks Triton's
-launch path (JITFunction.run and the interpreter's InterpretedFunction.run, both triton 3.6 and 3.9),
-thread creation, and a `sys.addaudithook` for files, sockets, processes and introspection. While a
-`watch()` block is active it records what the watched code did; work done inside a Triton launch
-(compilation, the interpreter's own tensor copies) is excluded.
+launch path (JITFunction.run, the interpreter's InterpretedFunction.run and the autotuner, on
+triton 3.6 to 3.9), thread creation, torch.save/torch.load, and a `sys.addaudithook` for files,
+sockets, processes, introspection and class patching. While a `watch()` block is active it records
+what the watched code did (torch ops through a TorchDispatchMode, which also fills every tensor the
+code allocates with garbage); work done inside a Triton launch (compilation, the interpreter's own
+tensor copies) is excluded.
 """
 
 from __future__ import annotations
@@ -340,7 +342,7 @@ class Monitor:
             self.current = prev
 
 
-def thread_names() -> set[int]:
+def thread_idents() -> set[int]:
     """Idents of the Python threads alive now."""
     return {t.ident for t in threading.enumerate()}
 

@@ -21,7 +21,7 @@ from ..loader import load_operator_module
 from . import correctness as C
 from . import static
 from .backend import get_backend
-from .integrity import Monitor, Record, thread_names, violations_vs_base
+from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .snapshot import Snapshot
 
 TRIALS = 3
@@ -279,7 +279,7 @@ class Session:
                "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
         msgs = out["details"]["messages"]
         snap = Snapshot(extra={"harness": self.harness.module})
-        threads_before = thread_names()
+        threads_before = thread_idents()
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
         try:
@@ -323,7 +323,7 @@ class Session:
         for viol, msg in found:
             out["violations"].append(viol)
             msgs.append(msg)
-        if thread_names() - threads_before:
+        if thread_idents() - threads_before:
             out["violations"].append("extra_threads")
             msgs.append("a thread started by the candidate is still running")
         changed = snap.changes()
