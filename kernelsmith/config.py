@@ -111,6 +111,11 @@ def read_yaml(path: Path) -> dict:
         raise ConfigError(path, "file not found") from None
     except OSError as e:
         raise ConfigError(path, f"cannot read: {e}") from None
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, path: Path) -> dict:
+    """Parse yaml text (read from `path` or a git ref of it) into a mapping; errors name the line."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -207,9 +212,16 @@ def load_target(path: str | os.PathLike) -> Target:
     return target
 
 
-def merge_repo_operators(target: Target, repo_yaml: Path) -> Target:
-    """Add the operators of a target repo's `.kernelsmith.yml`; a name clash is a ConfigError."""
-    data = read_yaml(repo_yaml)
+def merge_repo_operators(target: Target, repo_yaml: Path, data: dict | None = None) -> Target:
+    """Add the operators of a target repo's `.kernelsmith.yml`; a name clash is a ConfigError.
+
+    `data` is the file's parsed content when it was read from elsewhere (a git ref), else the file is read.
+    """
+    if data is None:
+        data = read_yaml(repo_yaml)
+    unknown = sorted(set(data) - {"operators"})
+    if unknown:
+        raise ConfigError(repo_yaml, f"unknown field(s) {', '.join(unknown)} (only operators)", unknown[0])
     ops = parse_operators(data.get("operators"), repo_yaml, repo_yaml.parent, ".kernelsmith.yml")
     known = {o.name for o in target.operators}
     for i, op in enumerate(ops):

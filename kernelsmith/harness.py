@@ -6,9 +6,10 @@ import hashlib
 import importlib.util
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError
 

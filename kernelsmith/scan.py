@@ -12,10 +12,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from .checkout import Checkout, has_git, is_commit
-from .config import Operator, Target, parse_operators
+from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .errors import ConfigError
 from .state import entry as state_entry
 from .state import source_hash, staleness
@@ -121,25 +119,7 @@ def with_repo_operators(target: Target, co: Checkout) -> Target:
     if text is None:
         return merged
     where = Path(co.path) / REPO_CONFIG
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(where, f"invalid yaml{line}: {getattr(e, 'problem', None) or e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"top level must be a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - {"operators"})
-    if unknown:
-        raise ConfigError(where, f"unknown field(s) {', '.join(unknown)} (only operators)", unknown[0])
-    ops = parse_operators(data.get("operators"), where, Path(co.path), REPO_CONFIG)
-    known = {o.name for o in target.operators}
-    for i, op in enumerate(ops):
-        if op.name in known:
-            raise ConfigError(where, f"operator {op.name!r} is also defined in {target.path}",
-                              f"operators[{i}].name")
-    merged.operators.extend(ops)
-    return merged
+    return merge_repo_operators(merged, where, parse_yaml(text, where))
 
 
 def _marked_functions(text: str, rel: str, warnings: list[str]) -> list[tuple[int, str]]:
