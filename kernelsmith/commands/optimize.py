@@ -25,9 +25,15 @@ def register(subparsers) -> None:
     p.add_argument("--minutes", type=float, help="wall-clock budget in minutes")
     p.add_argument(
         "--mutator",
-        default="all",
+        default=None,
         choices=MUTATORS,
-        help="params (no LLM), llm, all (both), or grid (plain sweep, a baseline)",
+        help="params (no LLM), llm, all (both; the default), or grid (plain sweep, a baseline)",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="RUN_DIR_OR_DIFF",
+        help="propose exactly one candidate: that run's winner/winner.diff (or this diff file) applied "
+        "to the current base; exit 1 when it no longer applies or loses",
     )
     p.add_argument("--gpus", help="comma-separated CUDA device indices (default: all visible)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "interpret"))
@@ -73,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--minutes", "must be positive")
     if not 0.0 <= args.exploit <= 1.0:
         raise ConfigError("--exploit", "must be between 0 and 1")
+    if args.replay is not None:
+        if args.mutator is not None:
+            raise ConfigError("--mutator", "--replay is its own mutator; leave --mutator out")
+        if args.budget not in (None, 1):
+            raise ConfigError("--budget", "--replay makes exactly one proposal")
+        if args.resume:
+            raise ConfigError("--replay", "a resumed run replays what its run.json holds; drop --replay")
     config = SearchConfig(
         target=args.target,
         op=args.op,
@@ -80,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         budget=args.budget,
         minutes=args.minutes,
-        mutator=args.mutator,
+        mutator=args.mutator or "all",
         gpus=_gpus(args.gpus),
         device=args.device,
         resume=args.resume,
@@ -90,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         stagnation=args.stagnation,
         progress=not args.no_progress,
         targets=args.targets,
+        replay=args.replay,
     )
     result = optimize(config)
     return 0 if result.get("winner") else 1

@@ -94,6 +94,20 @@ def _shapes(verdict: dict | None) -> list[dict]:
     return out
 
 
+def _replay_summary(replay: dict, rows: list[dict]) -> dict:
+    """What became of a replayed winner: applied or not, and the referee's reason when rejected."""
+    row = next((r for r in rows if r["mutator"] == "replay"), None)
+    v = (row or {}).get("verdict") or {}
+    return {
+        "source": replay.get("source"),
+        "candidate": row["id"] if row else None,
+        "applied": bool(row and row.get("code") is not None),
+        "accepted": bool(row and row.get("accepted")),
+        "reason": v.get("reason"),
+        "error": v.get("error"),
+    }
+
+
 def finish(search, evaluator, started: float) -> dict:
     """Pick the winner and write the run directory's result files; returns result.json's data."""
     from ..report import render_all
@@ -147,6 +161,8 @@ def finish(search, evaluator, started: float) -> dict:
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
     }
+    if search.run.get("replay"):
+        result["replay"] = _replay_summary(search.run["replay"], rows)
     write_json(path / "result.json", result)
     render_all(load_run(path))
     return result

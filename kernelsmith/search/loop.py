@@ -45,6 +45,7 @@ class SearchConfig:
     stagnation: int | None = None
     progress: bool = True
     targets: str | None = None
+    replay: str | None = None  # a run dir or diff whose winner is re-applied to the current base
     batch: int | None = None  # proposals per generation (default: 2 per worker, at least 4)
     final_k: int = 3  # best candidates re-measured at the end
     precompile: bool = True
@@ -103,6 +104,11 @@ def _resolve(config: SearchConfig):
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
     budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
+    replay = None
+    if config.replay is not None:
+        from .mutators.replay import load_replay
+
+        replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
     run = run_json(
         task,
         seed=config.seed,
@@ -113,16 +119,24 @@ def _resolve(config: SearchConfig):
         gpus=gpus,
         argv=config.argv,
     )
+    if replay is not None:
+        run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "run.json", run)
     return task, out.resolve(), run, device, gpus
 
 
-def build_mutators(name: str, task, device: str, budget_hint: int, note) -> list:
+def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None) -> list:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings)."""
     from .mutators.llm import LLMMutator, llm_settings
     from .mutators.params import GridMutator, ParamsMutator
 
+    if name == "replay":
+        from .mutators.replay import ReplayMutator
+
+        if not replay:
+            raise ConfigError("run.json", "mutator is replay but the run holds no diff to replay", "replay")
+        return [ReplayMutator(task, replay)]
     if name == "grid":
         return [GridMutator(task, device=device, budget_hint=budget_hint)]
     out = []
@@ -157,7 +171,9 @@ class Search:
         self.batch = config.batch or max(4, 2 * len(self.gpus))
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
-        self.mutators = build_mutators(self.run["mutator"], self.task, self.device, hint, self.progress.note)
+        self.mutators = build_mutators(
+            self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay")
+        )
         self.stagnation = config.stagnation or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
