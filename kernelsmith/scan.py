@@ -146,6 +146,23 @@ def _marked_functions(text: str, rel: str, warnings: list[str]) -> list[tuple[in
     return found
 
 
+def reachable_functions(text: str, entry: str) -> set[str]:
+    """Module-level functions `entry` reaches by name in its file (kernel launches included)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    seen, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        todo.extend(n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs)
+    return seen
+
+
 def find_hotspots(root: Path, warnings: list[str] | None = None) -> list[tuple[str, int, str]]:
     """(repo-relative file, line, function) for every `# kernelsmith: hotspot` mark under `root`."""
     warnings = warnings if warnings is not None else []
@@ -225,8 +242,13 @@ def scan_target(target: Target, co: Checkout, state: dict) -> ScanResult:
     root = Path(co.path)
     ops = [operator_status(merged, op, root, state) for op in merged.operators]
     warnings: list[str] = []
-    covered = {op.file: op.name for op in ops if op.harness_ok and not op.problems}
-    hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get(f))
+    # A mark is covered when an operator's entry reaches the marked function (not merely its file).
+    covered: dict[tuple[str, str], str] = {}
+    for op, status in zip(merged.operators, ops, strict=True):
+        if status.harness_ok and not status.problems:
+            for fn in reachable_functions((root / op.file).read_text(), op.entry):
+                covered.setdefault((op.file, fn), op.name)
+    hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get((f, fn)))
                 for f, ln, fn in find_hotspots(root, warnings)]
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings)
