@@ -22,11 +22,11 @@ from pathlib import Path
 
 from kernelsmith.config import Target, load_target, targets_dir
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.state import entry, load_state, record_pr, record_run, save_state, set_ignored, staleness
+from kernelsmith.state import entry, load_state, op_key, record_run, save_state, set_ignored, staleness
 
-from . import dashboard
+from . import dashboard, prs
 from .commands import HELP, CommandError, parse_command
-from .publish import PublishError, read_marker, write_summary
+from .publish import BRANCH_PREFIX, PublishError, read_marker, write_summary
 
 DEFAULT_OP_MINUTES = 30.0
 DEFAULT_RUN_MINUTES = 60.0
@@ -93,6 +93,8 @@ class WorkItem:
     reply: dict | None = None
     source_hash: str | None = None
     notes: list[str] = field(default_factory=list)
+    replay: str | None = None  # a rebase: the PR's winner diff, re-applied to the current base
+    pr: int | None = None      # the PR a rebase updates
 
     @property
     def slug(self) -> str:
@@ -112,6 +114,7 @@ class Bot:
         self.state = load_state()
         self.scans: dict[str, dict] = {}
         self._replies: dict[tuple, Reply] = {}
+        self._pulled: set[str] = set()
 
     # ------------------------------------------------------------------ targets and state
     def targets(self) -> list[Target]:
@@ -131,15 +134,24 @@ class Bot:
         raise KernelsmithError(f"no target named {name!r} in {self.targets_dir}")
 
     def pull_state(self, repos: set[str]) -> None:
-        """Merge the state mirrored on each repo's dashboard into the local state."""
-        for name in sorted(repos):
+        """Merge the state mirrored on each repo's dashboard into the local state (once per repo),
+        then ask GitHub which recorded open PRs were merged or closed since."""
+        for name in sorted(set(repos) - self._pulled):
             try:
-                issue = dashboard.find_dashboard(self.auth.repo(name))
+                repo = self.auth.repo(name)
+                issue = dashboard.find_dashboard(repo)
             except Exception as e:  # an unreachable repo must not stop the other targets
                 self.log(f"cannot read the dashboard of {name}: {e}")
                 continue
+            self._pulled.add(name)
             if issue is not None:
                 dashboard.merge_into(self.state, dashboard.read_block(issue.body))
+            keys = dashboard.repo_keys([t for t in self.targets() if t.repo == name])
+            try:
+                for change in prs.refresh(self.state, repo, keys, self.log):
+                    self.log(change)
+            except Exception as e:  # the dashboard state is still usable without the refresh
+                self.log(f"cannot read the pull requests of {name}: {e}")
 
     def push_state(self, repos: set[str]) -> None:
         """Save the state locally and mirror it on each repo's dashboard (not in dry-run)."""
@@ -171,14 +183,23 @@ class Bot:
     def run_all(self) -> int:
         """All stages in this process: gate, then optimize + verify (token-free) and publish."""
         items = self.gate()
+        self.pull_state({i.repo for i in items if i.repo})
         failures = 0
         for item in items:
             reply = self._reply_for(item)
             if reply:
-                reply.set("🔄 **running**: optimizing and verifying" + self._run_link())
+                doing = ("re-applying the winner to the current base, re-measuring and verifying"
+                         if item.replay is not None else "optimizing and verifying")
+                reply.set(f"🔄 **running**: {doing}" + self._run_link())
             out = self.runs_dir / item.slug
             target = self.target(item.target)
-            code = self.engine.optimize(target.path, item.op, out, item.budget, item.minutes)
+            if item.replay is not None:
+                diff = self.runs_dir / f"{item.slug}.replay.diff"
+                diff.parent.mkdir(parents=True, exist_ok=True)
+                diff.write_text(item.replay)
+                code = self.engine.optimize(target.path, item.op, out, None, item.minutes, replay=diff)
+            else:
+                code = self.engine.optimize(target.path, item.op, out, item.budget, item.minutes)
             if code == 0:
                 self.engine.verify(out)
             failures += not self.finish(item, out)
@@ -209,6 +230,11 @@ class Bot:
                 stale, why = staleness(self.state, t.name, name, row.get("source_hash") or "")
                 ignored = entry(self.state, t.name, name).get("ignored")
                 asked = only_op is not None
+                closed = prs.declined(entry(self.state, t.name, name), row.get("source_hash"))
+                if closed and not asked:
+                    self.log(f"{t.name}/{name}: PR #{closed.get('number')} was closed without merging at "
+                             "this source; not proposed again until the source changes")
+                    continue
                 skip = (ignored or not stale) and not asked
                 if not row.get("harness_ok", True) or skip:
                     continue
@@ -252,16 +278,18 @@ class Bot:
             reply.set("ℹ️ help", HELP)
             return []
         targets = self._targets_for(repo_name)
+        pr = marker = None
         if cmd.name == "rebase":
-            marker = read_marker(issue.body) if issue.pull_request is not None else None
-            if not marker:
-                reply.set("❓ `rebase` works on a kernelsmith pull request (this is not one).", HELP)
+            found_pr = self._rebase_pr(repo, issue, reply)
+            if found_pr is None:
                 return []
-            cmd_op, cmd_target = marker.get("op"), marker.get("target")
+            pr, marker, cmd_target, cmd_op = found_pr
         else:
             cmd_op, cmd_target = cmd.op, None
         found = [(t, o) for t in targets for o in t.operators
                  if o.name == cmd_op and cmd_target in (None, t.name)]
+        # An operator of the repo's own .kernelsmith.yml carries the repo name as its branch target.
+        found = found or [(t, o) for t in targets for o in t.operators if o.name == cmd_op]
         if not found:
             known = ", ".join(f"`{o.name}`" for t in targets for o in t.operators) or "none"
             reply.set(f"❓ Unknown operator `{cmd_op}`. Known operators: {known}.", HELP)
@@ -274,11 +302,56 @@ class Bot:
             reply.set(f"🙈 **ignored**: scheduled runs skip `{op.name}` from now on "
                       f"(`/kernelsmith optimize {op.name}` still works).")
             return []
-        reply.set(f"⏳ **queued**: {cmd.describe() if cmd.name == 'optimize' else 'rebase'} "
-                  f"(`{target.name}/{op.name}`)" + self._run_link())
+        if cmd.name == "rebase":
+            return self._queue_rebase(reply, repo_name, target, op, pr, marker)
+        reply.set(f"⏳ **queued**: {cmd.describe()} (`{target.name}/{op.name}`)" + self._run_link())
         self._replies[(target.name, op.name)] = reply
         return [WorkItem(target.name, op.name, cmd.budget, cmd.minutes, target.repo,
                          dict(reply.ref(), repo=repo_name))]
+
+    def _rebase_pr(self, repo, issue, reply: Reply):
+        """(pull request, marker, target name, op) of the open bot PR a rebase was asked on, else
+        None after answering. Only a PR from a kernelsmith/<target>/<op> branch qualifies; the
+        operator comes from its hidden marker, or from the branch name when the body lost it."""
+        pr = repo.get_pull(issue.number) if issue.pull_request is not None else None
+        ref = pr.head.ref if pr is not None else ""
+        target = op = None
+        marker: dict = {}
+        if ref.startswith(BRANCH_PREFIX) and ref.count("/") == 2:
+            marker = read_marker(pr.body) or {}
+            target, op = ref[len(BRANCH_PREFIX):].split("/")
+            target, op = marker.get("target") or target, marker.get("op") or op
+        if not op:
+            reply.set("❓ `rebase` works on a kernelsmith pull request (this is not one).", HELP)
+            return None
+        if pr.state != "open":
+            how = "merged" if pr.merged_at is not None else "closed"
+            reply.set(f"🚫 **not rebased**: PR #{pr.number} is {how}; `rebase` works on an open kernelsmith "
+                      f"pull request. `/kernelsmith optimize {op}` starts a new search.")
+            return None
+        return pr, marker, target, op
+
+    def _queue_rebase(self, reply: Reply, repo_name: str, target: Target, op, pr, marker: dict):
+        """Read the PR's winner (its diff against the base it was made on) and queue its replay."""
+        from .gitops import GitError
+        from .remote import winner_diff
+
+        if pr.head.repo is None or pr.head.repo.full_name != (target.fork or target.repo):
+            reply.set(f"🚫 **not rebased**: PR #{pr.number} does not come from the bot's branch in "
+                      f"`{target.fork or target.repo}`.")
+            return []
+        try:
+            diff, head = winner_diff(self.auth, self.env.server_url, target, pr.head.ref, op.file,
+                                     marker.get("base_sha"))
+        except (PublishError, GitError) as e:
+            reply.set(f"❌ **cannot rebase**: {e}")
+            return []
+        reply.set(f"⏳ **queued**: rebase of PR #{pr.number} (`{target.name}/{op.name}`): its winner "
+                  f"({head[:12]}) re-applied to the current `{target.base}`, re-measured and verified"
+                  + self._run_link())
+        self._replies[(target.name, op.name)] = reply
+        return [WorkItem(target.name, op.name, None, None, target.repo, dict(reply.ref(), repo=repo_name),
+                         notes=[f"rebase of PR #{pr.number}"], replay=diff, pr=pr.number)]
 
     def role(self, repo, login: str) -> str:
         """The commenter's role on the repo, asked through the API (not author_association)."""
@@ -320,18 +393,28 @@ class Bot:
 
         reply = self._reply_for(item)
         ok, status, text = True, "", ""
+        rebase = item.replay is not None
         try:
             if not (run_dir / "run.json").is_file():
                 raise PublishError(f"optimize wrote no run directory for {item.target}/{item.op}; "
                                    "see the workflow log")
             rd = load_run(run_dir)
-            self._record_run(item, rd)
-            outcome = self._publish(rd)
-            if outcome.pr_number:
-                record_pr(self.state, item.target, item.op, number=outcome.pr_number, url=outcome.pr_url)
-            status = f"✅ **done**: {outcome.message}"
+            if rebase and not (rd.result or {}).get("winner"):
+                # Nothing was searched: the state keeps the last real run of this operator.
+                status, text = self._replay_lost(item, rd)
+            else:
+                self._record_run(item, rd)
+                outcome = self._publish(rd)
+                self._record_outcome(item, outcome)
+                if outcome.action == "declined":
+                    status = f"⚪ **no PR**: {outcome.message}"
+                elif rebase:
+                    status = f"✅ **rebased** onto {self._base_of(item, rd)}: {self._remeasured(rd)}; " \
+                             f"{outcome.message}"
+                else:
+                    status = f"✅ **done**: {outcome.message}"
         except PublishError as e:
-            status = f"⚪ **no PR**: {e}"
+            status = f"⚪ **{'PR not updated' if rebase else 'no PR'}**: {e}"
         except Exception as e:  # reported on the dashboard and in the reply, never as a traceback there
             ok = False
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -345,9 +428,41 @@ class Bot:
         return ok
 
     def _record_run(self, item: WorkItem, rd) -> None:
-        src = item.source_hash or rd.run.get("source_hash") or ""
+        src = item.source_hash or rd.run.get("source_hash") or (rd.result or {}).get("source_sha256") or ""
         record_run(self.state, item.target, item.op, source_hash=src, result=rd.result,
                    run_dir=rd.path, verify_status=(rd.verify or {}).get("status"))
+
+    def _record_outcome(self, item: WorkItem, outcome) -> None:
+        """The PR (open, or closed unmerged when publishing was declined) and the source it was made at."""
+        if outcome.source_hash:  # hashed from the base commit itself: the exact source of this run
+            self.state["operators"][op_key(item.target, item.op)]["source_hash"] = outcome.source_hash
+        prs.record_outcome(self.state, item.target, item.op, outcome)
+
+    def _base_of(self, item: WorkItem, rd) -> str:
+        sha = (rd.result or {}).get("base_sha") or rd.run.get("base_sha") or ""
+        return f"`{self.target(item.target).base}` ({sha[:12]})"
+
+    @staticmethod
+    def _remeasured(rd) -> str:
+        g = (rd.result or {}).get("geomean_speedup")
+        return (f"the winner re-applied, re-measured at {g:.2f}x geomean and verified" if g is not None
+                else "the winner re-applied and verified (not timed: no GPU)")
+
+    def _replay_lost(self, item: WorkItem, rd) -> tuple[str, str]:
+        """The reply when a rebase found no winner: no longer applies, rejected, or no longer faster."""
+        where = self._base_of(item, rd)
+        again = f"run `/kernelsmith optimize {item.op}` for a new search on it."
+        rep = (rd.result or {}).get("replay")
+        if rd.result is None or rep is None:
+            return (f"❌ **rebase failed**: the replay on {where} did not finish; see the workflow log. "
+                    f"Or {again}", "")
+        detail = f"Details: {rep.get('error')}" if rep.get("error") else ""
+        if not rep.get("applied"):
+            return f"⚠️ **the winner no longer applies to {where}**: {again}", detail
+        if not rep.get("accepted"):
+            return (f"⚠️ **the winner fails on {where}**: the referee rejects it "
+                    f"(`{rep.get('reason')}`); {again}", detail)
+        return f"⚠️ **the winner is no longer faster on {where}**: {again}", detail
 
     def _publish(self, rd):
         from .publish import dry_run
@@ -360,6 +475,7 @@ class Bot:
 
     def publish_stage(self, items: list[WorkItem]) -> int:
         """Stage 3 for the work list of the gate job (run dirs under runs_dir/<target>-<op>)."""
+        self.pull_state({i.repo for i in items if i.repo})
         failures = sum(not self.finish(item, self.runs_dir / item.slug) for item in items)
         self.push_state({i.repo for i in items if i.repo})
         return 1 if failures else 0

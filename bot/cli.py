@@ -100,9 +100,9 @@ def cmd_publish(args) -> int:
 
 
 def _publish_and_record(rd, targets, summary):
-    from kernelsmith.state import load_state, record_pr, save_state
+    from kernelsmith.state import load_state, save_state
 
-    from . import dashboard
+    from . import dashboard, prs
     from .app import ActionsEnv
     from .auth import GitHubAuth
     from .publish import find_target
@@ -117,8 +117,8 @@ def _publish_and_record(rd, targets, summary):
     issue = dashboard.find_dashboard(repo)
     if issue is not None:
         dashboard.merge_into(state, dashboard.read_block(issue.body))
-    if outcome.pr_number:
-        record_pr(state, outcome.target, outcome.op, number=outcome.pr_number, url=outcome.pr_url)
+    prs.refresh(state, repo, dashboard.repo_keys([target]))
+    prs.record_outcome(state, outcome.target, outcome.op, outcome)
     save_state(state)
     dashboard.sync(repo, [target], state, None, env.run_url)
     return outcome

@@ -23,8 +23,8 @@ HELP = f"""\
 |---|---|
 | `/kernelsmith optimize <op> [--budget N] [--minutes M]` | search for a faster `<op>` \
 (N proposals, at most {MAX_BUDGET}; M minutes, at most {MAX_MINUTES:g}), verify it, open or update its PR |
-| `/kernelsmith rebase` | on a kernelsmith PR: re-run the search, verify and the evidence \
-on the current base, and update the PR |
+| `/kernelsmith rebase` | on a kernelsmith PR: re-apply its winner to the current base, re-measure \
+and verify it, and update the PR (or say that it no longer applies) |
 | `/kernelsmith ignore <op>` | stop scheduled runs for `<op>` (`optimize` still works on request) |
 | `/kernelsmith help` | this message |
 """

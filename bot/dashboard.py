@@ -1,5 +1,9 @@
 """The "kernelsmith dashboard" issue: one per target repo, with the state mirrored in a hidden block.
 
+Each operator's row shows its last run, best speedup, verify status, its PR (open, merged, or
+closed unmerged) and whether it is watched, ignored, or declined (a maintainer closed its PR
+without merging and the source has not changed since).
+
 Ephemeral runners share the per-operator state (kernelsmith/state.py) through that block: a run
 merges it into the local state file first and writes the merged state back when it ends.
 """
@@ -11,6 +15,8 @@ import re
 
 from kernelsmith.config import Target
 from kernelsmith.state import entry, normalize_state, op_key
+
+from .prs import declined
 
 TITLE = "kernelsmith dashboard"
 LABEL = "kernelsmith"
@@ -71,18 +77,25 @@ def render(repo_name: str, targets: list[Target], state: dict, scans: dict | Non
     """The dashboard body: a table of operators, needs-a-harness marks, and the hidden state block."""
     lines = [f"## kernelsmith dashboard for `{repo_name}`", "",
              "Kept up to date by the bot. Comment `/kernelsmith help` for commands.", "",
-             "| target | operator | last run | best speedup | verify | open PR | status | last error |",
+             "| target | operator | last run | best speedup | verify | PR | status | last error |",
              "|---|---|---|---:|---|---|---|---|"]
+    current = {(name, row.get("name")): row.get("source_hash")
+               for name, scan in (scans or {}).items() for row in scan.get("operators", [])}
     for t in targets:
         for o in t.operators:
             e = entry(state, t.name, o.name)
             result = e.get("result") or {}
             speed = result.get("geomean_speedup")
             pr = e.get("pr") or {}
-            is_open = pr.get("number") and pr.get("state") == "open"
-            pr_cell = f"[#{pr['number']}]({pr['url']})" if is_open else "—"
+            pr_cell = _pr_cell(pr)
             speed_cell = f"{speed:.2f}x" if speed else "—"
-            status = "ignored" if e.get("ignored") else "watched"
+            source = current.get((t.name, o.name)) or e.get("source_hash")
+            if e.get("ignored"):
+                status = "ignored"
+            elif declined(e, source):
+                status = "declined: PR closed unmerged; waits for the source to change"
+            else:
+                status = "watched"
             err = (e.get("last_error") or {}).get("message")
             lines.append(f"| {t.name} | `{o.name}` | {_cell(e.get('optimized_at'))} | "
                          f"{speed_cell} | {_cell(e.get('verify_status'))} | {pr_cell} | "
@@ -102,6 +115,16 @@ def render(repo_name: str, targets: list[Target], state: dict, scans: dict | Non
                 "operators": {k: v for k, v in state.get("operators", {}).items() if k in keys}}
     lines += ["", _block(mirrored), ""]
     return "\n".join(lines)
+
+
+def _pr_cell(pr: dict) -> str:
+    """The operator's PR: a link while open, and whether it was merged or closed without merging."""
+    if not pr.get("number"):
+        return "—"
+    link = f"[#{pr['number']}]({pr['url']})" if pr.get("url") else f"#{pr['number']}"
+    state = pr.get("state")
+    how = {"open": "open", "merged": "merged", "closed": "closed unmerged"}.get(state, state)
+    return f"{link} {how}" if how else link
 
 
 def sync(repo, targets: list[Target], state: dict, scans: dict | None = None, run_url: str | None = None):

@@ -49,10 +49,17 @@ class Engine:
             self.log(f"scan of {target}: exit {proc.returncode}; operators with problems are skipped")
         return data if isinstance(data, dict) else {}
 
-    def optimize(self, target: Path, op: str, out: Path, budget: int | None, minutes: float | None) -> int:
-        """`kernelsmith optimize`; exit 0 with an accepted winner, 1 without, 2 on config errors."""
-        args = ["optimize", str(target), op, "--out", str(out), *self.optimize_args]
-        if budget is not None:
+    def optimize(self, target: Path, op: str, out: Path, budget: int | None, minutes: float | None,
+                 replay: Path | None = None) -> int:
+        """`kernelsmith optimize`; exit 0 with an accepted winner, 1 without, 2 on config errors.
+        With `replay` (a diff file), one proposal: that winner on the current base (a rebase)."""
+        args = ["optimize", str(target), op, "--out", str(out)]
+        if replay is not None:
+            # The search settings (mutator, budget) do not apply to a replay; --device etc. still do.
+            args += ["--replay", str(replay), *_without(self.optimize_args, ("--mutator", "--budget"))]
+        else:
+            args += self.optimize_args
+        if budget is not None and replay is None:
             args += ["--budget", str(budget)]
         if minutes is not None:
             args += ["--minutes", f"{minutes:g}"]
@@ -62,3 +69,15 @@ class Engine:
         """`kernelsmith verify RUN_DIR`; exit 0 pass, 1 regression, 2 could not run."""
         return self._run(["verify", str(run_dir)]).returncode
 
+
+def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """`args` minus the given flags and their values (`--flag value` or `--flag=value`)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in flags:
+            skip = True
+        elif not a.startswith(tuple(f + "=" for f in flags)):
+            out.append(a)
+    return out

@@ -127,6 +127,14 @@ class Publisher:
         email = BOT_AUTHOR[1]
         return [line.split()[0] for line in out.splitlines() if line.strip() and line.split()[1] != email]
 
+    def has_commit(self, sha: str) -> bool:
+        """True when the commit is in the scratch repository (fetched already)."""
+        return self._has_commit(sha)
+
+    def parent(self, rev: str) -> str:
+        """The first parent of a commit."""
+        return self._run("rev-parse", f"{rev}^")
+
     def tree_of(self, rev: str) -> str:
         return self._run("rev-parse", f"{rev}^{{tree}}")
 
@@ -134,7 +142,8 @@ class Publisher:
         """A file's bytes at a commit (its blob is fetched on demand from the partial clone)."""
         try:
             out = self.repo.git.execute(["git", "cat-file", "blob", f"{rev}:{file_rel}"],
-                                        env=_env(self.token_fn(self.names["base"])), stdout_as_string=False)
+                                        env=_env(self.token_fn(self.names["base"])), stdout_as_string=False,
+                                        strip_newline_in_stdout=False)  # the exact bytes: they are hashed
         except self._git_mod.GitCommandError:
             return None
         return out

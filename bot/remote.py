@@ -10,10 +10,12 @@ from .gitops import Publisher
 from .publish import (
     BRANCH_PREFIX,
     Outcome,
+    PublishError,
     PullRequestDraft,
     commit_message,
     draft,
     marker,
+    read_marker,
     write_summary,
 )
 
@@ -22,6 +24,17 @@ def _find_pr(repo, d: PullRequestDraft):
     head = f"{d.push_repo.split('/')[0]}:{d.branch}"
     for pr in repo.get_pulls(state="open", head=head, base=d.base):
         return pr
+    return None
+
+
+def _declined_pr(repo, d: PullRequestDraft, src: str | None):
+    """A PR of this branch that a maintainer closed without merging at this same source, or None."""
+    if not src:
+        return None
+    head = f"{d.push_repo.split('/')[0]}:{d.branch}"
+    for pr in repo.get_pulls(state="closed", head=head, base=d.base):
+        if pr.merged_at is None and (read_marker(pr.body) or {}).get("source_hash") == src:
+            return pr
     return None
 
 
@@ -61,6 +74,14 @@ def publish_remote(rd, auth: GitHubAuth, server_url: str, *, targets: str | None
         pub.fetch_base(d.base, d.base_sha)
         base_code = pub.file_at(d.base_sha, d.file)
         src = source_hash(base_code) if base_code is not None else None
+        closed = _declined_pr(repo, d, src) if existing is None else None
+        if closed is not None:
+            # A maintainer said no to this operator at this source: no new PR, no push, no reopen.
+            msg = (f"PR #{closed.number} for `{d.op}` was closed without merging at this source "
+                   f"({src[:12]}); kernelsmith proposes `{d.op}` again once `{d.file}` changes. "
+                   f"The verified winner ({d.geomean:.2f}x geomean) is in the run's artifact.")
+            write_summary(summary, f"**kernelsmith**: {msg}")
+            return Outcome("declined", msg, d.target, d.op, closed.number, closed.html_url, None, src)
         update = pub.update_branch(d.branch, d.base, d.base_sha, d.file, d.winner_code.encode(),
                                    commit_message(d))
     finally:
@@ -100,6 +121,29 @@ def publish_remote(rd, auth: GitHubAuth, server_url: str, *, targets: str | None
     msg = f"{action} PR #{pr.number} ({d.geomean:.2f}x geomean): {pr.html_url}"
     write_summary(summary, f"**kernelsmith**: {msg}")
     return Outcome(action, msg, d.target, d.op, pr.number, pr.html_url, update.sha, src)
+
+
+def winner_diff(auth: GitHubAuth, server_url: str, target, branch: str, file_rel: str,
+                base_sha: str | None) -> tuple[str, str]:
+    """(unified diff of `file_rel` from the PR's base commit to its branch head, head sha): the
+    winner a `/kernelsmith rebase` replays. Read with git from the push repo; nothing is executed."""
+    from kernelsmith.search.edits import unified_diff
+
+    push_repo = target.fork or target.repo
+    with tempfile.TemporaryDirectory(prefix="kernelsmith-rebase-") as tmp:
+        pub = Publisher(Path(tmp) / "git", server_url, target.repo, push_repo, token_fn=auth.push_token)
+        head = pub.fetch_branch(branch)
+        if head is None:
+            raise PublishError(f"the branch `{branch}` is gone from `{push_repo}`")
+        # The bot's commit sits on the run's base (the marker's base_sha); else take the head's parent.
+        parent = base_sha if base_sha and pub.has_commit(base_sha) else pub.parent(head)
+        old, new = pub.file_at(parent, file_rel), pub.file_at(head, file_rel)
+    if old is None or new is None:
+        raise PublishError(f"`{file_rel}` is missing on `{branch}` or its base {parent[:12]}")
+    diff = unified_diff(old.decode(), new.decode(), file_rel)
+    if not diff:
+        raise PublishError(f"`{branch}` does not change `{file_rel}`: there is no winner to replay")
+    return diff, head
 
 
 def _report_check(repo, auth: GitHubAuth, d: PullRequestDraft, sha: str, url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
 import secrets
 import subprocess
@@ -115,7 +116,8 @@ def issue_json(ctx: Context, repo: Repo, issue: dict) -> dict:
         "repository_url": f"{ctx.api}/repos/{repo.full_name}",
         "comments": sum(1 for c in ctx.state.comments.values()
                         if c["repo"] == repo.full_name and c["issue"] == issue["number"]),
-        "created_at": issue["created_at"], "updated_at": issue["updated_at"], "closed_at": None,
+        "created_at": issue["created_at"], "updated_at": issue["updated_at"],
+        "closed_at": issue.get("closed_at"),
     }
     if "pr" in issue:
         data["pull_request"] = {"url": f"{ctx.api}/repos/{repo.full_name}/pulls/{issue['number']}",
@@ -134,7 +136,9 @@ def pull_json(ctx: Context, repo: Repo, issue: dict) -> dict:
         "html_url": f"{ctx.base}/{repo.full_name}/pull/{issue['number']}",
         "commits_url": url + "/commits", "review_comments_url": url + "/comments",
         "comments_url": f"{ctx.api}/repos/{repo.full_name}/issues/{issue['number']}/comments",
-        "merged": False, "draft": False, "maintainer_can_modify": pr["maintainer_can_modify"],
+        "merged": bool(pr.get("merged_at")), "merged_at": pr.get("merged_at"),
+        "merge_commit_sha": pr.get("merge_commit_sha"),
+        "draft": False, "maintainer_can_modify": pr["maintainer_can_modify"],
         "head": {"ref": pr["head"], "sha": head_repo.branch_sha(pr["head"]) or pr["head_sha"],
                  "label": f"{head_repo.owner}:{pr['head']}", "repo": repo_json(ctx, head_repo),
                  "user": user_json(ctx, head_repo.owner)},
@@ -452,11 +456,51 @@ def edit_pull(ctx, owner, name, number, payload):
     repo = _repo(ctx, owner, name)
     _write(ctx, repo)
     issue = _pull(repo, number)
+    payload = payload or {}
+    if payload.get("state") not in (None, "open", "closed"):
+        raise _validation("state")
+    if payload.get("state") == "open" and issue["state"] == "closed":
+        if issue["pr"].get("merged_at"):
+            raise _validation("state", message="Cannot reopen a merged pull request")
+        issue["closed_at"] = None
+    elif payload.get("state") == "closed" and issue["state"] == "open":
+        issue["closed_at"] = _iso()
     for key in ("title", "body", "state"):
-        if payload and key in payload:
+        if key in payload:
             issue[key] = payload[key]
     issue["updated_at"] = _iso()
     return 200, pull_json(ctx, repo, issue), []
+
+
+def merge_pull(ctx, owner, name, number, payload):
+    """PUT .../pulls/N/merge: a real merge commit on the base branch (405 when it conflicts)."""
+    repo = _repo(ctx, owner, name)
+    login = _write(ctx, repo)
+    issue = _pull(repo, number)
+    pr = issue["pr"]
+    if issue["state"] != "open":
+        raise HTTPError(405, "Pull Request is not mergeable")
+    head_repo = ctx.state.repos[pr["head_repo"]]
+    base_sha, head_sha = repo.branch_sha(pr["base"]), head_repo.branch_sha(pr["head"])
+    if (payload or {}).get("sha") not in (None, head_sha):
+        raise HTTPError(409, "Head branch was modified. Review and try the merge again.")
+    if head_repo is not repo:
+        repo.git("fetch", "-q", str(head_repo.bare), head_sha)
+    tree = repo.git("merge-tree", "--write-tree", base_sha, head_sha)
+    if not tree:
+        raise HTTPError(405, "Pull Request is not mergeable")
+    message = f"Merge pull request #{issue['number']} from {head_repo.owner}/{pr['head']}"
+    env = {**os.environ, "GIT_AUTHOR_NAME": login, "GIT_AUTHOR_EMAIL": f"{login}@users.noreply",
+           "GIT_COMMITTER_NAME": "GitHub", "GIT_COMMITTER_EMAIL": "noreply@github.com"}
+    parents = ["-p", base_sha, "-p", head_sha]
+    out = subprocess.run(["git", "commit-tree", tree.split()[0], *parents, "-m", message], cwd=repo.bare,
+                         capture_output=True, text=True, check=True, env=env)
+    sha = out.stdout.strip()
+    repo.git("update-ref", f"refs/heads/{pr['base']}", sha, base_sha)
+    now = _iso()
+    pr.update(merged_at=now, merge_commit_sha=sha, head_sha=head_sha)
+    issue.update(state="closed", closed_at=now, updated_at=now)
+    return 200, {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}, []
 
 
 def get_branch(ctx, owner, name, branch, payload):
@@ -544,6 +588,7 @@ ROUTES = [
     ("POST", rf"/repos/{_S}/{_S}/pulls", create_pull),
     ("GET", rf"/repos/{_S}/{_S}/pulls/(\d+)", get_pull),
     ("PATCH", rf"/repos/{_S}/{_S}/pulls/(\d+)", edit_pull),
+    ("PUT", rf"/repos/{_S}/{_S}/pulls/(\d+)/merge", merge_pull),
     ("GET", rf"/repos/{_S}/{_S}/branches/(.+)", get_branch),
     ("GET", rf"/repos/{_S}/{_S}/commits/{_S}", get_commit),
     ("POST", rf"/repos/{_S}/{_S}/git/refs", create_ref),

@@ -12,6 +12,8 @@ Enterprise Server: the REST API under `/api/v3` (`GITHUB_API_URL`) and git smart
   from `token_ttl`); expired or unknown tokens get 401 "Bad credentials".
 - Check runs are refused to anything but an installation token (403); commit statuses are not.
 - Collaborator permission is looked up per user (`role_name` and the legacy `permission`).
+- Pull requests close (PATCH state) and merge (PUT .../merge: a real merge commit on the base
+  branch, `merged`/`merged_at` set, 405 when it conflicts); a merged one cannot be reopened.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import os
 
 import pytest
 from conftest import SavedRunEngine, event
-from github_api import add_comment
+from conftest import comment as _comment
+from conftest import replies as _replies
 
 from bot.app import ActionsEnv, Bot, WorkItem
 from bot.auth import GitHubAuth
@@ -16,29 +17,10 @@ from bot.dashboard import TITLE, read_block
 from bot.engine import Engine
 
 
-def _comment(gh, tmp_path, monkeypatch, login: str, body: str, number: int | None = None):
-    repo = gh.repo
-    if number is None:
-        number = max(repo.issues, default=0) + 1
-        repo.issues[number] = {"id": gh.state.next_id(), "number": number, "title": "slow rms_norm",
-                               "body": "", "state": "open", "user": login, "labels": [],
-                               "created_at": "2026-11-30T00:00:00Z", "updated_at": "2026-11-30T00:00:00Z"}
-    c = add_comment(gh.state, repo, number, login, body)
-    event(tmp_path, monkeypatch, "issue_comment", {
-        "action": "created", "repository": {"full_name": "kernelsmith/demo"},
-        "issue": {"number": number}, "comment": {"id": c["id"], "body": body,
-                                                 "user": {"login": login, "type": "User"}}})
-    return c
-
-
 def _run(gh, tmp_path, engine=None) -> tuple[int, SavedRunEngine]:
     engine = engine or SavedRunEngine(gh)
     bot = Bot(ActionsEnv.from_env(), GitHubAuth.from_env(), engine, runs_dir=tmp_path / "runs")
     return bot.run_all(), engine
-
-
-def _replies(gh, c):
-    return [x for x in gh.state.comments.values() if x["issue"] == c["issue"] and x["id"] != c["id"]]
 
 
 def test_read_only_user_is_refused_and_nothing_runs(gh, tmp_path, monkeypatch):
@@ -138,16 +120,6 @@ def test_ignore_is_kept_in_state_and_mirrored_on_the_dashboard(gh, tmp_path, mon
     event(tmp_path, monkeypatch, "schedule", {})
     code, engine = _run(gh, tmp_path)
     assert [x[1] for x in engine.calls if x[0] == "optimize"] == ["silu_and_mul"]
-
-
-def test_rebase_on_a_bot_pr_reruns_its_operator(gh, tmp_path, monkeypatch):
-    event(tmp_path, monkeypatch, "schedule", {})
-    assert _run(gh, tmp_path)[0] == 0
-    pr = gh.state.pulls("kernelsmith/demo")[0]
-    _comment(gh, tmp_path, monkeypatch, "maintainer", "/kernelsmith rebase", number=pr["number"])
-    code, engine = _run(gh, tmp_path)
-    assert code == 0 and [x[1] for x in engine.calls if x[0] == "optimize"] == ["rms_norm"]
-    assert len(gh.state.pulls("kernelsmith/demo")) == 1
 
 
 def test_comments_by_bots_or_not_addressed_are_ignored(gh, tmp_path, monkeypatch):
