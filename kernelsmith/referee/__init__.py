@@ -6,6 +6,8 @@ outcome, including crashes and hangs, into a `Verdict`.
 
 from __future__ import annotations
 
+import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +54,9 @@ class Referee:
         self.network = network
         self.device_info: dict | None = None
         self._base_profiles: dict = {}
+        # Device numbers measured by the first worker before any candidate ran in it; later workers
+        # get them from here (never from cache_dir()/device.json, which a candidate can rewrite).
+        self.calibration: dict = {}
         # A spare worker boots while the current one evaluates, so replacing a worker after a
         # rejection costs nothing. Off on CUDA: a booting process must not disturb a measurement.
         self.prefork = (self.device == "interpret") if prefork is None else bool(prefork)
@@ -67,8 +72,8 @@ class Referee:
         op = self.task.operator
         return {"root": str(self.task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
-                "device": self.device, "workdir": str(self.workdir), "cache_dir": str(cache_dir()),
-                "seed": self.seed, "base_profiles": self._base_profiles}
+                "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
+                "base_profiles": self._base_profiles, "calibration": self.calibration}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()
@@ -110,7 +115,23 @@ class Referee:
                                f"{reply.get('error')}")
         self.device_info = reply.get("device")
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
+        worker.base_cache = reply.get("base_cache")
+        if not self.calibration and reply.get("calibration"):
+            self.calibration = reply["calibration"]
+            self._record_calibration()
         return worker
+
+    def _record_calibration(self) -> None:
+        """Keep the device numbers in cache_dir()/device.json as a record (never read back)."""
+        try:
+            path = cache_dir() / "device.json"
+            data = {"device": self.device_info, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    **self.calibration}
+            tmp = path.with_suffix(f".{id(self)}.tmp")
+            tmp.write_text(json.dumps(data, indent=2))
+            tmp.replace(path)
+        except OSError:
+            pass  # only a record
 
     def _start(self) -> WorkerProcess:
         spawned, self._spare = (self._spare or self._spawn()), None
@@ -129,8 +150,15 @@ class Referee:
 
     def _recycle(self) -> None:
         if self._worker is not None:
-            self._worker.kill()
+            self._kill(self._worker)
             self._worker = None
+
+    @staticmethod
+    def _kill(worker: WorkerProcess, close: bool = False) -> None:
+        """Stop a worker and delete its private base kernel cache."""
+        worker.close() if close else worker.kill()
+        if getattr(worker, "base_cache", None):
+            shutil.rmtree(worker.base_cache, ignore_errors=True)
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full") -> Verdict:
@@ -187,10 +215,10 @@ class Referee:
     def close(self) -> None:
         """Stop the worker and remove the temporary work folder."""
         if self._worker is not None:
-            self._worker.close()
+            self._kill(self._worker, close=True)
             self._worker = None
         if self._spare is not None:
-            self._spare[0].kill()
+            self._kill(self._spare[0])
             self._spare = None
         if self._zygote is not None:
             self._zygote.close()

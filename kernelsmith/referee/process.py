@@ -183,6 +183,7 @@ class WorkerProcess:
     def __init__(self, env: dict[str, str], cwd: Path, network: bool = False, zygote: Zygote | None = None):
         self.sandboxed = bool(netns_prefix()) and not network
         self.forked = False
+        self.base_cache: str | None = None  # its private Triton cache for the base (compile_cache.py)
         if zygote is not None and zygote.alive():
             try:
                 pid, in_w, out_r, res_r = zygote.fork()

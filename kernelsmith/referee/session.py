@@ -12,6 +12,7 @@ import os
 import site
 import sys
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from ..loader import load_operator_module
 from . import correctness as C
 from . import static
 from .backend import get_backend
+from .compile_cache import CompileCaches, make_private
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .snapshot import Snapshot
 
@@ -61,7 +63,9 @@ class Session:
     def __init__(self, spec: dict):
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
-        self.backend = get_backend(self.device, Path(spec["cache_dir"]) if spec.get("cache_dir") else None)
+        # Made now, before any candidate code runs in this process: see compile_cache.py.
+        self.caches = CompileCaches(make_private(self.workdir / ".triton-base"))
+        self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
@@ -75,7 +79,7 @@ class Session:
         self.monitor.wrap_reference(self.harness.module)
         self.base_code = (self.root / self.file).read_text()
         self.monitor.allowed_files.add(os.path.realpath(self.root / self.file))
-        with self.monitor.watch(ops=False) as rec:
+        with self.caches.base(), self.monitor.watch(ops=False) as rec:
             self.base_mod = load_operator_module(self.root, self.file, tag="base", stubs=self.stubs)
         self.base_import = rec
         # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
@@ -85,13 +89,33 @@ class Session:
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
         self._aa_fn = None
+        # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
+        # or handed over by the parent from an earlier worker's start; never read from a file.
+        self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
         # What the base does per shape, measured before any candidate code is loaded here (or
         # handed over by the parent from an earlier worker's start, which is the same thing).
+        # Where kernels compile, base and A/A are compiled now too, so the timed shapes never
+        # compile them after candidate code has run in this process.
         self._profile_seed = int(spec.get("seed", 0))
         self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
-            self.base_profile(shape, si)
+            self.base_profile(shape, si, warm=self.backend.compiles)
         self.trial_sets: dict[int, list[dict]] = {}
+
+    def _peak_dtypes(self) -> list[str]:
+        """The dtypes whose matmul rate the flops roofline needs (none without `flops`)."""
+        if not self.harness.flops:
+            return []
+        names = {s.get("dtype") for s in self.harness.shapes_for(self.device)}
+        return sorted(n for n in names if isinstance(n, str))
+
+    def trusted(self, fn) -> bool:
+        """Whether `fn` is the base or its A/A copy (compiled only in the private cache)."""
+        return fn is self.base_fn or (self._aa_fn is not None and fn is self._aa_fn)
+
+    def base_compiles(self):
+        """Context: Triton compiles into this worker's private base cache (see compile_cache.py)."""
+        return self.caches.base()
 
     def _entry_fn(self, mod):
         """What to call for a loaded module: the harness's `bind(module)`, else the entry."""
@@ -111,13 +135,14 @@ class Session:
         # Always, not only for self-allocated outputs: scratch buffers must not start clean either.
         C.dirty_allocator(self.dev, dirty, sizes)
         self.backend.synchronize()
-        if rec is None:
-            ret = fn(**inputs)
-            self.backend.synchronize()
-        else:
-            with self.monitor.watch(rec, garbage=dirty):
+        with self.caches.base() if self.trusted(fn) else nullcontext():
+            if rec is None:
                 ret = fn(**inputs)
                 self.backend.synchronize()
+            else:
+                with self.monitor.watch(rec, garbage=dirty):
+                    ret = fn(**inputs)
+                    self.backend.synchronize()
         names = self.harness.outputs
         outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
         return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
@@ -130,15 +155,21 @@ class Session:
         """The per-shape base profiles as plain data (for the parent to hand to later workers)."""
         return {k: r.to_json() for k, r in self._profiles.items()}
 
-    def base_profile(self, shape: dict, si: int) -> Record:
-        """What the base does on one call for this shape (its launches, ops, files, threads)."""
+    def base_profile(self, shape: dict, si: int, warm: bool = False) -> Record:
+        """What the base does on one call for this shape (its launches, ops, files, threads).
+
+        `warm`: also compile the base (and, where timing happens, the A/A copy) for this shape.
+        """
         key = json.dumps(shape, sort_keys=True)
-        if key not in self._profiles:
+        if key not in self._profiles or warm:
             inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(self._profile_seed, "base", si))
-            rec = Record()
             self.call(self.base_fn, inputs, float("nan"), None)  # compile outside the profile
-            self.call(self.base_fn, inputs, float("nan"), rec)
-            self._profiles[key] = rec
+            if key not in self._profiles:
+                rec = Record()
+                self.call(self.base_fn, inputs, float("nan"), rec)
+                self._profiles[key] = rec
+            if warm and self.backend.timed:
+                self.call(self.aa_fn(), inputs, float("nan"), None)
         return self._profiles[key]
 
     # -- correctness --------------------------------------------------------------------------
@@ -349,7 +380,8 @@ class Session:
         """The A/A control: the base file loaded again as a separate module."""
         if self._aa_fn is None:
             path = self.workdir / "aa" / Path(self.file).name
-            mod = load_operator_module(self.root, self.file, code=self.base_code, tag="aa", source_path=path,
-                                       stubs=self.stubs)
+            with self.caches.base():
+                mod = load_operator_module(self.root, self.file, code=self.base_code, tag="aa",
+                                           source_path=path, stubs=self.stubs)
             self._aa_fn = self._entry_fn(mod)
         return self._aa_fn

@@ -9,6 +9,7 @@ impossible shape can dominate the geomean.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -71,12 +72,17 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
                 last["ret"], last["rep"] = ret, r
         return run
 
+    originals_fns = [session.base_fn, fn]
     fns = [runner(session.base_fn, sets, False), runner(fn, cand_sets, True)]
     if mode == "full":
-        fns.append(runner(session.aa_fn(), [C.clone_inputs(s) for s in sets], False))
-    for f in fns:  # warm-up: compile, autotune, fill caches
-        for r in range(3):
-            f(r)
+        originals_fns.append(session.aa_fn())
+        fns.append(runner(originals_fns[2], [C.clone_inputs(s) for s in sets], False))
+    for f, orig in zip(fns, originals_fns, strict=True):  # warm-up: compile, autotune, fill caches
+        # Base and A/A compile only in the worker's private Triton cache (compile_cache.py); the
+        # switch happens here, around the warm-up, never inside a timed region.
+        with session.base_compiles() if session.trusted(orig) else nullcontext():
+            for r in range(INPUT_SETS):
+                f(r)
     backend.synchronize()
     probe = backend.time_calls(fns[:2], 3, seed)
     per_rep = sum(_median(t) for t in probe) + 0.25 * len(fns)  # + flush and spin

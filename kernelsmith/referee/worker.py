@@ -33,6 +33,8 @@ def main() -> int:
         msg = json.loads(line)
         op, nonce = msg.get("op"), msg.get("nonce")
         if op == "exit":
+            if session is not None:
+                session.caches.remove()
             break
         try:
             if op == "init":
@@ -41,7 +43,8 @@ def main() -> int:
 
                 session = Session(msg["spec"])
                 reply = {"ok": True, "device": session.backend.info(),
-                         "base_profiles": session.base_profiles()}
+                         "base_profiles": session.base_profiles(), "calibration": session.calibration,
+                         "base_cache": str(session.caches.private)}
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):

@@ -1,7 +1,9 @@
 """The referee on a CUDA device: timing, the A/A control, and the hacks that only a GPU exposes."""
 
 import pytest
-from referee_helpers import CORPUS, demo_task
+from referee_helpers import CORPUS, MINISERVE, ROOT, demo_task
+
+from kernelsmith.referee import Referee
 
 pytestmark = pytest.mark.gpu
 
@@ -46,3 +48,69 @@ def test_gpu_cheats(name, violation):
     with Referee(demo_task("rms_norm"), device="cuda", seed=5) as ref:
         v = ref.evaluate((CORPUS / "cheats" / f"{name}.py").read_text(), candidate_id=3, timing="screen")
     assert not v.accepted and violation in v.violations, v.feedback()
+
+
+BIG = {"tokens": 16384, "hidden": 8192, "dtype": "bfloat16"}
+
+
+def _base_ms_with_cache(cache, tag: str) -> float:
+    """The demo base rms_norm on BIG, loaded in this process with Triton compiling into `cache`."""
+    import triton
+
+    from kernelsmith.harness import load_harness
+    from kernelsmith.loader import load_operator_module
+    from kernelsmith.referee.compile_cache import cache_dir, set_cache_dir
+
+    before = cache_dir()
+    set_cache_dir(str(cache))
+    try:
+        mod = load_operator_module(MINISERVE, "miniserve/kernels/rms_norm.py", tag=tag)
+        inputs = load_harness(ROOT / "targets" / "demo" / "rms_norm.py").make_inputs(BIG, "cuda", 0)
+        return triton.testing.do_bench(lambda: mod.rms_norm(**inputs), warmup=50, rep=200)
+    finally:
+        set_cache_dir(before)
+
+
+def test_planted_triton_binary_never_reaches_the_base(tmp_path, monkeypatch):
+    """A cheat copies a slow kernel's binary over the base kernel's entry in the shared Triton
+    cache; it is rejected, and the base in the replacement worker still runs its own binary."""
+    import json
+
+    shared = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    cheat = (CORPUS / "cheats" / "rms_norm__triton_cache.py").read_text()
+    with Referee(demo_task("rms_norm"), device="cuda", seed=7) as ref:
+        before = ref.evaluate(None, candidate_id=1, timing="screen")
+        v = ref.evaluate(cheat, candidate_id=2, timing="screen")
+        assert v.reason == "file_access", v.feedback()
+        assert json.loads((shared / "planted.json").read_text())  # compiled files were overwritten
+        after = ref.evaluate(None, candidate_id=3, timing="screen")
+        assert ref.workers_started >= 2
+    assert before.accepted and after.accepted
+    for b, a in zip(before.shapes, after.shapes, strict=True):
+        assert a["baseline_ms"] < 1.3 * b["baseline_ms"], (b["shape"], b["baseline_ms"], a["baseline_ms"])
+    # The control: the same base compiled from the shared cache would have loaded the slow binary.
+    poisoned = _base_ms_with_cache(shared, "poisoned")
+    clean = _base_ms_with_cache(tmp_path / "clean", "clean")
+    assert poisoned > 1.5 * clean, (poisoned, clean)
+
+
+def test_rewritten_device_json_drives_no_verdict(tmp_path, monkeypatch):
+    """A cheat rewrites device.json (a huge bandwidth would lift the roofline floor); the referee's
+    numbers stay the ones its first worker measured before any candidate ran."""
+    import json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cheat = (CORPUS / "cheats" / "rms_norm__device_json.py").read_text()
+    with Referee(demo_task("rms_norm"), device="cuda", seed=8) as ref:
+        ref.evaluate(None, candidate_id=1, timing="screen")
+        measured = json.loads(json.dumps(ref.calibration))
+        v = ref.evaluate(cheat, candidate_id=2, timing="screen")
+        assert v.reason == "file_access", v.feedback()
+        written = json.loads((tmp_path / "xdg" / "kernelsmith" / "device.json").read_text())
+        assert written["bandwidth_gbs"] == 1e9
+        after = ref.evaluate(None, candidate_id=3, timing="screen")
+    assert ref.calibration == measured and 100 < measured["bandwidth_gbs"] < 1e5
+    assert measured["sleep_cycles_per_us"] > 100  # GPU clocks are GHz: thousands of cycles per µs
+    big = next(s for s in after.shapes if s["shape"] == BIG)
+    assert 5 < big["pct_roofline"] <= 150 and not big["floored"]

@@ -2,6 +2,7 @@
 synthetic backend, so its logic is tested without a GPU. Real numbers come from the H200 step."""
 
 import random
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -51,9 +52,22 @@ class FakeSession:
         self.harness = load_harness(ROOT / "targets" / "demo" / "rms_norm.py")
         self.backend, self.dev, self.device = backend, "cpu", "interpret"
         self.base_fn = _rms
+        self._aa = lambda **kw: _rms(**kw)
+        self.in_base_cache = False  # what Session.base_compiles() switches (compile_cache.py)
 
     def aa_fn(self):
-        return lambda **kw: _rms(**kw)
+        return self._aa
+
+    def trusted(self, fn):
+        return fn is self.base_fn or fn is self._aa
+
+    @contextmanager
+    def base_compiles(self):
+        self.in_base_cache = True
+        try:
+            yield
+        finally:
+            self.in_base_cache = False
 
     def expected(self, inputs):
         return (self.harness.reference(**inputs),)
@@ -124,3 +138,41 @@ def test_result_cached_across_timed_calls_is_caught():
     out = _verdict_dict(s)
     timing.time_candidate(s, cached, cid=1, seed=0, mode="full", out=out)
     assert out["violations"] == ["cached_result"] and not out.get("timed")
+
+
+def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_timed():
+    """Base/A-A calls that can compile run inside base_compiles(); the candidate's never do, and
+    no switch happens inside the timed calls (it would add host work to the measurement)."""
+    seen, phase = [], ["warm-up"]
+
+    class Recording(FakeBackend):
+        def time_calls(self, fns, reps, order_seed):
+            phase[0] = "timed"
+            try:
+                return super().time_calls(fns, reps, order_seed)
+            finally:
+                phase[0] = "warm-up"
+
+        def host_time(self, fn, calls):
+            phase[0] = "timed"
+            try:
+                return super().host_time(fn, calls)
+            finally:
+                phase[0] = "warm-up"
+
+    s = FakeSession(Recording([0.2, 0.1, 0.2]))
+    base, aa = s.base_fn, s.aa_fn()
+
+    def spy(name, fn):
+        def call(**kw):
+            seen.append((name, phase[0], s.in_base_cache))
+            return fn(**kw)
+        return call
+
+    s.base_fn, s._aa = spy("base", base), spy("aa", aa)
+    timing.time_candidate(s, spy("cand", _rms), cid=1, seed=0, mode="full", out=_verdict_dict(s))
+    warm = [(n, inside) for n, ph, inside in seen if ph == "warm-up"]
+    timed = [(n, inside) for n, ph, inside in seen if ph == "timed"]
+    assert {n for n, _ in warm} == {"base", "aa", "cand"} and {n for n, _ in timed} == {"base", "aa", "cand"}
+    assert all(inside == (n != "cand") for n, inside in warm)
+    assert not any(inside for _, inside in timed)

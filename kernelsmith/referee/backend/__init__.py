@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .base import Backend
 
@@ -26,12 +25,12 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def get_backend(device: str, cache_dir: Path | None = None) -> Backend:
+def get_backend(device: str) -> Backend:
     """The backend object for a resolved device name."""
     if device == "cuda":
         from .cuda import CudaBackend
 
-        return CudaBackend(cache_dir)
+        return CudaBackend()
     from .interpret import InterpretBackend
 
     return InterpretBackend()

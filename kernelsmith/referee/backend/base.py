@@ -14,6 +14,7 @@ class Backend:
     name = "base"
     device = "cpu"  # the torch device string inputs are made on
     timed = False  # whether this backend can time kernels
+    compiles = False  # whether kernels compile to binaries (kept in Triton's on-disk cache)
 
     def info(self) -> dict:
         """{"name", "driver", "torch", "triton"} for the verdict and result.json."""
@@ -33,6 +34,15 @@ class Backend:
         """Host-inclusive milliseconds per call over `calls` back-to-back eager calls."""
         raise NotImplementedError(f"{self.name} backend cannot time kernels")
 
+    def calibrate(self, dtype_names: list[str], given: dict | None = None) -> dict:
+        """Measure what timing needs (peak rates for `dtype_names`, spin length) in this process.
+
+        `given`: the same numbers measured by an earlier worker of this referee before any
+        candidate ran in it (the parent hands them over); anything missing is measured here. The
+        result is plain data for the parent. Never read from a file a candidate could write.
+        """
+        return {}
+
     def peak(self, dtype_name: str | None = None) -> dict:
-        """Measured {"bandwidth_gbs", "tflops"} (for `dtype_name`), cached in cache_dir()/device.json."""
+        """The calibrated {"bandwidth_gbs", "tflops"} (for `dtype_name`)."""
         return {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -36,11 +36,11 @@ class CudaBackend(Backend):
     name = "cuda"
     device = "cuda"
     timed = True
+    compiles = True
 
-    def __init__(self, cache_dir: Path | None = None):
-        self.cache_path = Path(cache_dir) / "device.json" if cache_dir else None
+    def __init__(self):
         self._flush = None
-        self._cycles_per_us: float | None = None
+        self.calibration: dict = {}
 
     def init_context(self) -> None:
         """Create the CUDA context and the L2 flush buffer."""
@@ -61,60 +61,51 @@ class CudaBackend(Backend):
         """torch.cuda.synchronize()."""
         torch.cuda.synchronize()
 
-    # -- cached device measurements -----------------------------------------------------------
-    def _cache(self) -> dict:
-        if self.cache_path is None or not self.cache_path.exists():
-            return {}
-        try:
-            return json.loads(self.cache_path.read_text()).get(torch.cuda.get_device_name(0), {})
-        except (OSError, ValueError):
-            return {}
-
-    def _store(self, entry: dict) -> None:
-        if self.cache_path is None:
-            return
-        try:
-            data = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
-        except (OSError, ValueError):
-            data = {}
-        data[torch.cuda.get_device_name(0)] = entry
-        tmp = self.cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.replace(self.cache_path)
+    # -- device measurements ------------------------------------------------------------------
+    # Taken in the worker before any candidate code runs (or handed over by the parent from an
+    # earlier worker's start): a file such as cache_dir()/device.json can be rewritten by any
+    # candidate, and these numbers set the roofline floor of every speedup and the spin length.
+    def calibrate(self, dtype_names: list[str], given: dict | None = None) -> dict:
+        """Copy bandwidth, matmul rate per dtype and the spin rate, measured here unless `given`."""
+        cal = {k: v for k, v in (given or {}).items() if k in ("bandwidth_gbs", "sleep_cycles_per_us")
+               and _positive(v)}
+        tflops = {k: v for k, v in ((given or {}).get("tflops") or {}).items() if v is None or _positive(v)}
+        if "sleep_cycles_per_us" not in cal:
+            cal["sleep_cycles_per_us"] = self._measure_spin()
+        if "bandwidth_gbs" not in cal:
+            cal["bandwidth_gbs"] = self._measure_bandwidth()
+        for name in dtype_names:
+            if name not in tflops:
+                tflops[name] = self._measure_matmul(name)
+        cal["tflops"] = tflops
+        self.calibration = cal
+        return cal
 
     def cycles_per_us(self) -> float:
-        """Clock cycles of torch.cuda._sleep per microsecond (measured once, cached)."""
-        if self._cycles_per_us is None:
-            cached = self._cache().get("sleep_cycles_per_us")
-            if cached:
-                self._cycles_per_us = float(cached)
-            else:
-                torch.cuda._sleep(100_000)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                cycles = 2_000_000
-                start.record()
-                torch.cuda._sleep(cycles)
-                end.record()
-                torch.cuda.synchronize()
-                self._cycles_per_us = cycles / (start.elapsed_time(end) * 1000.0)
-                self._store({**self._cache(), "sleep_cycles_per_us": self._cycles_per_us})
-        return self._cycles_per_us
+        """Clock cycles of torch.cuda._sleep per microsecond (from the calibration)."""
+        if "sleep_cycles_per_us" not in self.calibration:
+            self.calibrate([])
+        return float(self.calibration["sleep_cycles_per_us"])
 
     def peak(self, dtype_name: str | None = None) -> dict:
-        """Measured copy bandwidth (GB/s) and matmul rate (TFLOP/s) for `dtype_name`, cached."""
-        entry = self._cache()
-        changed = False
-        if "bandwidth_gbs" not in entry:
-            entry["bandwidth_gbs"] = self._measure_bandwidth()
-            changed = True
-        tflops = entry.setdefault("tflops", {})
-        if dtype_name and dtype_name not in tflops:
-            tflops[dtype_name] = self._measure_matmul(dtype_name)
-            changed = True
-        if changed:
-            self._store(entry)
-        return {"bandwidth_gbs": entry["bandwidth_gbs"],
+        """Calibrated copy bandwidth (GB/s) and matmul rate (TFLOP/s) for `dtype_name`."""
+        if "bandwidth_gbs" not in self.calibration:
+            self.calibrate([])
+        tflops = self.calibration.get("tflops") or {}
+        # A dtype not calibrated at worker start gets no flops roofline rather than a number
+        # measured after candidate code ran here.
+        return {"bandwidth_gbs": self.calibration["bandwidth_gbs"],
                 "tflops": tflops.get(dtype_name) if dtype_name else None}
+
+    def _measure_spin(self) -> float:
+        torch.cuda._sleep(100_000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 2_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        return cycles / (start.elapsed_time(end) * 1000.0)
 
     def _best_ms(self, fn: Callable[[], object], reps: int = 10) -> float:
         fn()
@@ -187,3 +178,7 @@ class CudaBackend(Backend):
             fn(i)
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) * 1e3 / calls
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0

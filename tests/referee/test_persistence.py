@@ -1,0 +1,247 @@
+"""Damage that outlives a rejected candidate: Triton's on-disk kernel cache and device.json.
+
+A candidate's write into either is a `file_access` rejection, but the file stays. The base and its
+A/A copy compile only in a private Triton cache folder made per worker before any candidate runs
+there (kernelsmith/referee/compile_cache.py), and the device numbers behind the roofline and the
+spin come from measurements taken before any candidate ran, never from device.json.
+"""
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+from referee_helpers import CORPUS, MINISERVE, ROOT
+
+from kernelsmith.referee import Referee
+from kernelsmith.referee import compile_cache as cc
+from kernelsmith.task import load_task
+
+triton = pytest.importorskip("triton")
+
+
+@pytest.fixture
+def knobs_restored(monkeypatch, tmp_path):
+    """A shared Triton cache folder for the test; Triton's knobs as they were afterwards."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    saved = dict(triton.knobs.cache.__dict__)
+    yield shared
+    triton.knobs.cache.__dict__.clear()
+    triton.knobs.cache.__dict__.update(saved)
+
+
+def test_base_compiles_switch_to_the_private_folder_and_back(knobs_restored, tmp_path, monkeypatch):
+    from triton.runtime.cache import FileCacheManager, get_cache_manager
+
+    caches = cc.CompileCaches(cc.make_private(tmp_path / "w"))
+    assert caches.shared == str(knobs_restored) and cc.cache_dir() == str(knobs_restored)
+    assert caches.private.parent == tmp_path / "w" and caches.private.is_dir()
+    # What candidate code can do through the environment: a cache manager that ignores folders.
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "triton.runtime.cache:FileCacheManager")
+    with caches.base():
+        assert cc.cache_dir() == str(caches.private) == os.environ["TRITON_CACHE_DIR"]
+        assert triton.knobs.cache.manager_class is None  # Triton's own file cache for the base
+        assert get_cache_manager("ab" * 32).cache_dir.startswith(str(caches.private))
+    assert cc.cache_dir() == str(knobs_restored) and triton.knobs.cache.manager_class is FileCacheManager
+    assert get_cache_manager("ab" * 32).cache_dir.startswith(str(knobs_restored))
+    other = cc.CompileCaches(cc.make_private(tmp_path / "w"))
+    assert other.private != caches.private  # each worker its own folder
+
+
+def test_private_folder_is_emptied_and_never_the_shared_one(knobs_restored, tmp_path):
+    private = tmp_path / "p"
+    (private / "key").mkdir(parents=True)
+    (private / "key" / "__grp__k.json").write_text("{}")  # written before the worker started
+    caches = cc.CompileCaches(private)
+    assert list(caches.private.iterdir()) == []
+    caches.remove()
+    assert not private.exists()
+    with pytest.raises(ValueError):
+        cc.CompileCaches(knobs_restored)
+
+
+def _recording_checkout(tmp_path):
+    """The demo folder whose base rms_norm notes the Triton cache folder of each of its calls."""
+    dest = tmp_path / "miniserve"
+    shutil.copytree(MINISERVE, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    utils = dest / "miniserve" / "kernels" / "utils.py"
+    utils.write_text(utils.read_text() + "\n\nCACHE_DIRS = []\n")
+    kernel = dest / "miniserve" / "kernels" / "rms_norm.py"
+    text = kernel.read_text()
+    text = text.replace("from .utils import next_power_of_2\n",
+                        "from . import utils\nfrom .utils import next_power_of_2\n")
+    text = text.replace('    """RMSNorm over the last dimension of x."""\n',
+                        '    """RMSNorm over the last dimension of x."""\n'
+                        '    utils.CACHE_DIRS.append(triton.knobs.cache.dir)\n')
+    kernel.write_text(text)
+    probe = text.replace('    utils.CACHE_DIRS.append(triton.knobs.cache.dir)\n',
+                         '    seen = {"base": sorted(set(utils.CACHE_DIRS)),\n'
+                         '            "cand": triton.knobs.cache.dir}\n'
+                         '    raise RuntimeError("DIRS " + json.dumps(seen))\n')
+    return dest, "import json\n" + probe
+
+
+def _dirs(verdict) -> dict:
+    assert verdict.reason == "crash", verdict.feedback()
+    return json.loads(verdict.error.split("RuntimeError: DIRS ")[1].splitlines()[0])
+
+
+def test_each_worker_compiles_the_base_in_its_own_folder(tmp_path, monkeypatch):
+    """End to end under the interpreter: every base call (start-up profile, correctness, fresh
+    shapes) runs with the worker's private folder; the candidate runs with the shared one; a
+    replaced worker gets a new folder and the parent deletes the old one."""
+    shared = tmp_path / "shared-triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    checkout, probe = _recording_checkout(tmp_path)
+    task = load_task(str(ROOT / "targets" / "demo.yaml"), "rms_norm", checkout=str(checkout))
+    with Referee(task, device="interpret", seed=3, timeout_s=60, workdir=tmp_path / "work") as ref:
+        seen = []
+        for cid in (1, 2):
+            assert ref.evaluate(None, candidate_id=10 + cid).accepted  # base: listed and fresh shapes
+            private = ref._worker.base_cache
+            dirs = _dirs(ref.evaluate(probe, candidate_id=cid))
+            assert dirs == {"base": [private], "cand": str(shared)}
+            assert os.path.dirname(private) == str(tmp_path / "work" / ".triton-base")
+            assert not os.path.exists(private)  # the rejected worker's folder is gone with it
+            seen.append(private)
+        assert seen[0] != seen[1]
+
+
+def test_triton_cache_cheat_is_rejected_and_the_next_base_is_clean(tmp_path, monkeypatch):
+    """On CPU the plant is a record in the shared folder (nothing compiles); the rejection and the
+    base's separate folder are what matter here. tests/referee/test_gpu.py times the damage."""
+    shared = tmp_path / "shared-triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    from referee_helpers import demo_task
+
+    cheat = (CORPUS / "cheats" / "rms_norm__triton_cache.py").read_text()
+    with Referee(demo_task("rms_norm"), device="interpret", seed=4, timeout_s=60) as ref:
+        v = ref.evaluate(cheat, candidate_id=1)
+        assert v.reason == "file_access" and not v.accepted, v.feedback()
+        assert (shared / "planted.json").exists()
+        assert ref._worker is None
+        base = ref.evaluate(None, candidate_id=2)
+        assert base.accepted and not ref._worker.base_cache.startswith(str(shared))
+
+
+def test_device_json_cheat_is_rejected_and_never_read(tmp_path, monkeypatch):
+    from referee_helpers import demo_task
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cheat = (CORPUS / "cheats" / "rms_norm__device_json.py").read_text()
+    with Referee(demo_task("rms_norm"), device="interpret", seed=4, timeout_s=60) as ref:
+        v = ref.evaluate(cheat, candidate_id=1)
+        assert v.reason == "file_access" and not v.accepted, v.feedback()
+        written = json.loads((tmp_path / "xdg" / "kernelsmith" / "device.json").read_text())
+        assert written["bandwidth_gbs"] == 1e9
+        assert "cache_dir" not in ref._spec() and ref._spec()["calibration"] == ref.calibration
+
+
+class _Measured:
+    """Counts the CUDA backend's measurements instead of taking them (no GPU needed)."""
+
+    def __init__(self, monkeypatch):
+        from kernelsmith.referee.backend import cuda
+
+        self.calls = []
+        monkeypatch.setattr(cuda.CudaBackend, "_measure_spin", lambda s: self._note("spin", 1700.0))
+        monkeypatch.setattr(cuda.CudaBackend, "_measure_bandwidth", lambda s: self._note("bw", 4100.0))
+        monkeypatch.setattr(cuda.CudaBackend, "_measure_matmul", lambda s, d: self._note(d, 700.0))
+
+    def _note(self, what, value):
+        self.calls.append(what)
+        return value
+
+
+def test_cuda_calibration_is_measured_or_handed_over_never_read_from_a_file(monkeypatch, tmp_path):
+    from kernelsmith.paths import cache_dir
+    from kernelsmith.referee.backend.cuda import CudaBackend
+
+    (cache_dir() / "device.json").write_text(json.dumps({"bandwidth_gbs": 1e9, "sleep_cycles_per_us": 1e-3}))
+    m = _Measured(monkeypatch)
+    b = CudaBackend()
+    cal = b.calibrate(["float16"])
+    assert m.calls == ["spin", "bw", "float16"]
+    assert b.peak("float16") == {"bandwidth_gbs": 4100.0, "tflops": 700.0} and b.cycles_per_us() == 1700.0
+    assert b.peak("float32")["tflops"] is None  # not calibrated at start: no number from later
+    # A later worker: the parent's numbers are used as they are; only what is missing or unusable is measured.
+    m.calls.clear()
+    given = {**cal, "bandwidth_gbs": float("nan"), "tflops": {"float16": 650.0}}
+    b2 = CudaBackend()
+    b2.calibrate(["float16", "bfloat16"], given)
+    assert m.calls == ["bw", "bfloat16"]
+    assert b2.peak("float16")["tflops"] == 650.0 and b2.cycles_per_us() == 1700.0
+    assert math.isclose(b2.peak()["bandwidth_gbs"], 4100.0)
+
+
+TINY_HARNESS = '''
+import torch
+SHAPES = [{"tokens": 2, "hidden": 256, "dtype": "float16"}]
+def make_inputs(shape, device, seed):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(shape["tokens"], shape["hidden"], generator=g, device=device).to(torch.float16)
+    return {"x": x, "weight": torch.ones(shape["hidden"], dtype=torch.float16, device=device), "eps": 1e-6}
+def reference(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+'''
+
+# Compile-only for an sm_90 target (the precompiler's stand-in driver): which binary does a base
+# kernel get, compiled inside CompileCaches.base() and, as the control, from the shared folder?
+WHICH_BINARY = '''
+import json, sys
+from pathlib import Path
+import torch
+from kernelsmith.loader import load_operator_module
+from kernelsmith.referee.compile_cache import CompileCaches, make_private
+from kernelsmith.search.precompile import _install_fake_driver
+
+_install_fake_driver(["cuda", 90, 32])
+caches = CompileCaches(make_private(Path(sys.argv[2])))
+x, w = torch.randn(2, 256).to(torch.float16), torch.ones(256, dtype=torch.float16)
+
+def kernel_name(tag):
+    mod = load_operator_module(Path(sys.argv[1]), "miniserve/kernels/rms_norm.py", tag=tag)
+    k = mod._rms_norm_kernel[(2,)](x, w, torch.empty_like(x), 256, 256, 256, 1e-6, BLOCK_N=256, num_warps=1)
+    return k.name
+
+with caches.base():
+    private = kernel_name("base")
+print(json.dumps({"private": private, "shared": kernel_name("control")}))
+'''
+
+
+def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, monkeypatch):
+    """The precompiler runs candidate code without integrity checks, so the cheat's plant lands in
+    the shared cache. A base compiled the referee's way still gets its own binary; compiled from the
+    shared folder (the control) it would get the slow one. Real compiles for sm_90, no GPU needed."""
+    import subprocess
+    import sys
+
+    from kernelsmith.config import load_target
+    from kernelsmith.search.precompile import Precompiler
+    from kernelsmith.task import make_task
+
+    shared = tmp_path / "shared-triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (tmp_path / "h.py").write_text(TINY_HARNESS)
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n  - name: rms_norm\n"
+                                     "    file: miniserve/kernels/rms_norm.py\n    entry: rms_norm\n"
+                                     "    harness: h.py\n")
+    task = make_task(load_target(tmp_path / "t.yaml"), "rms_norm", MINISERVE, "0" * 40)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "pc")
+    try:
+        pc.submit(1, (CORPUS / "cheats" / "rms_norm__triton_cache.py").read_text())
+        assert pc.futures[1].result(timeout=120)["ok"]
+    finally:
+        pc.close()
+    assert json.loads((shared / "planted.json").read_text())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", WHICH_BINARY, str(MINISERVE), str(tmp_path / "w")],
+                         capture_output=True, text=True, env=env, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = json.loads(out.stdout.strip().splitlines()[-1])
+    assert names == {"private": "_rms_norm_kernel", "shared": "_slow_rms_norm_kernel"}
