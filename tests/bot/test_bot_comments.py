@@ -98,6 +98,24 @@ def test_engine_subprocesses_get_no_token_and_only_validated_arguments(gh, tmp_p
         assert secret not in seen["env"] and secret in os.environ
 
 
+def test_engine_replay_passes_the_diff_and_drops_search_settings(gh, tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(cmd, env=None, **kw):
+        seen["cmd"] = cmd
+
+        class P:
+            returncode, stdout = 1, ""
+        return P()
+
+    monkeypatch.setattr("bot.engine.subprocess.run", fake_run)
+    engine = Engine(gh.targets, optimize_args=["--mutator", "llm", "--budget=9", "--device", "cuda"])
+    engine.optimize(gh.targets / "demo.yaml", "rms_norm", tmp_path / "o", 5, 30.0, replay=tmp_path / "w.diff")
+    assert seen["cmd"][5:] == ["optimize", str(gh.targets / "demo.yaml"), "rms_norm",
+                               "--out", str(tmp_path / "o"), "--replay", str(tmp_path / "w.diff"),
+                               "--device", "cuda", "--minutes", "30"]
+
+
 def test_help_unknown_command_and_unknown_operator_get_helpful_replies(gh, tmp_path, monkeypatch):
     for body, expect in [("/kernelsmith help", "ℹ️ help"), ("/kernelsmith frobnicate", "Unknown command"),
                          ("/kernelsmith optimize nosuchop", "Unknown operator `nosuchop`. Known operators: "
