@@ -192,6 +192,8 @@ class Bot:
                          if item.replay is not None else "optimizing and verifying")
                 reply.set(f"🔄 **running**: {doing}" + self._run_link())
             out = self.runs_dir / item.slug
+            if out.exists():  # an earlier run on a long-lived runner: keep it, start afresh
+                out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}"))
             target = self.target(item.target)
             if item.replay is not None:
                 diff = self.runs_dir / f"{item.slug}.replay.diff"

@@ -67,6 +67,8 @@ def test_schedule_run_opens_a_pr_and_the_second_updates_it(gh, tmp_path, monkeyp
     assert ("optimize", "rms_norm", None, 30.0) in engine2.calls
     assert not [r for r in gh.state.requests if r[0] == "POST" and r[1].endswith("/pulls")]
     assert len(_branch_log(gh)) == 1                              # still one bot commit
+    # The first run's directory was kept aside, not overwritten or refused.
+    assert len(list((tmp_path / "runs").glob("demo-rms_norm.*[0-9]"))) == 1
 
 
 def test_unchanged_operator_is_not_optimized_again(gh, tmp_path, monkeypatch):
