@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
+from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, scrubbed_env
 from .verdict import NO_TIMING_LINE, Verdict
 
@@ -42,6 +43,8 @@ class Referee:
         if self.device == "cuda" and not cuda_available():
             raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
         self.task = task
+        # The files a new worker reads (base, its siblings, harness, stubs) as they are now.
+        self.pinned = task_files(task)
         self.gpu = gpu
         self.seed = int(seed)
         self.timeout_s = float(timeout_s or DEFAULT_TIMEOUT_S[self.device])
@@ -92,6 +95,7 @@ class Referee:
                 self._zygote.close()
             self._zygote = Zygote(self._env(), self.workdir, network=self.network,
                                   log=self.workdir / "zygote.log")
+        self.pinned.restore()  # a rejected candidate's rewrite of them must not reach this worker
         worker = WorkerProcess(self._env(), self.workdir, network=self.network, zygote=self._zygote)
         self.workers_started += 1
         try:
@@ -101,7 +105,7 @@ class Referee:
             raise RefereeError(f"the referee's worker failed to start: {e}") from None
         return worker, nonce
 
-    def _ready(self, spawned: tuple[WorkerProcess, str]) -> WorkerProcess:
+    def _ready(self, spawned: tuple[WorkerProcess, str], retry: bool = True) -> WorkerProcess:
         """Wait for a spawned worker's init answer; RefereeError if it cannot load the task."""
         worker, nonce = spawned
         try:
@@ -113,9 +117,17 @@ class Referee:
             worker.kill()
             raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
                                f"{reply.get('error')}")
+        worker.base_cache = reply.get("base_cache")
+        changed = self.pinned.restore()
+        if changed:
+            # Rewritten while this worker started (it may have loaded them): it is not used.
+            self._kill(worker)
+            if not retry:
+                raise RefereeError("the task's files keep changing while workers start: "
+                                   + ", ".join(changed))
+            return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
-        worker.base_cache = reply.get("base_cache")
         if not self.calibration and reply.get("calibration"):
             self.calibration = reply["calibration"]
             self._record_calibration()

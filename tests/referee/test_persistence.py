@@ -245,3 +245,20 @@ def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, 
     assert out.returncode == 0, out.stderr[-2000:]
     names = json.loads(out.stdout.strip().splitlines()[-1])
     assert names == {"private": "_rms_norm_kernel", "shared": "_slow_rms_norm_kernel"}
+
+
+def test_rewritten_base_file_is_put_back_before_the_next_worker(tmp_path):
+    """The base file (like its siblings, the harness and stubs) is pinned to its content at the
+    Referee's start: a candidate's rewrite is rejected and never reaches a later worker."""
+    checkout = tmp_path / "miniserve"
+    shutil.copytree(MINISERVE, checkout, ignore=shutil.ignore_patterns("__pycache__"))
+    task = load_task(str(ROOT / "targets" / "demo.yaml"), "rms_norm", checkout=str(checkout))
+    base_file = checkout / "miniserve" / "kernels" / "rms_norm.py"
+    original = base_file.read_text()
+    cheat = (CORPUS / "cheats" / "rms_norm__rewrite_base.py").read_text()
+    with Referee(task, device="interpret", seed=5, timeout_s=60) as ref:
+        v = ref.evaluate(cheat, candidate_id=1)
+        assert v.reason == "file_access" and not v.accepted, v.feedback()
+        assert base_file.read_text() != original  # the damage is on disk until a worker starts
+        assert ref.evaluate(None, candidate_id=2).accepted
+        assert base_file.read_text() == original and ref.pinned.restored == [str(base_file)]
