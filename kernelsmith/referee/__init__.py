@@ -173,21 +173,28 @@ class Referee:
             shutil.rmtree(worker.base_cache, ignore_errors=True)
 
     # -- evaluation ---------------------------------------------------------------------------
-    def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full") -> Verdict:
-        """The verdict for `code` (a full copy of the operator file; None = the base itself)."""
+    def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
+                 seed: int | None = None) -> Verdict:
+        """The verdict for `code` (a full copy of the operator file; None = the base itself).
+
+        `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
+        re-measurement with new inputs needs no second Referee (and no second cold start).
+        """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
-        verdict = self._evaluate(code, int(candidate_id), timing)
+        verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed))
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
         verdict.finalize()
-        if not verdict.accepted:
-            self._recycle()  # whatever the candidate did to the worker dies with it
+        # Whatever the candidate did to the worker dies with it; a malformed proposal never reached
+        # the worker, which stays (a replacement costs a fork, a CUDA context and base compiles).
+        if not verdict.accepted and verdict.reason != "malformed_proposal":
+            self._recycle()
         return verdict
 
-    def _evaluate(self, code: str | None, cid: int, timing: str) -> Verdict:
+    def _evaluate(self, code: str | None, cid: int, timing: str, seed: int) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -205,7 +212,7 @@ class Referee:
         if self.prefork and self._spare is None:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
-               "candidate_id": cid, "timing": timing, "seed": self.seed}
+               "candidate_id": cid, "timing": timing, "seed": seed}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:

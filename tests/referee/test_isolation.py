@@ -54,9 +54,20 @@ def test_candidates_see_no_secrets(monkeypatch, zygote):
 
 def test_bad_requests(referees):
     ref = referees("silu_and_mul")
+    assert ref.evaluate(None, candidate_id=5).accepted
+    worker = ref._worker
     assert ref.evaluate("   \n", candidate_id=4).reason == "malformed_proposal"
+    assert ref._worker is worker  # it never reached the worker, which is kept
     with pytest.raises(ValueError):
         ref.evaluate(None, timing="fast")
+
+
+def test_per_call_seed_draws_other_inputs(referees):
+    """A re-measurement with new inputs can reuse the Referee: the seed is per call."""
+    ref = referees("rms_norm")
+    errs = [[s["max_abs_err"] for s in ref.evaluate(None, candidate_id=6, seed=seed).shapes]
+            for seed in (1, 2, 1)]
+    assert errs[0] == errs[2] != errs[1]
 
 
 def test_evaluate_command_exit_codes(capsys, tmp_path):
