@@ -10,6 +10,7 @@ puts back any that changed before a new worker starts, and again once it is read
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -25,6 +26,14 @@ class PinnedFiles:
         for p, data in (content or {}).items():
             if Path(p) in self.files:
                 self.files[Path(p)] = (data, self.files[Path(p)][1])
+        # Python prefers a package folder, an extension module or a __pycache__ .pyc (checked only
+        # against the source's mtime and size) to a module's .py: what appears beside a pinned module
+        # under its name after the start is removed with the rest of the damage.
+        self.stems: dict[Path, set[str]] = {}
+        for p in self.files:
+            if p.suffix == ".py":
+                self.stems.setdefault(p.parent, set()).add(p.stem)
+        self.listing = {d: set(os.listdir(d)) for d in self.stems}
         self.restored: list[str] = []
 
     def changed(self) -> list[Path]:
@@ -39,9 +48,35 @@ class PinnedFiles:
                 out.append(p)
         return out
 
+    def shadows(self) -> list[Path]:
+        """New entries that Python would import instead of a pinned module, and __pycache__ folders."""
+        out = []
+        for folder, stems in self.stems.items():
+            try:
+                names = set(os.listdir(folder))
+            except OSError:
+                continue
+            for name in sorted(names):
+                path = folder / name
+                if name == "__pycache__":
+                    if any(path.glob(f"{stem}.*.pyc") for stem in stems):
+                        out.append(path)
+                elif name not in self.listing[folder] and name.split(".")[0] in stems \
+                        and not name.endswith(".kernelsmith-restore"):
+                    out.append(path)
+        return out
+
     def restore(self) -> list[str]:
-        """Put back every changed file (atomically, replacing a symlink rather than following it)."""
+        """Put back every changed file (atomically, replacing a symlink rather than following it)
+        and remove what would shadow a pinned module."""
         fixed = []
+        for path in self.shadows():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            if path.name != "__pycache__":
+                fixed.append(str(path))
         for p in self.changed():
             data, mode = self.files[p]
             tmp = p.with_name(f".{p.name}.kernelsmith-restore")

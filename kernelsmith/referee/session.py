@@ -65,9 +65,6 @@ class Session:
         self.workdir = Path(spec["workdir"])
         # Made now, before any candidate code runs in this process: see compile_cache.py.
         self.caches = CompileCaches(make_private(self.workdir / ".triton-base"))
-        # Bytecode of the checkout's modules and the harness is read from, and written to, a private
-        # folder: a .pyc planted in a __pycache__ beside them would otherwise shadow their source.
-        sys.pycache_prefix = str(self.caches.private / "pyc")
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device

@@ -260,5 +260,13 @@ def test_rewritten_base_file_is_put_back_before_the_next_worker(tmp_path):
         v = ref.evaluate(cheat, candidate_id=1)
         assert v.reason == "file_access" and not v.accepted, v.feedback()
         assert base_file.read_text() != original  # the damage is on disk until a worker starts
+        # What a candidate could plant to shadow a sibling module: a package of the same name, a .pyc.
+        kernels = base_file.parent
+        (kernels / "utils").mkdir()
+        (kernels / "utils" / "__init__.py").write_text("raise ImportError('planted')\n")
+        (kernels / "__pycache__").mkdir(exist_ok=True)
+        (kernels / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"planted")
         assert ref.evaluate(None, candidate_id=2).accepted
-        assert base_file.read_text() == original and ref.pinned.restored == [str(base_file)]
+        assert base_file.read_text() == original
+        assert sorted(ref.pinned.restored) == sorted([str(base_file), str(kernels / "utils")])
+        assert not (kernels / "utils").exists() and not (kernels / "__pycache__").exists()
