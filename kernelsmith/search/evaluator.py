@@ -47,14 +47,11 @@ class Evaluator:
         self.best = 1.0  # best full-measured, non-noisy geomean so far (the base is 1.0)
         self.deadline: float | None = None
         self.device_info: dict | None = None
-        self._final = None  # the referee of the final re-measurement (new seeds)
 
     def close(self) -> None:
         """Stop every worker."""
         for ref in self.referees:
             ref.close()
-        if self._final is not None:
-            self._final.close()
         if self.precompiler is not None:
             self.precompiler.close()
 
@@ -139,14 +136,11 @@ class Evaluator:
         if self.on_verdict is not None and not awaiting_full:
             self.on_verdict(row, data, timing)
 
-    def remeasure(self, row: dict, seed: int, referee_factory: Callable | None = None) -> dict:
-        """A full measurement of `row` with new input seeds (the final check of the winner)."""
-        if self._final is None:
-            from ..referee import Referee
+    def remeasure(self, row: dict, seed: int) -> dict:
+        """A full measurement of `row` with new input seeds (the final check of the winner).
 
-            factory = referee_factory or Referee
-            self._final = factory(
-                self.task, device=self.device, gpu=getattr(self.referees[0], "gpu", None), seed=seed
-            )
+        It reuses the first GPU's referee (new seeds per call), so no second cold start is paid.
+        """
         timing = "full" if self.timed else "none"
-        return self._final.evaluate(row["code"], candidate_id=row["id"], timing=timing).to_json()
+        verdict = self.referees[0].evaluate(row["code"], candidate_id=row["id"], timing=timing, seed=seed)
+        return verdict.to_json()

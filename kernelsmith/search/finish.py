@@ -47,7 +47,7 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
         if key not in final:
             search.progress.note(f"re-measuring candidate #{row['id']} with new input seeds")
             # Stored as it finishes: a kill here repeats at most one re-measurement.
-            final[key] = evaluator.remeasure(row, seed, search.config.referee_factory)
+            final[key] = evaluator.remeasure(row, seed)
             archive.set_meta("final", final)
         v = final[key]
         measured.append(

@@ -51,8 +51,9 @@ class ModelReferee:
         self.task, self.device, self.gpu, self.seed = task, device, gpu, seed
         self.shapes = task.harness.shapes_for(device)
 
-    def evaluate(self, code, *, candidate_id=0, timing="full"):
-        CALLS.append({"cid": candidate_id, "timing": timing, "seed": self.seed, "gpu": self.gpu})
+    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None):
+        seed = self.seed if seed is None else seed
+        CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu})
         code = code if code is not None else self.task.base_code
         rows = config_of(code)
         if any(cfg["BLOCK"] > 8192 for _, cfg in rows):

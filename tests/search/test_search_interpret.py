@@ -134,9 +134,9 @@ def test_kill_9_mid_evaluation_then_resume(tmp_path, monkeypatch):
     seen = []
     original = referee.Referee.evaluate
 
-    def logged(self, code, *, candidate_id=0, timing="full"):
-        seen.append((candidate_id, self.seed))
-        return original(self, code, candidate_id=candidate_id, timing=timing)
+    def logged(self, code, *, candidate_id=0, timing="full", seed=None):
+        seen.append((candidate_id, self.seed if seed is None else seed))
+        return original(self, code, candidate_id=candidate_id, timing=timing, seed=seed)
 
     monkeypatch.setattr(referee.Referee, "evaluate", logged)
     assert main([*ARGS, "--out", str(out), "--resume"]) == 0
