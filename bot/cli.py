@@ -127,6 +127,10 @@ def _publish_and_record(rd, targets, summary):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the kernelsmith-bot console script; errors are one line, exit 1."""
     args = build_parser().parse_args(argv)
+    # The bot holds GitHub tokens; the target code it starts must not read them from /proc.
+    from kernelsmith.referee.process import hide_environ
+
+    hide_environ()
     try:
         return int(args.func(args) or 0)
     except KernelsmithError as e:

@@ -16,7 +16,7 @@ from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
 from .pinned import task_files
-from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, scrubbed_env
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ, scrubbed_env
 from .verdict import NO_TIMING_LINE, Verdict
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
@@ -43,6 +43,8 @@ class Referee:
         if self.device == "cuda" and not cuda_available():
             raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
         self.task = task
+        # Tokens handed to this process stay in its /proc/<pid>/environ; candidates must not read it.
+        hide_environ()
         # The files a new worker reads (base, its siblings, harness, stubs) as they are now.
         self.pinned = task_files(task)
         self.gpu = gpu

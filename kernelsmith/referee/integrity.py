@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import re
 import sys
 import threading
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 # aten ops that move, view or allocate memory without computing anything: never a "fallback".
+_PROC_PID = re.compile(r"^/proc/(\d+)/")  # /proc/self resolves to /proc/<own pid>
 _LAYOUT_OPS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
     "new_zeros", "fill", "fill_", "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias",
@@ -313,6 +315,10 @@ class Monitor:
             isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
         if writing:
             rec.writes.add(path)
+            return
+        other = _PROC_PID.match(path)
+        if other and int(other.group(1)) != os.getpid():  # another process's environ, memory, fds
+            rec.files.add(path)
             return
         if path in self.allowed_files or path.startswith(("/proc/", "/sys/", "/dev/")):
             return

@@ -38,6 +38,24 @@ def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def hide_environ() -> bool:
+    """Make this process non-dumpable (Linux), so other processes of the same user cannot read its
+    /proc/<pid>/environ (where tokens given to the parent live, whatever os.environ says now).
+
+    Candidates run in a user namespace (`unshare -rn`), which already denies them that read; this
+    covers machines without it for non-root users. Returns whether it took effect.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        pr_set_dumpable = 4
+        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 @functools.lru_cache(maxsize=1)
 def netns_prefix() -> tuple[str, ...]:
     """`unshare -rn` when this OS lets an unprivileged user drop into a network namespace."""
