@@ -18,3 +18,17 @@ def test_rerender_keeps_the_upstream_tests_section(tmp_path):
     assert text.count("## Upstream tests") == 1 and "**pass**" in text
     assert main(["report", str(run)]) == 0  # idempotent
     assert (run / "report.md").read_text() == text
+
+
+def test_speedup_capped_at_the_roofline_is_marked(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    result = json.loads((run / "result.json").read_text())
+    result["shapes"][0]["pct_roofline"] = 101.2
+    (run / "result.json").write_text(json.dumps(result))
+    assert main(["report", str(run)]) == 0
+    rows = [line for line in (run / "report.md").read_text().splitlines() if line.startswith("| ")]
+    assert sum("x† |" in line for line in rows) == 1
+    assert "capped at the roofline" in (run / "report.md").read_text()
