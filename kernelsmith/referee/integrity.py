@@ -5,13 +5,16 @@ launch path (JITFunction.run, the interpreter's InterpretedFunction.run and the 
 triton 3.6 to 3.9), thread creation, torch.save/torch.load, and a `sys.addaudithook` for files,
 sockets, processes, introspection and class patching. While a `watch()` block is active it records
 what the watched code did (torch ops through a TorchDispatchMode, which also fills every tensor the
-code allocates with garbage); work done inside a Triton launch (compilation, the interpreter's own
-tensor copies) is excluded.
+code allocates with garbage). Only Triton's own work inside a launch (compilation, benchmarking,
+the interpreter's own tensor copies) is excluded: candidate code that Triton calls back during a
+launch (heuristics, autotune hooks and pruners, grid lambdas, subclass methods) is recorded like any
+other candidate code.
 """
 
 from __future__ import annotations
 
 import _thread
+import functools
 import os
 import re
 import sys
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # aten ops that move, view or allocate memory without computing anything: never a "fallback".
 _PROC_PID = re.compile(r"^/proc/(\d+)/")  # /proc/self resolves to /proc/<own pid>
@@ -39,6 +42,16 @@ _INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects
                          "gc.get_referents")
 _TAMPER_EVENTS = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "object.__setattr__",
                   "object.__delattr__")
+
+
+def _package_dir(name: str) -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
+
+
+_TRITON_DIR = _package_dir("triton")
 
 
 def op_name(func) -> str:
@@ -108,7 +121,7 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = self.monitor.current
         out = func(*args, **(kwargs or {}))
-        if rec is not None and not self.monitor.in_triton:
+        if rec is not None and not self.monitor.exempt():
             name = op_name(func)
             rec.ops.add(name)
             self.monitor.check_stream(rec)
@@ -126,6 +139,10 @@ class Monitor:
         self.device = device
         self.current: Record | None = None
         self.in_triton = 0
+        # Innermost first: ("launch", frame) entered Triton's machinery, ("user", None) a callback
+        # of candidate code that Triton's machinery runs; see `exempt`.
+        self._scopes: list[tuple[str, object]] = []
+        self._tuners: tuple[type, ...] = ()
         self.allowed_read_roots = [os.path.realpath(p) for p in allowed_read_roots if p]
         self.allowed_files: set[str] = set()
         self.own_modules: set[str] = set()
@@ -161,6 +178,7 @@ class Monitor:
             # An autotuned launch counts once; its benchmarking runs count as Triton's own work.
             from triton.runtime import autotuner
             classes += [autotuner.Autotuner, autotuner.Heuristics]
+            self._tuners = (autotuner.Autotuner, autotuner.Heuristics)
         except ImportError:  # pragma: no cover
             pass
         for cls in classes:
@@ -174,20 +192,109 @@ class Monitor:
 
         def run(fn_self, *args, **kwargs):
             rec = monitor.current
-            if rec is not None and not monitor.in_triton and not kwargs.get("warmup", False):
+            if rec is not None and not monitor.exempt() and not kwargs.get("warmup", False):
                 rec.launches += 1
                 monitor.check_stream(rec)
             monitor.in_triton += 1
+            monitor._scopes.append(("launch", sys._getframe()))
             try:
-                # The interpreter copies tensors with torch ops: not the candidate's compute.
-                with _disable_current_modes():
+                # The op recorder stays on: `exempt` tells the interpreter's own tensor copies and
+                # the autotuner's benchmarking from candidate code that Triton calls back.
+                with monitor._callbacks_recorded(fn_self):
                     return original(fn_self, *args, **kwargs)
             finally:
+                monitor._scopes.pop()
                 monitor.in_triton -= 1
 
         run.__ks_hook__ = True
         run.__wrapped__ = original
         return run
+
+    # -- what inside a launch is Triton's own work ----------------------------------------------
+    def exempt(self) -> bool:
+        """Whether the code running now is Triton's own launch work, not the candidate's.
+
+        Inside a launch, a callback of the candidate (`_as_candidate`) or any frame of a candidate
+        file above the innermost launch (a heuristics or grid lambda, a hook, a subclass method, a
+        property of an argument) makes it the candidate's again.
+        """
+        if not self.in_triton or not self._scopes:
+            return False
+        kind, launch_frame = self._scopes[-1]
+        if kind == "user":
+            return False
+        if self._in_audit or not self.candidate_files:
+            return True
+        self._in_audit = True  # sys._getframe raises an audit event of its own
+        try:
+            frame = sys._getframe(1)
+            while frame is not None and frame is not launch_frame:
+                if frame.f_code.co_filename in self.candidate_files:
+                    return False
+                frame = frame.f_back
+            return True
+        finally:
+            self._in_audit = False
+
+    def _as_candidate(self, fn):
+        """`fn` wrapped so that what it does is recorded even when Triton's machinery calls it."""
+        monitor = self
+
+        @functools.wraps(fn)
+        def callback(*args, **kwargs):
+            monitor._scopes.append(("user", None))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                monitor._scopes.pop()
+
+        callback.__ks_user__ = fn
+        return callback
+
+    @contextmanager
+    def _callbacks_recorded(self, launcher):
+        """While an Autotuner or Heuristics runs, its candidate-supplied callables are recorded.
+
+        Covers what has no frame in a candidate file (a functools.partial, eval'd code, a builtin):
+        every callable attribute, heuristic value and config pre_hook not defined in Triton itself.
+        """
+        swapped: list[tuple[object, object, object]] = []  # (container, key, original)
+        if self.current is not None and type(launcher) in self._tuners:
+            try:
+                self._swap_callbacks(launcher, swapped)
+            except Exception:  # noqa: BLE001 - an odd launcher object: its frames are still checked
+                pass
+        try:
+            yield
+        finally:
+            for container, key, original in reversed(swapped):
+                if isinstance(container, dict):
+                    container[key] = original
+                else:
+                    setattr(container, key, original)
+
+    def _swap_callbacks(self, launcher, swapped: list) -> None:
+        def swap(container, key, value):
+            if callable(value) and not _is_triton_code(value) and not hasattr(value, "__ks_user__"):
+                wrapped = self._as_candidate(value)
+                if isinstance(container, dict):
+                    container[key] = wrapped
+                else:
+                    setattr(container, key, wrapped)
+                swapped.append((container, key, value))
+
+        state = vars(launcher)
+        for name, value in list(state.items()):
+            if name in ("fn", "base_fn", "src") or isinstance(value, type):
+                continue  # the kernel itself: a launch of its own (or candidate frames, if custom)
+            swap(launcher, name, value)
+        values = state.get("values")
+        if isinstance(values, dict):  # Heuristics
+            for key, value in list(values.items()):
+                swap(values, key, value)
+        for config in state.get("configs") or ():  # Autotuner: per-config pre_hook
+            if hasattr(config, "pre_hook"):
+                swap(config, "pre_hook", config.pre_hook)
 
     def _hook_threads(self) -> None:
         monitor = self
@@ -200,7 +307,7 @@ class Monitor:
             def make(orig):
                 def start(*args, **kwargs):
                     rec = monitor.current
-                    if rec is not None and not monitor.in_triton:
+                    if rec is not None and not monitor.exempt():
                         rec.threads += 1
                     return orig(*args, **kwargs)
                 start.__ks_hook__ = True
@@ -219,7 +326,7 @@ class Monitor:
             def make(orig, writes, name):
                 def wrapper(*args, **kwargs):
                     rec = monitor.current
-                    if rec is not None and not monitor.in_triton:
+                    if rec is not None and not monitor.exempt():
                         target = args[1] if writes and len(args) > 1 else (args[0] if args else None)
                         path_like = isinstance(target, (str, bytes, os.PathLike))
                         where = os.fsdecode(target) if path_like else "a stream"
@@ -258,7 +365,7 @@ class Monitor:
 
     def _audit(self, event: str, args) -> None:
         rec = self.current
-        if rec is None or self.in_triton:
+        if rec is None or self.exempt():
             return
         try:
             if event == "open":
@@ -346,6 +453,13 @@ class Monitor:
                 yield rec
         finally:
             self.current = prev
+
+
+def _is_triton_code(fn) -> bool:
+    """Whether `fn` is a plain function or method defined in the triton package itself."""
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename.startswith(_TRITON_DIR)
 
 
 def thread_idents() -> set[int]:
