@@ -193,7 +193,7 @@ class Bot:
                 reply.set(f"🔄 **running**: {doing}" + self._run_link())
             out = self.runs_dir / item.slug
             if out.exists():  # an earlier run on a long-lived runner: keep it, start afresh
-                out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}"))
+                out.rename(_aside(out))
             target = self.target(item.target)
             if item.replay is not None:
                 diff = self.runs_dir / f"{item.slug}.replay.diff"
@@ -495,3 +495,13 @@ def _quote_cmd(body: str | None) -> str:
     """The first line of the command, shortened and stripped of backticks, for the reply header."""
     first = next((line.strip() for line in (body or "").splitlines() if line.strip()), "")
     return first.replace("`", "'")[:120]
+
+
+def _aside(path: Path) -> Path:
+    """A free name beside `path` (stamped with its mtime) to keep an earlier run directory."""
+    stamp, n = int(path.stat().st_mtime), 0
+    aside = path.with_name(f"{path.name}.{stamp}")
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.{stamp}-{n}")
+    return aside

@@ -1,6 +1,7 @@
 """CHEAT file_access: an autotune config's pre_hook writes the inputs to disk (pathlib, no open())."""
 
 import pathlib
+import tempfile
 
 import torch
 import triton
@@ -10,7 +11,7 @@ import triton.language as tl
 def _stash(nargs):
     # Runs inside Triton's launch machinery (Autotuner.run), before the kernel starts.
     x = nargs["x_ptr"]
-    pathlib.Path(__file__).with_name("silu_stash.txt").write_text(f"{tuple(x.shape)} {x.sum().item()}")
+    pathlib.Path(tempfile.gettempdir(), "kernelsmith-silu-stash.txt").write_text(f"{tuple(x.shape)} {x.sum().item()}")
 
 
 # kernelsmith: hotspot
