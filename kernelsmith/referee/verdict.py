@@ -26,6 +26,10 @@ def _first_reason(names: list[str]) -> str | None:
     return min(names, key=lambda n: rank.get(n, len(REJECTIONS)))
 
 
+SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", "ci95",
+              "device_ms", "host_ms", "bitwise_identical", "pct_roofline")
+
+
 @dataclass
 class Verdict:
     """What the referee decided about one candidate (DESIGN.md: Verdict JSON)."""
@@ -63,8 +67,13 @@ class Verdict:
         return self
 
     def to_json(self) -> dict:
-        """The verdict as JSON-serialisable data (non-finite floats become null)."""
-        return _clean(asdict(self))
+        """The verdict as JSON-serialisable data (non-finite floats become null).
+
+        Every shape carries DESIGN.md's per-shape keys; those not measured (no timing) are null.
+        """
+        data = _clean(asdict(self))
+        data["shapes"] = [{**dict.fromkeys(SHAPE_KEYS), **s} for s in data.get("shapes") or []]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Verdict:
