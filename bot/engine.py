@@ -38,7 +38,8 @@ class Engine:
 
     def scan(self, target: Path) -> dict:
         """`kernelsmith scan TARGET --json` parsed; {} when the scan fails (the error is logged)."""
-        proc = self._run(["scan", str(target), "--json"], timeout=1800)
+        # --static: the gate job holds a write token, so scan imports no harness and runs no setup.
+        proc = self._run(["scan", str(target), "--json", "--static"], timeout=1800)
         # Exit 2 with JSON means some operator has a problem: the others are still usable.
         try:
             data = json.loads(proc.stdout or "")

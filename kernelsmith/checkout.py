@@ -143,8 +143,11 @@ def _snapshot_plain_folder(target: Target, local: Path) -> Path:
     return dest
 
 
-def prepare_checkout(target: Target, checkout: str | Path | None = None) -> Checkout:
-    """The target's source: `checkout` as given, or a cached clone of `clone_url` at `base`."""
+def prepare_checkout(target: Target, checkout: str | Path | None = None, *, setup: bool = True) -> Checkout:
+    """The target's source: `checkout` as given, or a cached clone of `clone_url` at `base`.
+
+    `setup=False` skips the target's `setup` command (a job holding credentials runs no target code).
+    """
     if checkout is not None:
         path = Path(checkout).resolve()
         if not path.is_dir():
@@ -163,10 +166,10 @@ def prepare_checkout(target: Target, checkout: str | Path | None = None) -> Chec
                 sha, is_git = head_sha(snap)
                 return Checkout(snap, sha, is_git)
             url = str(snap)
-    return _worktree_checkout(target, url)
+    return _worktree_checkout(target, url, setup)
 
 
-def _worktree_checkout(target: Target, url: str) -> Checkout:
+def _worktree_checkout(target: Target, url: str, setup: bool = True) -> Checkout:
     """Clone or fetch `url` into the cache, then a clean worktree at the tip of `base`."""
     try:
         import git  # gitpython: imported here so the referee and --checkout work without it
@@ -184,7 +187,7 @@ def _worktree_checkout(target: Target, url: str) -> Checkout:
     marker = wt.parent / f"{wt.name}.setup-done"
     if fresh:
         marker.unlink(missing_ok=True)
-    if target.setup and not marker.exists():
+    if setup and target.setup and not marker.exists():
         run_setup(target, wt)
         marker.write_text(sha + "\n")
     return Checkout(wt, sha, True)

@@ -198,8 +198,32 @@ def _has_entry(code: str, entry: str) -> bool:
     return False
 
 
-def operator_status(target: Target, op: Operator, root: Path, state: dict) -> OperatorStatus:
-    """Check one operator's file, entry and harness in a checkout, and whether it is stale."""
+def check_harness_static(path: Path) -> None:
+    """The harness file's required names, read from its syntax tree without running it (ConfigError)."""
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=str(path))
+    except FileNotFoundError:
+        raise ConfigError(path, "harness file not found") from None
+    except SyntaxError as e:
+        raise ConfigError(path, f"syntax error at line {e.lineno}: {e.msg}") from None
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined.update(t.id for t in targets if isinstance(t, ast.Name))
+    for name in ("SHAPES", "make_inputs", "reference"):
+        if name not in defined:
+            raise ConfigError(path, "missing (checked without importing the harness)", name)
+
+
+def operator_status(target: Target, op: Operator, root: Path, state: dict,
+                    static: bool = False) -> OperatorStatus:
+    """Check one operator's file, entry and harness in a checkout, and whether it is stale.
+
+    `static`: check the harness from its syntax tree instead of importing it (runs no target code).
+    """
     from .harness import load_harness  # imports torch: only when there is an operator to check
 
     problems = []
@@ -217,7 +241,7 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict) -> Op
             problems.append(f"{op.file} does not parse: {e.msg} (line {e.lineno})")
     harness_ok = True
     try:
-        load_harness(op.harness)
+        check_harness_static(op.harness) if static else load_harness(op.harness)
     except ConfigError as e:
         harness_ok = False
         problems.append(f"harness: {e}")
@@ -236,11 +260,13 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict) -> Op
     )
 
 
-def scan_target(target: Target, co: Checkout, state: dict) -> ScanResult:
-    """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout."""
+def scan_target(target: Target, co: Checkout, state: dict, static: bool = False) -> ScanResult:
+    """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout.
+
+    `static`: harnesses are checked without being imported (see operator_status)."""
     merged = with_repo_operators(target, co)
     root = Path(co.path)
-    ops = [operator_status(merged, op, root, state) for op in merged.operators]
+    ops = [operator_status(merged, op, root, state, static) for op in merged.operators]
     warnings: list[str] = []
     # A mark is covered when an operator's entry reaches the marked function (not merely its file).
     covered: dict[tuple[str, str], str] = {}

@@ -19,6 +19,9 @@ def register(subparsers) -> None:
     p.add_argument("target", help="target yaml path or name under the targets folder")
     p.add_argument("--checkout", metavar="DIR", help="use this folder instead of a cached clone")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--static", action="store_true",
+                   help="run no target code: check harnesses from their syntax tree without importing "
+                        "them and skip the target's setup (for jobs that hold credentials)")
     p.set_defaults(func=run)
 
 
@@ -30,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from ..state import load_state
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
-    co = prepare_checkout(target, args.checkout)
-    result = scan_target(target, co, load_state())
+    co = prepare_checkout(target, args.checkout, setup=not args.static)
+    result = scan_target(target, co, load_state(), static=args.static)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
