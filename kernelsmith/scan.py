@@ -15,6 +15,7 @@ from pathlib import Path
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .errors import ConfigError
+from .pysource import reachable
 from .state import entry as state_entry
 from .state import source_hash, staleness
 
@@ -147,20 +148,11 @@ def _marked_functions(text: str, rel: str, warnings: list[str]) -> list[tuple[in
 
 
 def reachable_functions(text: str, entry: str) -> set[str]:
-    """Module-level functions `entry` reaches by name in its file (kernel launches included)."""
+    """Functions `entry` reaches by name in its file (kernel launches included); none if unparsable."""
     try:
-        tree = ast.parse(text)
+        return reachable(text, entry)
     except SyntaxError:
         return set()
-    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    seen, todo = set(), [entry]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in defs:
-            continue
-        seen.add(name)
-        todo.extend(n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs)
-    return seen
 
 
 def find_hotspots(root: Path, warnings: list[str] | None = None) -> list[tuple[str, int, str]]:

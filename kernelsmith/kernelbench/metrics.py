@@ -10,8 +10,8 @@ Speedup is the PyTorch reference's time divided by the solution's time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from statistics import geometric_mean
 
 FAST_P = (1.0, 1.2)
 
@@ -51,7 +51,7 @@ def geomean_speedup(scores: list[TaskScore]) -> float | None:
         return None
     if any(s.speedup <= 0 for s in correct):
         raise ValueError("a speedup must be positive")
-    return math.exp(sum(math.log(s.speedup) for s in correct) / len(correct))
+    return geometric_mean([s.speedup for s in correct])
 
 
 def summarize(scores: list[TaskScore], ps: tuple[float, ...] = FAST_P) -> dict:

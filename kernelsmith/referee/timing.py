@@ -8,8 +8,8 @@ impossible shape can dominate the geomean.
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
+from statistics import geometric_mean
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def roofline_ms(harness, shape: dict, peak: dict) -> float | None:
 def geomean(values: list[float]) -> float | None:
     """Geometric mean of positive values (None when empty)."""
     vals = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+    return geometric_mean(vals) if vals else None
 
 
 def _median(xs: list[float]) -> float:

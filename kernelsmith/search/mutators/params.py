@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import random
+from statistics import geometric_mean
 
 from ..archive import code_hash
 from ..edits import format_edits, make_edits
@@ -336,12 +337,12 @@ class ParamsMutator:
             if any(s is None for s in speed) or not speed:
                 continue
             configs = self._per_shape_configs(rec)
-            g = math.exp(sum(math.log(s) for s in speed) / len(speed))
+            g = geometric_mean(speed)
             if g > top_single:
                 top_single, top_values = g, configs[-1]
             for b in range(n_buckets):
                 idx = [i for i in range(len(speed)) if self.bucket_of[i] == b]
-                score = math.exp(sum(math.log(speed[i]) for i in idx) / len(idx))
+                score = geometric_mean([speed[i] for i in idx])
                 if best[b] is None or score > best[b][0]:
                     best[b] = (score, {k: configs[idx[0]][k] for k in per_call})
         if top_values is None or any(b is None for b in best):

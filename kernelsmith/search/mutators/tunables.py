@@ -14,6 +14,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ...pysource import reachable
+
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
 MAX_NUMEL = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)
 _KNOB = re.compile(r"^(num_warps|num_stages|\w*(BLOCK|TILE|CHUNK|SPLIT|GROUP|WARPS|STAGES)\w*)$", re.I)
@@ -319,20 +321,6 @@ def _thresholds(tree: ast.AST, finder: _Finder) -> None:
                         if _is_int(c) and c.value > 1:
                             finder.add(f"{func.name}:if[{k}]", "int", c, func.name, set())
                             k += 1
-
-
-def reachable(code: str, entry: str) -> set[str]:
-    """Functions of the file that `entry` may call (itself included), by name, transitively."""
-    tree = ast.parse(code)
-    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    seen, todo = set(), [entry]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in funcs:
-            continue
-        seen.add(name)
-        todo.extend(n.id for n in ast.walk(funcs[name]) if isinstance(n, ast.Name) and n.id in funcs)
-    return seen
 
 
 def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
