@@ -14,6 +14,10 @@ class InterpretBackend(Backend):
     device = "cpu"
     timed = False
 
+    def init_context(self) -> None:
+        """Let the interpreter take list grids, as compiled Triton does (before any candidate runs)."""
+        accept_list_grids()
+
     def info(self) -> dict:
         """The CPU and library versions (no driver)."""
         import torch
@@ -22,3 +26,29 @@ class InterpretBackend(Backend):
         cpu = platform.processor() or platform.machine() or "cpu"
         return {"name": f"Triton interpreter on {cpu}", "driver": None, "torch": torch.__version__,
                 "triton": triton.__version__}
+
+
+def accept_list_grids() -> None:
+    """Make the interpreter accept a list grid (`kernel[[n]](...)`, or a grid function returning one).
+
+    Compiled Triton takes any sequence; the interpreter (3.9, checked) computes `grid + (1,) * k` and
+    fails on a list. LMDeploy's multinomial_sampling launches with `grid = [batch_size]`.
+    """
+    from triton.runtime import interpreter
+
+    cls = interpreter.GridExecutor
+    if getattr(cls.__init__, "__ks_list_grid__", False):
+        return
+    original = cls.__init__
+
+    def as_tuple(grid):
+        return tuple(grid) if isinstance(grid, list) else grid
+
+    def __init__(self, fn, arg_names, grid, *args, **kwargs):  # noqa: N807 - replaces __init__
+        if callable(grid):
+            inner = grid
+            grid = lambda meta: as_tuple(inner(meta))  # noqa: E731
+        original(self, fn, arg_names, as_tuple(grid), *args, **kwargs)
+
+    __init__.__ks_list_grid__ = True
+    cls.__init__ = __init__
