@@ -6,6 +6,7 @@ outcome, including crashes and hangs, into a `Verdict`.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
+from .compile_cache import read_folder
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ, scrubbed_env
 from .verdict import NO_TIMING_LINE, Verdict
@@ -24,6 +26,7 @@ __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"
 TIMINGS = ("full", "screen", "none")
 INIT_TIMEOUT_S = 300.0
 DEFAULT_TIMEOUT_S = {"cuda": 300.0, "interpret": 600.0}
+BASE_SEED_LIMIT = 64 << 20  # bytes of base binaries handed from worker to worker (more: compile)
 
 
 class RefereeError(KernelsmithError):
@@ -71,6 +74,9 @@ class Referee:
         self.use_zygote = zygote
         self._zygote: Zygote | None = None
         self.workers_started = 0
+        # The first worker's private base binaries, read when it had run nothing but the base;
+        # handed to every later worker so a replacement loads the base instead of compiling it.
+        self._base_seed: dict[str, str] | None = None
 
     # -- worker lifecycle ---------------------------------------------------------------------
     def _spec(self) -> dict:
@@ -78,7 +84,8 @@ class Referee:
         return {"root": str(self.task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
-                "base_profiles": self._base_profiles, "calibration": self.calibration}
+                "base_profiles": self._base_profiles, "calibration": self.calibration,
+                "base_cache_seed": self._base_seed or {}}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()
@@ -130,6 +137,11 @@ class Referee:
             return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
+        if self._base_seed is None and worker.base_cache and self.device != "interpret":
+            # Now, before this worker has seen any candidate, its private folder holds base
+            # binaries only (compile_cache.py).
+            files = read_folder(worker.base_cache, BASE_SEED_LIMIT)
+            self._base_seed = {k: base64.b64encode(v).decode() for k, v in (files or {}).items()}
         if not self.calibration and reply.get("calibration"):
             self.calibration = reply["calibration"]
             self._record_calibration()
@@ -162,6 +174,12 @@ class Referee:
                 self._zygote = None
             return self._ready(self._spawn())
 
+    def start(self) -> None:
+        """Boot the worker now (CUDA context, base compiled and profiled) instead of at the first
+        evaluation; RefereeError when the task cannot load."""
+        if self._worker is None:
+            self._worker = self._start()
+
     def _recycle(self) -> None:
         if self._worker is not None:
             self._kill(self._worker)
@@ -176,16 +194,19 @@ class Referee:
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
-                 seed: int | None = None) -> Verdict:
+                 seed: int | None = None, fresh_compile: bool = False) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
         re-measurement with new inputs needs no second Referee (and no second cold start).
+        `fresh_compile`: compile the candidate in an empty Triton cache, never loading a binary
+        found on disk (the final re-measurement of a winner).
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
-        verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed))
+        verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
+                                 fresh_compile)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -196,7 +217,7 @@ class Referee:
             self._recycle()
         return verdict
 
-    def _evaluate(self, code: str | None, cid: int, timing: str, seed: int) -> Verdict:
+    def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -214,7 +235,7 @@ class Referee:
         if self.prefork and self._spare is None:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
-               "candidate_id": cid, "timing": timing, "seed": seed}
+               "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:

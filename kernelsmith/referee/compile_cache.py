@@ -45,6 +45,20 @@ def set_cache_dir(path: str) -> None:
         os.environ[ENV] = str(path)
 
 
+def read_folder(path: str | Path, limit: int) -> dict[str, bytes] | None:
+    """Every file under `path` as {relative path: bytes}; None when they exceed `limit` bytes."""
+    out, total = {}, 0
+    root = Path(path)
+    for f in sorted(root.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            data = f.read_bytes()
+            total += len(data)
+            if total > limit:
+                return None
+            out[str(f.relative_to(root))] = data
+    return out
+
+
 def make_private(parent: Path) -> Path:
     """A new, empty folder for this worker's base kernels (mode 0700, random name)."""
     parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +77,26 @@ class CompileCaches:
             # Written before this worker ran anything of its own: nothing in it can be trusted.
             shutil.rmtree(self.private)
         self.private.mkdir(parents=True, exist_ok=True)
+        self.current = self.shared  # where candidates compile now (see fresh())
         set_cache_dir(self.shared)
+
+    def seed(self, files: dict[str, bytes]) -> int:
+        """Put base binaries into the private folder before anything compiles (returns the count).
+
+        They come from the parent's memory, copied from an earlier worker's private folder at the
+        moment it had run nothing but the base, so they are as trustworthy as compiling here.
+        """
+        root = os.path.realpath(self.private)
+        n = 0
+        for rel, data in files.items():
+            path = os.path.realpath(os.path.join(root, rel))
+            if not path.startswith(root + os.sep):
+                continue  # only ever paths inside the folder
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+            n += 1
+        return n
 
     @contextmanager
     def base(self):
@@ -78,12 +111,26 @@ class CompileCaches:
         try:
             yield self.private
         finally:
-            set_cache_dir(self.shared)
+            set_cache_dir(self.current)
             if _knobs is not None:
                 if saved_manager is _MISSING:
                     _knobs.cache.__dict__.pop("manager_class", None)
                 else:
                     _knobs.cache.__dict__["manager_class"] = saved_manager
+
+    @contextmanager
+    def fresh(self):
+        """Compile candidates of this block in a new, empty folder (deleted afterwards), so what
+        runs is compiled from the candidate's source here, never a binary found on disk."""
+        path = Path(tempfile.mkdtemp(prefix="fresh-", dir=self.private.parent))
+        self.current = str(path)
+        set_cache_dir(self.current)
+        try:
+            yield path
+        finally:
+            self.current = self.shared
+            set_cache_dir(self.shared)
+            shutil.rmtree(path, ignore_errors=True)
 
     def remove(self) -> None:
         """Delete the private folder (the worker is done with it)."""

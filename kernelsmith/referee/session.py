@@ -7,6 +7,7 @@ clock and recycles the worker after any rejection.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import site
@@ -65,6 +66,10 @@ class Session:
         self.workdir = Path(spec["workdir"])
         # Made now, before any candidate code runs in this process: see compile_cache.py.
         self.caches = CompileCaches(make_private(self.workdir / ".triton-base"))
+        # The base binaries an earlier worker compiled (handed over by the parent): loading them
+        # instead of compiling again makes a replacement worker cheap.
+        seed = spec.get("base_cache_seed") or {}
+        self.seeded = self.caches.seed({k: base64.b64decode(v) for k, v in seed.items()})
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
@@ -303,8 +308,16 @@ class Session:
             raise Rejected("import_error", f"{self.entry!r} is not a function in the candidate")
         return mod, fn, rec
 
-    def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int) -> dict:
-        """The verdict (as a dict) for one candidate; never raises for candidate failures."""
+    def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
+                 fresh: bool = False) -> dict:
+        """The verdict (as a dict) for one candidate; never raises for candidate failures.
+
+        `fresh`: the candidate compiles in a new, empty Triton cache folder (the final check).
+        """
+        with self.caches.fresh() if fresh else nullcontext():
+            return self._evaluate(code, source_path, cid, timing, seed)
+
+    def _evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int) -> dict:
         out = {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
                "fresh_shapes": [], "timed": False, "geomean_speedup": None,
                "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}

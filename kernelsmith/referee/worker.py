@@ -44,14 +44,15 @@ def main() -> int:
                 session = Session(msg["spec"])
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
-                         "base_cache": str(session.caches.private)}
+                         "base_cache": str(session.caches.private), "seeded": session.seeded}
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):
                     with open(msg["source_path"], encoding="utf-8") as f:
                         code = f.read()
                 reply = {"ok": True, "verdict": session.evaluate(
-                    code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]))}
+                    code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
+                    fresh=bool(msg.get("fresh_compile")))}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -78,15 +79,54 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class _Result:
+    """A statement's rows, read completely while the lock was held."""
+
+    def __init__(self, rows: list, lastrowid: int | None):
+        self._rows, self.lastrowid = rows, lastrowid
+
+    def fetchone(self):
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list:
+        return list(self._rows)
+
+    def __iter__(self):
+        return iter(self._rows)
+
+
+class _LockedConnection:
+    """A sqlite3 connection whose statements run one at a time, whichever thread calls."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    def execute(self, sql: str, args: tuple = ()) -> _Result:
+        with self._lock:
+            cur = self._conn.execute(sql, args)
+            return _Result(cur.fetchall(), cur.lastrowid)
+
+    def executescript(self, script: str) -> None:
+        with self._lock:
+            self._conn.executescript(script)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
 class Archive:
     """A run's candidates in SQLite; rows come back as plain dicts with JSON columns decoded."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One connection, used from the loop's main thread only; autocommit (isolation_level None).
-        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
-        self._db.row_factory = sqlite3.Row
+        # One connection, autocommit (isolation_level None), shared by the loop (proposing) and the
+        # evaluator's threads (storing verdicts) behind one lock.
+        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
+        conn.row_factory = sqlite3.Row
+        self._db = _LockedConnection(conn)
         self._db.executescript(_SCHEMA)
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)

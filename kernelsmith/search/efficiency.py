@@ -2,7 +2,8 @@
 and the params-vs-grid comparison (`python -m kernelsmith.search.efficiency RUN_DIR... --compare A B`).
 
 GPU time is the referee's time per candidate (`eval_s`: correctness, integrity, compilation and
-timing, screen and full together), summed in evaluation order; "best" counts only accepted, full,
+timing, screen and full together), summed in evaluation order; "held" GPU time is the run's wall
+time times its GPUs; "best" counts only accepted, full,
 non-noisy measurements, as the search itself does.
 """
 
@@ -44,6 +45,8 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
 def run_summary(run_dir: Path) -> dict:
     """One run: geomean, % roofline of the winner, evaluations per GPU-minute and per wall minute."""
     result = json.loads((Path(run_dir) / "result.json").read_text())
+    run = json.loads((Path(run_dir) / "run.json").read_text())
+    n_gpus = max(1, len(run.get("gpus") or [None]))
     pts = curve(run_dir)
     gpu_s = pts[-1][0] if pts else 0.0
     roofs = [s["pct_roofline"] for s in result.get("shapes") or [] if s.get("pct_roofline") is not None]
@@ -57,6 +60,12 @@ def run_summary(run_dir: Path) -> dict:
         "gpu_minutes": round(gpu_s / 60, 3),
         "evals_per_gpu_minute": round(result["evaluations"] / (gpu_s / 60), 1) if gpu_s else None,
         "evals_per_wall_minute": round(result["evaluations"] / (result["wall_s"] / 60), 1)
+        if result.get("wall_s")
+        else None,
+        # Held GPU time: every GPU of the run for the whole wall time, cold starts, waits and the
+        # final re-measurement included (the stricter count).
+        "gpus": n_gpus,
+        "evals_per_held_gpu_minute": round(result["evaluations"] / (n_gpus * result["wall_s"] / 60), 1)
         if result.get("wall_s")
         else None,
         "winner_pct_roofline": {"min": min(roofs), "max": max(roofs)} if roofs else None,

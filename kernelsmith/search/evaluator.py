@@ -1,9 +1,14 @@
 """Evaluation across GPUs: one Referee (one isolated worker process) per device, one thread each.
 
+The threads live for the whole run and take candidates from one shared queue, so every GPU stays
+busy while the loop proposes the next generation (no barrier between generations), and each
+referee's cold start (worker, CUDA context, base compilation, calibration) happens at once, in
+parallel, when the evaluator starts.
+
 Every candidate gets the referee's full correctness and integrity checks; only the timing depth
 is staged: a quick "screen" for all, then the full interleaved measurement with its A/A control
 for contenders (within 2% of the best so far, or better). Each verdict is written to the archive
-as soon as it exists, so a kill loses at most the evaluation in flight.
+as soon as it exists, so a kill loses at most the evaluations in flight.
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .archive import Archive
 
 CONTENDER_MARGIN = 0.98
+POLL_S = 0.2
 
 
 class Evaluator:
-    """Runs archive rows through the referees; `run(rows)` blocks until they are done."""
+    """Runs archive rows through the referees: `submit` rows, `wait` for them; `run` does both."""
 
     def __init__(
         self,
@@ -42,14 +48,44 @@ class Evaluator:
         self.timed = device == "cuda"
         self.referees = [factory(task, device=device, gpu=g, seed=seed) for g in gpus]
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.precompiler = precompiler
         self.on_verdict = on_verdict
         self.best = 1.0  # best full-measured, non-noisy geomean so far (the base is 1.0)
         self.deadline: float | None = None
         self.device_info: dict | None = None
+        self._jobs: queue.Queue = queue.Queue()
+        self._outstanding: set[int] = set()  # submitted, not yet evaluated
+        self._busy = 0  # threads evaluating right now
+        self._errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
+        self._halted = False
+        self.evaluated = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start one thread per referee; each first boots its worker (all GPUs cold-start together)."""
+        if self._threads:
+            return
+        for i in range(len(self.referees)):
+            t = threading.Thread(target=self._serve, args=(i,), name=f"referee-{i}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def halt(self) -> None:
+        """Take no more jobs and wait for the ones in flight (the referees are then free to use)."""
+        with self.changed:
+            self._halted = True
+            self.changed.notify_all()
+            while self._busy:
+                self.changed.wait(POLL_S)
+        for t in self._threads:
+            t.join()  # a thread still booting its worker finishes that first (bounded by its timeout)
+        self._threads = []
 
     def close(self) -> None:
-        """Stop every worker."""
+        """Stop every thread and worker."""
+        self.halt()
         for ref in self.referees:
             ref.close()
         if self.precompiler is not None:
@@ -62,43 +98,78 @@ class Evaluator:
             if r.get("accepted") and r.get("timing") == "full" and not (v.get("timing") or {}).get("noisy"):
                 self.best = max(self.best, r.get("speedup") or 0.0)
 
-    def run(self, rows: list[dict]) -> int:
-        """Evaluate `rows` (pending, or awaiting their full measurement); returns how many ran."""
-        if not rows:
-            return 0
-        if self.precompiler is not None:
-            for r in rows:
-                if r.get("code") and r["mutator"] != "base":
-                    self.precompiler.submit(r["id"], r["code"])
-        jobs: queue.Queue = queue.Queue()
+    # -- jobs -----------------------------------------------------------------------------------
+    def submit(self, rows: Iterable[dict]) -> list[int]:
+        """Queue rows for evaluation (their compilation starts on CPU cores now); returns their ids."""
+        self.start()
+        ids = []
         for r in rows:
-            jobs.put(r)
-        done = [0]
-        errors: list[BaseException] = []
+            if r["id"] in self._outstanding:
+                continue
+            if self.precompiler is not None and r.get("code") and r["mutator"] != "base":
+                self.precompiler.submit(r["id"], r["code"])
+            with self.lock:
+                self._outstanding.add(r["id"])
+            self._jobs.put(r)
+            ids.append(r["id"])
+        return ids
 
-        def worker(i: int) -> None:
+    def _stopped(self) -> bool:
+        return self._halted or (self.deadline is not None and time.time() > self.deadline)
+
+    def wait(self, ids: Iterable[int] | None = None) -> None:
+        """Block until `ids` (default: everything submitted) are evaluated, or the time budget is
+        spent and no evaluation is in flight; re-raises a referee that could not work at all."""
+        want = None if ids is None else set(ids)
+        with self.changed:
             while True:
-                if self.deadline is not None and time.time() > self.deadline:
+                if self._errors:
+                    raise self._errors[0]
+                left = self._outstanding if want is None else (want & self._outstanding)
+                if not left or (self._stopped() and not self._busy):
                     return
-                try:
-                    row = jobs.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    self._evaluate(self.referees[i], row)
-                    done[0] += 1
-                except BaseException as e:  # a referee that cannot work at all stops the run
-                    errors.append(e)
-                    return
+                self.changed.wait(POLL_S)
 
-        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(self.referees))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        return done[0]
+    def run(self, rows: list[dict]) -> int:
+        """Evaluate `rows` (pending, or awaiting their full measurement) and wait; returns how many ran."""
+        before = self.evaluated
+        self.wait(self.submit(rows))
+        return self.evaluated - before
+
+    def _serve(self, i: int) -> None:
+        ref = self.referees[i]
+        try:
+            starter = getattr(ref, "start", None)
+            if starter is not None:
+                try:
+                    starter()  # the cold start, overlapped with the other GPUs' and with proposing
+                except Exception:  # noqa: BLE001 - the first evaluation retries and turns it into a verdict
+                    pass
+            while True:
+                with self.changed:
+                    if self._stopped():
+                        return
+                try:
+                    row = self._jobs.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                with self.changed:
+                    if self._stopped():  # left pending in the archive: a resume evaluates it
+                        self._jobs.put(row)
+                        return
+                    self._busy += 1
+                try:
+                    self._evaluate(ref, row)
+                finally:
+                    with self.changed:
+                        self._busy -= 1
+                        self._outstanding.discard(row["id"])
+                        self.evaluated += 1
+                        self.changed.notify_all()
+        except BaseException as e:  # a referee that cannot work at all stops the run
+            with self.changed:
+                self._errors.append(e)
+                self.changed.notify_all()
 
     def _evaluate(self, ref, row: dict) -> None:
         base = row["mutator"] == "base"
@@ -139,8 +210,13 @@ class Evaluator:
     def remeasure(self, row: dict, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).
 
-        It reuses the first GPU's referee (new seeds per call), so no second cold start is paid.
+        It reuses the first GPU's referee (new seeds per call), so no second cold start is paid;
+        the candidate is compiled afresh from its source in an empty Triton cache, so no binary
+        planted in the shared cache (by a precompile child, say) can stand in for it.
         """
+        self.halt()
         timing = "full" if self.timed else "none"
-        verdict = self.referees[0].evaluate(row["code"], candidate_id=row["id"], timing=timing, seed=seed)
+        verdict = self.referees[0].evaluate(
+            row["code"], candidate_id=row["id"], timing=timing, seed=seed, fresh_compile=True
+        )
         return verdict.to_json()

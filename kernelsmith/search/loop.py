@@ -1,9 +1,11 @@
 """The search loop behind `kernelsmith optimize`: generations of proposals, evaluation on every
 GPU, resume from the archive, the final re-measurement and the run directory's files.
 
-Proposals of generation g depend only on the run seed and the verdicts of generations < g (each
-proposal draws from its own generator, seeded by run seed, generation and slot), so a fixed
-`--seed` reproduces the proposal sequence given the same verdicts, however many GPUs evaluate.
+Generations are pipelined: generation g is proposed (and its kernels start compiling on CPU
+cores) while generation g-1 is still being evaluated, so the GPUs never wait for the loop.
+Proposals of generation g therefore see the verdicts of generations < g-1 only, and each proposal
+draws from its own generator, seeded by run seed, generation and slot: a fixed `--seed` reproduces
+the proposal sequence given the same verdicts, however many GPUs evaluate and however fast.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .progress import Progress
 from .selection import Population, SelectionConfig
 
 DEFAULT_BUDGET = 40
+PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
 FINAL_SEED_OFFSET = 1_000_003  # the winner is re-measured on inputs no earlier evaluation saw
 
 
@@ -168,7 +171,8 @@ class Search:
         self.population = Population(
             SelectionConfig(islands=n_islands, exploit=config.exploit), self.task.base_code
         )
-        self.batch = config.batch or max(4, 2 * len(self.gpus))
+        # Proposals per generation; with PIPELINE generations in flight each GPU has two queued.
+        self.batch = config.batch or max(2, len(self.gpus))
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
         self.mutators = build_mutators(
@@ -233,14 +237,32 @@ class Search:
             evaluated=True,
             accepted=bool(verdict.get("accepted")),
             best=None if noisy else best,
+            generation=row.get("generation"),
         )
 
     # -- the loop -------------------------------------------------------------------------------
+    @staticmethod
+    def _visible(rows: list[dict], generation: int) -> list[dict]:
+        """Rows as generation `generation` may see them: verdicts of the generations still in
+        flight when it is proposed are hidden (whether or not they happen to be in yet)."""
+        out = []
+        for r in rows:
+            fresh = r["mutator"] != "base" and r["generation"] > generation - PIPELINE
+            if fresh and r["status"] == "evaluated" and r.get("reason") != "malformed_proposal":
+                r = {**r, "status": "pending", "verdict": None, "feedback": None, "speedup": None,
+                     "accepted": 0, "timing": None, "reason": None, "awaiting_full": 0}
+            out.append(r)
+        return out
+
+    def _island(self, generation: int, slot: int) -> int:
+        """The island a slot works for: every island gets turns, however small the batch."""
+        return (generation * self.batch + slot) % self.population.n_islands
+
     def _propose(self, generation: int, remaining: int) -> int:
         """Make one generation of proposals and record them in slot order (model calls run in parallel)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        rows = self.archive.all()
+        rows = self._visible(self.archive.all(), generation)
         self.population.rebuild(rows, self.archive.migrations())
         for m in self.mutators:
             m.sync(rows)
@@ -252,7 +274,7 @@ class Search:
         # Sequential part, in slot order: sampling and the params mutator (whose state is shared).
         for slot in range(n_slots):
             rng = slot_rng(self.seed, generation, slot)
-            island = slot % self.population.n_islands
+            island = self._island(generation, slot)
             parent, inspirations = self.population.sample(island, rng)
             order = list(self.mutators)
             rng.shuffle(order)
@@ -277,7 +299,7 @@ class Search:
                     for slot, m, parent, insp, rng, quota in llm_jobs
                 ]
                 for slot, fut in futures:
-                    results[slot] = [(slot % self.population.n_islands, p) for p in fut.result()]
+                    results[slot] = [(self._island(generation, slot), p) for p in fut.result()]
         made = 0
         for slot_results in results:
             for island, p in slot_results:
@@ -307,34 +329,47 @@ class Search:
         ]
         return max(good, default=None)
 
+    def _should_stop(self, evaluator, since: int) -> str | None:
+        """Why no further generation is proposed, or None."""
+        proposals = self.archive.proposals()
+        if self.budget is not None and proposals >= self.budget:
+            return f"budget of {self.budget} proposals spent"
+        if evaluator.deadline is not None and time.time() >= evaluator.deadline:
+            return f"time budget of {self.minutes} minutes spent"
+        if since >= self.stagnation:
+            return f"stagnation: no better candidate in {since} proposals"
+        return None
+
     def search(self, evaluator, started: float) -> None:
-        """Propose and evaluate generation after generation until a budget or stagnation stops it."""
+        """Propose and evaluate generation after generation until a budget or stagnation stops it;
+        up to PIPELINE generations are in flight at once."""
         if self.minutes is not None:
             evaluator.deadline = started + self.minutes * 60 - self.prior_wall
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
+        in_flight: list[tuple[int, list[int], int]] = []  # (generation, candidate ids, proposals made)
         while True:
-            proposals = self.archive.proposals()
-            if self.budget is not None and proposals >= self.budget:
-                self.stop_reason = f"budget of {self.budget} proposals spent"
+            if self.stop_reason is None and len(in_flight) < PIPELINE:
+                self.stop_reason = self._should_stop(evaluator, since)
+                if self.stop_reason is None:
+                    generation += 1
+                    proposals = self.archive.proposals()
+                    self.progress.set_generation(generation, proposals)
+                    remaining = (self.budget - proposals) if self.budget is not None else self.batch
+                    made = self._propose(generation, remaining)
+                    self.progress.set_generation(generation, self.archive.proposals())
+                    if made == 0:
+                        self.stop_reason = "search space exhausted: no new proposal could be made"
+                    else:
+                        rows = self.archive.where("status='pending' AND generation=?", (generation,))
+                        in_flight.append((generation, evaluator.submit(rows), made))
+                        continue
+            if not in_flight:
                 break
-            if evaluator.deadline is not None and time.time() >= evaluator.deadline:
-                self.stop_reason = f"time budget of {self.minutes} minutes spent"
-                break
-            if since >= self.stagnation:
-                self.stop_reason = f"stagnation: no better candidate in {since} proposals"
-                break
-            generation += 1
-            self.progress.set_generation(generation, proposals)
-            remaining = (self.budget - proposals) if self.budget is not None else self.batch
-            made = self._propose(generation, remaining)
-            self.progress.set_generation(generation, self.archive.proposals())
-            if made == 0:
-                self.stop_reason = "search space exhausted: no new proposal could be made"
-                break
-            evaluator.run(self.archive.pending())
-            for cid, to in self.population.migrate(generation):
-                self.archive.add_migration(generation, cid, to)
+            done_gen, ids, made = in_flight.pop(0)
+            evaluator.wait(ids)
+            for cid, to in self.population.migrate(done_gen):
+                self.archive.add_migration(done_gen, cid, to)
             new_best = self._best()
             improved = new_best is not None and (
                 best is None or new_best > best * (1.002 if self.timed else 1)

@@ -106,6 +106,8 @@ class Precompiler:
         self.lock = threading.Lock()
         self.futures: dict[int, Future] = {}
         self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
+        # Started now: each child imports torch and Triton while the GPUs boot and time the base.
+        self.children = [_Child(self.spec) for _ in range(workers)]
 
     @classmethod
     def maybe(cls, task, workers: int, workdir: Path) -> Precompiler | None:

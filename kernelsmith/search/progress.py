@@ -70,9 +70,10 @@ class Progress:
             self._refresh()
 
     def event(
-        self, cid: int, mutator: str, summary: str, *, evaluated: bool, accepted: bool, best: float | None
+        self, cid: int, mutator: str, summary: str, *, evaluated: bool, accepted: bool, best: float | None,
+        generation: int | None = None,
     ) -> None:
-        """One candidate settled (evaluated, duplicate or malformed)."""
+        """One candidate settled (evaluated, duplicate or malformed), of `generation` (default: current)."""
         with self.lock:
             if evaluated:
                 self.evaluations += 1
@@ -80,7 +81,8 @@ class Progress:
                 self.accepted += 1
             if best is not None:
                 self.best = best if self.best is None else max(self.best, best)
-            line = f"[gen {self.generation}] #{cid} {mutator}: {summary} | {self._stats()}"
+            gen = self.generation if generation is None else generation
+            line = f"[gen {gen}] #{cid} {mutator}: {summary} | {self._stats()}"
             if self._rich is not None:
                 self._rich.console.print(line, highlight=False, markup=False)
                 self._refresh()

@@ -270,3 +270,88 @@ def test_rewritten_base_file_is_put_back_before_the_next_worker(tmp_path):
         assert base_file.read_text() == original
         assert sorted(ref.pinned.restored) == sorted([str(base_file), str(kernels / "utils")])
         assert not (kernels / "utils").exists() and not (kernels / "__pycache__").exists()
+
+
+# Seeding a replacement worker's private folder, and the winner's fresh compile: compile-only for
+# sm_90 as above. Prints which kernel each load got and what the compiles wrote.
+SEED_AND_FRESH = '''
+import json, os, sys
+from pathlib import Path
+import torch
+from kernelsmith.loader import load_operator_module
+from kernelsmith.referee.compile_cache import CompileCaches, make_private, read_folder
+from kernelsmith.search.precompile import _install_fake_driver
+
+_install_fake_driver(["cuda", 90, 32])
+work = Path(sys.argv[2])
+x, w = torch.randn(2, 256).to(torch.float16), torch.ones(256, dtype=torch.float16)
+
+def kernel_name(tag):
+    mod = load_operator_module(Path(sys.argv[1]), "miniserve/kernels/rms_norm.py", tag=tag)
+    k = mod._rms_norm_kernel[(2,)](x, w, torch.empty_like(x), 256, 256, 256, 1e-6, BLOCK_N=256, num_warps=1)
+    return k.name
+
+first = CompileCaches(make_private(work))
+with first.base():
+    kernel_name("base1")
+seed = read_folder(first.private, 64 << 20)
+second = CompileCaches(make_private(work))
+n = second.seed({**seed, "../escape.bin": b"x"})
+before = {p: os.stat(second.private / p).st_mtime_ns for p in seed}
+with second.base():
+    kernel_name("base2")
+after = sorted(str(p.relative_to(second.private)) for p in second.private.rglob("*") if p.is_file())
+unchanged = all(os.stat(second.private / p).st_mtime_ns == t for p, t in before.items())
+with second.fresh() as fresh_dir:
+    fresh = kernel_name("fresh")
+    inside = str(second.current) == str(fresh_dir)
+    with second.base():
+        pass
+    back_to_fresh = str(second.current) == str(fresh_dir)
+print(json.dumps({"seeded": n, "files": len(seed), "same_files": after == sorted(seed),
+                  "unchanged": unchanged, "escaped": (work.parent / "escape.bin").exists(),
+                  "fresh": fresh, "shared": kernel_name("control"), "inside": inside,
+                  "back_to_fresh": back_to_fresh, "fresh_removed": not fresh_dir.exists()}))
+'''
+
+
+def test_seeded_worker_loads_the_base_and_the_winner_compiles_afresh(tmp_path, monkeypatch):
+    """A replacement worker's private folder, seeded with the first worker's base binaries, loads
+    them (nothing is compiled or rewritten); a path outside the folder is never written. Under
+    `fresh()` a candidate compiles from its source even where the shared folder holds a planted
+    binary under its key (the plant a precompile child could make). Real sm_90 compiles."""
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared-triton"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(shared),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_INTERPRET", None)
+    # The plant: the slow kernel's binary under the key of this source, in the shared folder,
+    # made by the cheat running in a precompile child.
+    from kernelsmith.config import load_target
+    from kernelsmith.search.precompile import Precompiler
+    from kernelsmith.task import make_task
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (tmp_path / "h.py").write_text(TINY_HARNESS)
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n  - name: rms_norm\n"
+                                     "    file: miniserve/kernels/rms_norm.py\n    entry: rms_norm\n"
+                                     "    harness: h.py\n")
+    task = make_task(load_target(tmp_path / "t.yaml"), "rms_norm", MINISERVE, "0" * 40)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "pc")
+    try:
+        pc.submit(1, (CORPUS / "cheats" / "rms_norm__triton_cache.py").read_text())
+        assert pc.futures[1].result(timeout=120)["ok"]
+    finally:
+        pc.close()
+    assert json.loads((shared / "planted.json").read_text())
+    out = subprocess.run([sys.executable, "-c", SEED_AND_FRESH, str(MINISERVE), str(tmp_path / "w")],
+                         capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["files"] > 0 and got["seeded"] == got["files"]
+    assert got["same_files"] and got["unchanged"] and not got["escaped"]
+    assert got["fresh"] == "_rms_norm_kernel" and got["shared"] == "_slow_rms_norm_kernel"
+    assert got["inside"] and got["back_to_fresh"] and got["fresh_removed"]

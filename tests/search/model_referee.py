@@ -51,9 +51,10 @@ class ModelReferee:
         self.task, self.device, self.gpu, self.seed = task, device, gpu, seed
         self.shapes = task.harness.shapes_for(device)
 
-    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None):
+    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False):
         seed = self.seed if seed is None else seed
-        CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu})
+        CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu,
+                      "fresh_compile": fresh_compile})
         code = code if code is not None else self.task.base_code
         rows = config_of(code)
         if any(cfg["BLOCK"] > 8192 for _, cfg in rows):
