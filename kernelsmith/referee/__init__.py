@@ -77,6 +77,7 @@ class Referee:
         # The first worker's private base binaries, read when it had run nothing but the base;
         # handed to every later worker so a replacement loads the base instead of compiling it.
         self._base_seed: dict[str, str] | None = None
+        self.last_seeded = 0
 
     # -- worker lifecycle ---------------------------------------------------------------------
     def _spec(self) -> dict:
@@ -136,6 +137,7 @@ class Referee:
                                    + ", ".join(changed))
             return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
+        self.last_seeded = int(reply.get("seeded") or 0)  # base binaries the worker loaded, not compiled
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
         if self._base_seed is None and worker.base_cache and self.device != "interpret":
             # Now, before this worker has seen any candidate, its private folder holds base

@@ -114,3 +114,20 @@ def test_rewritten_device_json_drives_no_verdict(tmp_path, monkeypatch):
     assert measured["sleep_cycles_per_us"] > 100  # GPU clocks are GHz: thousands of cycles per µs
     big = next(s for s in after.shapes if s["shape"] == BIG)
     assert 5 < big["pct_roofline"] <= 150 and not big["floored"]
+
+
+def test_replacement_worker_loads_the_base_binaries_of_the_first(tmp_path):
+    """After a rejection the next worker gets the first worker's base binaries (held by the parent
+    since before any candidate ran) instead of compiling the base again, and still times the base
+    the same."""
+    crash = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text() + "\nraise RuntimeError('x')\n"
+    with Referee(demo_task("rms_norm"), device="cuda", seed=11) as ref:
+        first = ref.evaluate(None, candidate_id=1, timing="screen")
+        assert ref.last_seeded == 0
+        assert not ref.evaluate(crash, candidate_id=2, timing="screen").accepted
+        again = ref.evaluate(None, candidate_id=3, timing="screen")
+        assert ref.workers_started >= 2 and ref.last_seeded > 0
+    assert first.accepted and again.accepted
+    for a, b in zip(first.shapes, again.shapes, strict=True):
+        ratio = a["baseline_ms"] / b["baseline_ms"]
+        assert 0.8 < ratio < 1.25, (a["shape"], a["baseline_ms"], b["baseline_ms"])
