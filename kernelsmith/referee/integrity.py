@@ -7,8 +7,10 @@ sockets, processes, introspection and class patching. While a `watch()` block is
 what the watched code did (torch ops through a TorchDispatchMode, which also fills every tensor the
 code allocates with garbage). Only Triton's own work inside a launch (compilation, benchmarking,
 the interpreter's own tensor copies) is excluded: candidate code that Triton calls back during a
-launch (heuristics, autotune hooks and pruners, grid lambdas, subclass methods) is recorded like any
-other candidate code.
+launch (heuristics, autotune hooks and pruners, grid lambdas, subclass methods, and the listeners and
+hooks set in `triton.knobs`) is recorded like any other candidate code. Each watched block also
+compares the process-global settings (settings.py: environment, triton.knobs, torch switches) before
+and after it: a change that outlives the block would reach every later candidate and the base.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import settings as global_settings
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover - every supported triton (3.6 to 3.9) has knobs
+    _knobs = None
 
 # aten ops that move, view or allocate memory without computing anything: never a "fallback".
 _PROC_PID = re.compile(r"^/proc/(\d+)/")  # /proc/self resolves to /proc/<own pid>
@@ -42,6 +51,13 @@ _INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects
                          "gc.get_referents")
 _TAMPER_EVENTS = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "object.__setattr__",
                   "object.__delattr__")
+# Callables in triton.knobs that Triton calls during a launch or a compile, as (group, attribute);
+# each is looked up with getattr, so one this Triton lacks (3.6 has no autotuning listener) is skipped.
+_KNOB_CALLBACKS = (("autotuning", "listener"), ("compilation", "listener"), ("runtime", "jit_cache_hook"),
+                   ("runtime", "jit_post_compile_hook"), ("runtime", "add_stages_inspection_hook"),
+                   ("build", "impl"))
+_KNOB_HOOK_CHAINS = ("launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook",
+                     "kernel_load_end_hook", "kernel_unload_hook")
 
 
 def _package_dir(name: str) -> str:
@@ -75,6 +91,7 @@ class Record:
     introspection: set = field(default_factory=set)
     tamper: set = field(default_factory=set)
     streams: set = field(default_factory=set)
+    settings: set = field(default_factory=set)  # process-global settings changed ("name: old -> new")
     reference_calls: int = 0
 
     def to_json(self) -> dict:
@@ -91,7 +108,8 @@ class Record:
         self.launches += other.launches
         self.threads += other.threads
         self.reference_calls += other.reference_calls
-        for name in ("ops", "files", "writes", "network", "processes", "introspection", "tamper", "streams"):
+        for name in ("ops", "files", "writes", "network", "processes", "introspection", "tamper", "streams",
+                     "settings"):
             getattr(self, name).update(getattr(other, name))
 
 
@@ -253,35 +271,61 @@ class Monitor:
 
     @contextmanager
     def _callbacks_recorded(self, launcher):
-        """While an Autotuner or Heuristics runs, its candidate-supplied callables are recorded.
+        """While a launch runs, the candidate-supplied callables Triton may call in it are recorded.
 
         Covers what has no frame in a candidate file (a functools.partial, eval'd code, a builtin):
-        every callable attribute, heuristic value and config pre_hook not defined in Triton itself.
+        for an Autotuner or Heuristics every callable attribute, heuristic value and config pre_hook
+        not defined in Triton itself; for every launch the listeners and hooks set in triton.knobs
+        (autotuning and compilation listeners, JIT and launch hooks), which Triton calls from inside.
+        Each is put back afterwards unless the launch itself replaced it meanwhile.
         """
-        swapped: list[tuple[object, object, object]] = []  # (container, key, original)
-        if self.current is not None and type(launcher) in self._tuners:
+        swapped: list[tuple[object, object, object, object, bool]] = []
+        if self.current is not None:
             try:
-                self._swap_callbacks(launcher, swapped)
+                if type(launcher) in self._tuners:
+                    self._swap_callbacks(launcher, swapped)
+                self._swap_knob_callbacks(swapped)
             except Exception:  # noqa: BLE001 - an odd launcher object: its frames are still checked
                 pass
         try:
             yield
         finally:
-            for container, key, original in reversed(swapped):
-                if isinstance(container, dict):
-                    container[key] = original
-                else:
-                    setattr(container, key, original)
+            for container, key, original, wrapped, own in reversed(swapped):
+                _restore(container, key, original, wrapped, own)
+
+    def _swap(self, container, key, value, swapped: list) -> None:
+        """Put a recording wrapper in place of `container[key]` (or its attribute `key`)."""
+        if not callable(value) or isinstance(value, type) or _is_triton_code(value):
+            return
+        if hasattr(value, "__ks_user__"):
+            return  # already wrapped by an enclosing launch
+        wrapped = self._as_candidate(value)
+        if isinstance(container, (dict, list)):
+            own = True
+            container[key] = wrapped
+        else:
+            own = key in vars(container)  # False: a class-level value, shadowed only while swapped
+            setattr(container, key, wrapped)
+        swapped.append((container, key, value, wrapped, own))
+
+    def _swap_knob_callbacks(self, swapped: list) -> None:
+        if _knobs is None:
+            return
+        for group_name, attr in _KNOB_CALLBACKS:
+            group = getattr(_knobs, group_name, None)
+            value = getattr(group, attr, None) if group is not None else None
+            if value is not None:
+                self._swap(group, attr, value, swapped)
+        runtime = getattr(_knobs, "runtime", None)
+        for attr in _KNOB_HOOK_CHAINS:
+            calls = getattr(getattr(runtime, attr, None), "calls", None)
+            if isinstance(calls, list):
+                for i, hook in enumerate(list(calls)):
+                    self._swap(calls, i, hook, swapped)
 
     def _swap_callbacks(self, launcher, swapped: list) -> None:
         def swap(container, key, value):
-            if callable(value) and not _is_triton_code(value) and not hasattr(value, "__ks_user__"):
-                wrapped = self._as_candidate(value)
-                if isinstance(container, dict):
-                    container[key] = wrapped
-                else:
-                    setattr(container, key, wrapped)
-                swapped.append((container, key, value))
+            self._swap(container, key, value, swapped)
 
         state = vars(launcher)
         for name, value in list(state.items()):
@@ -440,6 +484,7 @@ class Monitor:
         `garbage`: fill every tensor the block allocates with this value (None: leave them).
         """
         rec = record if record is not None else Record()
+        before = global_settings.capture()  # outside the op recorder: reading them runs no op anyway
         prev = self.current
         self.current = rec
         if self.device == "cuda":
@@ -453,6 +498,23 @@ class Monitor:
                 yield rec
         finally:
             self.current = prev
+            # Also when the block raised: a setting changed before the failure outlives it just the same.
+            rec.settings.update(global_settings.diff(before, global_settings.capture()))
+
+
+def _restore(container, key, original, wrapped, own: bool) -> None:
+    """Undo one swap of `_callbacks_recorded`, unless the slot no longer holds our wrapper."""
+    if isinstance(container, list):
+        if key < len(container) and container[key] is wrapped:
+            container[key] = original
+    elif isinstance(container, dict):
+        if container.get(key) is wrapped:
+            container[key] = original
+    elif vars(container).get(key) is wrapped:
+        if own:
+            setattr(container, key, original)
+        else:
+            delattr(container, key)  # back to the class-level value
 
 
 def _is_triton_code(fn) -> bool:
@@ -490,6 +552,10 @@ def violations_vs_base(cand: Record, base: Record, library_base: bool = False,
     tamper = cand.tamper - base.tamper
     if tamper:
         out.append(("monkeypatch", f"patched or traced the runtime: {', '.join(sorted(tamper)[:5])}"))
+    changed = cand.settings - base.settings
+    if changed:
+        out.append(("monkeypatch", "changed process-global settings that outlive the call (they would "
+                                   f"reach later candidates and the base): {'; '.join(sorted(changed)[:5])}"))
     if cand.network - base.network:
         out.append(("network_access", f"network calls: {', '.join(sorted(cand.network - base.network))}"))
     files = (cand.files - base.files) | (cand.writes - base.writes)

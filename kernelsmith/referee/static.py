@@ -19,6 +19,19 @@ _NAME_RULES: list[tuple[str, str, str]] = [
     ("torch.ops", "library_fallback", "torch.ops custom/library operator"),
     ("torch.backends", "precision_downgrade", "torch.backends precision/algorithm switches"),
     ("torch.set_float32_matmul_precision", "precision_downgrade", "matmul precision switch"),
+    ("torch.set_flush_denormal", "precision_downgrade", "flush-to-zero for denormals"),
+    # Process-global settings: left changed, they reach every later candidate and the base.
+    ("torch.set_default_dtype", "monkeypatch", "changes torch's default dtype"),
+    ("torch.set_default_tensor_type", "monkeypatch", "changes torch's default tensor type"),
+    ("torch.set_default_device", "monkeypatch", "changes torch's default device"),
+    ("torch.use_deterministic_algorithms", "monkeypatch", "changes torch's determinism setting"),
+    ("torch.set_deterministic_debug_mode", "monkeypatch", "changes torch's determinism setting"),
+    ("torch.set_num_threads", "monkeypatch", "changes torch's thread count"),
+    ("torch.set_num_interop_threads", "monkeypatch", "changes torch's thread count"),
+    ("os.putenv", "monkeypatch", "writes the process environment"),
+    ("os.unsetenv", "monkeypatch", "writes the process environment"),
+    ("triton.knobs.setenv", "monkeypatch", "writes the process environment"),
+    ("triton.knobs.refresh_knobs", "monkeypatch", "changes triton.knobs"),
     ("cupy", "library_fallback", "cupy"), ("numba", "library_fallback", "numba"),
     ("ctypes", "library_fallback", "ctypes"), ("cffi", "library_fallback", "cffi"),
     ("jax", "library_fallback", "jax"), ("tensorflow", "library_fallback", "tensorflow"),
@@ -68,6 +81,10 @@ _PATCHABLE = ("torch", "triton", "time", "numpy", "builtins", "sys", "os", "gc",
 # torch compute calls that make a try/except handler a library fallback.
 _TORCH_PREFIXES = ("torch.", "F.", "torch.nn.functional.")
 _ALLOC_PREFIXES = ("torch.empty", "torch.zeros", "torch.cuda")
+_ENVIRON = ("os.environ", "os.environb")
+_MAPPING_WRITES = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
+# triton.knobs hook chains (launch_enter_hook.add(...)) and groups (compilation.reset()).
+_KNOB_WRITES = ("add", "remove", "reset")
 
 
 class _Visitor(ast.NodeVisitor):
@@ -126,8 +143,19 @@ class _Visitor(ast.NodeVisitor):
         else:
             self._name(self.aliases.get(node.id, node.id))
 
+    def visit_Subscript(self, node):
+        target = self._dotted(node.value) if isinstance(node.value, (ast.Attribute, ast.Name)) else None
+        if target in _ENVIRON and isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.add("env-write", "monkeypatch", "writes the process environment")
+        self.generic_visit(node)
+
     def visit_Call(self, node):
         fn = self._dotted(node.func) if isinstance(node.func, (ast.Attribute, ast.Name)) else None
+        owner, _, method = (fn or "").rpartition(".")
+        if owner in _ENVIRON and method in _MAPPING_WRITES:
+            self.add("env-write", "monkeypatch", "writes the process environment")
+        if owner.startswith("triton.knobs.") and method in _KNOB_WRITES:
+            self.add(f"patch:{fn}", "monkeypatch", f"changes triton.knobs ({fn})")
         if fn in ("setattr", "delattr") and node.args:
             first = node.args[0]
             target = self._dotted(first) if isinstance(first, (ast.Attribute, ast.Name)) else None
