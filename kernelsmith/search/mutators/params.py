@@ -21,10 +21,11 @@ from ..edits import format_edits, make_edits
 from . import Proposal
 from .tunables import MAX_NUMEL, Tunable, discover, has_loops, relevant, render, render_table, values_of
 
-KIND_WEIGHT = {"block": 3.0, "num_warps": 3.0, "group": 1.0, "int": 1.0, "num_stages": 2.0}
+KIND_WEIGHT = {"block": 3.0, "num_warps": 3.0, "scale": 2.0, "group": 1.0, "int": 1.0, "num_stages": 2.0}
 PROBE_STEPS = {
     "block": (2, 4, -2, 6),
     "num_warps": (2, 3, 1),
+    "scale": (2, -2, 4, -4),  # a divisor or multiplier: either direction may be the fast one
     "group": (1, -1),
     "int": (1, -1),
     "num_stages": (1, -1),
@@ -254,19 +255,24 @@ class ParamsMutator:
                 changed[t.key] = [changed.get(t.key, [cur])[0], new]
                 values[t.key] = new
                 if t.kind == "block" and new > cur and rng.random() < 0.3:
-                    self._couple_warps(t, values, changed)
+                    self._couple_warps(t, tunables, values, changed, rng)
         return values, changed
 
-    def _couple_warps(self, t: Tunable, values: dict, changed: dict) -> None:
-        """More work per program usually wants more warps: raise a sibling num_warps one step."""
-        for w in self.tunables:
-            if w.kind == "num_warps" and w.scope == t.scope and w.key.split(".")[0] == t.key.split(".")[0]:
-                dom = self._allowed(w)
-                bigger = [v for v in dom if v > values[w.key]]
-                if bigger:
-                    changed[w.key] = [changed.get(w.key, [values[w.key]])[0], bigger[0]]
-                    values[w.key] = bigger[0]
-                return
+    def _couple_warps(self, t: Tunable, tunables: list[Tunable], values: dict, changed: dict, rng) -> None:
+        """More work per program usually wants more warps: raise a num_warps of the same launch a step."""
+        siblings = [
+            w
+            for w in tunables
+            if w.kind == "num_warps"
+            and w.key in values
+            and (w.kernels & t.kernels if t.kernels else w.key.split(".")[0] == t.key.split(".")[0])
+        ]
+        if siblings:
+            w = rng.choice(siblings)
+            bigger = [v for v in self._allowed(w) if v > values[w.key]]
+            if bigger:
+                changed[w.key] = [changed.get(w.key, [values[w.key]])[0], bigger[0]]
+                values[w.key] = bigger[0]
 
     def _valid(self, params: dict) -> bool:
         """Within domains and learned edges; two largest blocks of one launch within Triton's limit."""
