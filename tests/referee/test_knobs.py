@@ -76,11 +76,11 @@ def test_hook_chain_entry_and_replaced_class_knob_are_named():
 
 def test_a_setting_put_back_is_no_change():
     """Only what outlives the block counts: set and restored (even with an explicit None) is fine."""
-    with knobs.autotuning.scope():
+    with knobs.compilation.scope():
         snap = settings.GlobalSettings()
-        previous = getattr(knobs.autotuning, "listener", None)
-        knobs.autotuning.listener = print
-        knobs.autotuning.listener = previous
+        previous = knobs.compilation.listener  # a class-level None until set
+        knobs.compilation.listener = print
+        knobs.compilation.listener = previous
         assert snap.changes() == []
 
 
