@@ -25,6 +25,7 @@ from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
+from .settings import GlobalSettings
 from .snapshot import Snapshot
 
 TRIALS = 3
@@ -323,6 +324,7 @@ class Session:
                "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
         msgs = out["details"]["messages"]
         snap = Snapshot(extra={"harness": self.harness.module})
+        settings = GlobalSettings()  # before the candidate is loaded
         threads_before = thread_idents()
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
@@ -387,6 +389,12 @@ class Session:
             self.trial_sets.clear()
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
+        # Watched calls cover loading and correctness; this also covers the timed calls.
+        late = [c for c in settings.changes() if c not in base_rec.settings]
+        if late and "monkeypatch" not in out["violations"]:
+            out["violations"].append("monkeypatch")
+            out["details"]["messages"].append("changed process-global settings that outlive the call: "
+                                              + "; ".join(late[:5]))
         return out
 
     def aa_fn(self):
