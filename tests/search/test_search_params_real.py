@@ -1,0 +1,95 @@
+"""The tunables found in real upstream launchers (LMDeploy, SGLang), when read-only copies of them sit
+in the ignored .carry folder; skipped otherwise (the fixture tests in test_search_tunables.py cover the
+same patterns without them)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from test_search_tunables import _assert_each_render_changes_only_its_constant
+
+from kernelsmith.search.mutators.tunables import discover, label, relevant, render_table
+
+CARRY = Path(__file__).resolve().parents[2] / ".carry"
+LMDEPLOY = "lmdeploy/lmdeploy/pytorch/kernels/cuda"
+SGLANG = "sglang/python/sglang/kernels/ops"
+STAGES = [1, 2, 3, 4, 5, 6]
+WARPS = [1, 2, 4, 8, 16, 32]
+
+# file, entry, {label: (kind, base)}, {label: domain checks}
+CASES = [
+    (
+        f"{LMDEPLOY}/rms_norm.py",
+        "rms_norm",
+        {
+            "num_warps|div": ("scale", 2048),
+            "num_warps|cap": ("num_warps", 4),
+            "num_stages": ("num_stages", 1),
+        },
+        {"num_warps|div": lambda d: d[0] <= 64 and d[-1] >= 65536, "num_stages": lambda d: d == STAGES},
+    ),
+    (
+        f"{LMDEPLOY}/activation.py",
+        "silu_and_mul",
+        {"BLOCK_SIZE_N|cap": ("block", 512), "num_warps": ("num_warps", 4), "num_stages": ("num_stages", 1)},
+        {"BLOCK_SIZE_N|cap": lambda d: d[-1] >= 512 * 64, "num_stages": lambda d: d == STAGES},
+    ),
+    (
+        f"{LMDEPLOY}/apply_rotary_pos_emb.py",
+        "apply_rotary_pos_emb",
+        {"num_warps": ("num_warps", 2), "num_stages": ("num_stages", 1), "BLOCK|floor": ("block", 1)},
+        {"num_stages": lambda d: d == [1], "BLOCK|floor": lambda d: d[-1] >= 1024},
+    ),
+    (
+        f"{LMDEPLOY}/multinomial_sampling.py",
+        "multinomial_sampling",
+        {"BLOCK_N": ("block", 128), "num_warps": ("num_warps", 1), "num_stages": ("num_stages", 3)},
+        {"BLOCK_N": lambda d: d[-1] >= 8192, "num_warps": lambda d: d == WARPS},
+    ),
+    (
+        f"{LMDEPLOY}/fused_single_group_router.py",
+        "fused_single_group_topk_router",
+        {"BLOCK_SIZE": ("block", 256), "num_warps": ("num_warps", 8), "num_stages": ("num_stages", 1)},
+        {"num_stages": lambda d: d == [1]},  # its only loop is a static_range
+    ),
+    (
+        f"{SGLANG}/layernorm/fused_rmsnorm.py",
+        "fused_rmsnorm",
+        {
+            "max_warps": ("num_warps", 32),
+            "num_warps|div": ("scale", 256),
+            "num_warps|floor": ("num_warps", 4),
+        },
+        {"num_warps|div": lambda d: d[0] <= 8 and d[-1] >= 8192},
+    ),
+    (
+        f"{SGLANG}/activation/gelu_and_mul_triton.py",
+        "gelu_and_mul_triton",
+        {"max_warps": ("num_warps", 32), "num_warps|div": ("scale", 8), "num_warps|floor": ("num_warps", 4)},
+        {"num_warps|div": lambda d: d[0] == 1 and d[-1] >= 256},
+    ),
+    (
+        f"{SGLANG}/attention/merge_state.py",
+        "merge_state_triton",
+        {"num_warps": ("num_warps", 4)},  # left to Triton's default; a change inserts the keyword
+        {"num_warps": lambda d: d == WARPS},
+    ),
+]
+
+
+@pytest.mark.parametrize("rel, entry, found, domains", CASES, ids=[Path(c[0]).stem for c in CASES])
+def test_real_launchers(rel, entry, found, domains):
+    path = CARRY / rel
+    if not path.exists():
+        pytest.skip(f"no read-only copy at {path}")
+    code = path.read_text()
+    ts = relevant(discover(code), code, entry)
+    assert {label(t): (t.kind, t.base) for t in ts} == found
+    for t in ts:
+        assert domains.get(label(t), lambda d: True)(t.domain), (label(t), t.domain)
+    _assert_each_render_changes_only_its_constant(code, ts)
+    per_call = [t for t in ts if t.per_call and len(t.domain) > 1]
+    rows = [{t.key: t.domain[0] for t in per_call}, {t.key: t.domain[-1] for t in per_call}]
+    ast.parse(render_table(code, ts, [4096, None], rows, {}))  # a per-size table of them is valid code
