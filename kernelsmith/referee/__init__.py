@@ -23,7 +23,7 @@ from .verdict import NO_TIMING_LINE, Verdict
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 
-TIMINGS = ("full", "screen", "none")
+TIMINGS = ("full", "screen", "staged", "none")
 INIT_TIMEOUT_S = 300.0
 DEFAULT_TIMEOUT_S = {"cuda": 300.0, "interpret": 600.0}
 BASE_SEED_LIMIT = 64 << 20  # bytes of base binaries handed from worker to worker (more: compile)
@@ -196,19 +196,22 @@ class Referee:
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
-                 seed: int | None = None, fresh_compile: bool = False) -> Verdict:
+                 seed: int | None = None, fresh_compile: bool = False,
+                 contender_at: float | None = None) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
         re-measurement with new inputs needs no second Referee (and no second cold start).
         `fresh_compile`: compile the candidate in an empty Triton cache, never loading a binary
         found on disk (the final re-measurement of a winner).
+        `timing="staged"` (the search): a screen, then the full device-time measurement with its
+        A/A control in the same call when the screen geomean reaches `contender_at`.
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
         verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
-                                 fresh_compile)
+                                 fresh_compile, contender_at)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -219,7 +222,8 @@ class Referee:
             self._recycle()
         return verdict
 
-    def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False) -> Verdict:
+    def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
+                  contender_at: float | None = None) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -237,7 +241,8 @@ class Referee:
         if self.prefork and self._spare is None:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
-               "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh}
+               "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh,
+               "contender_at": contender_at}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:

@@ -310,15 +310,18 @@ class Session:
         return mod, fn, rec
 
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
-                 fresh: bool = False) -> dict:
+                 fresh: bool = False, contender_at: float | None = None) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
         `fresh`: the candidate compiles in a new, empty Triton cache folder (the final check).
+        `timing="staged"`: screen timing, then, where the screen geomean reaches `contender_at`,
+        the full measurement (device time, A/A control) right away, on the same loaded candidate.
         """
         with self.caches.fresh() if fresh else nullcontext():
-            return self._evaluate(code, source_path, cid, timing, seed)
+            return self._evaluate(code, source_path, cid, timing, seed, contender_at)
 
-    def _evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int) -> dict:
+    def _evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
+                  contender_at: float | None = None) -> dict:
         out = {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
                "fresh_shapes": [], "timed": False, "geomean_speedup": None,
                "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
@@ -380,7 +383,15 @@ class Session:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
                 from .timing import time_candidate
 
-                time_candidate(self, fn, cid, seed, timing, out)
+                if timing == "staged":
+                    time_candidate(self, fn, cid, seed, "screen", out)
+                    g = out["geomean_speedup"]
+                    if not out["violations"] and g is not None and contender_at is not None \
+                            and g >= contender_at:
+                        out["details"]["screen_geomean"] = g
+                        time_candidate(self, fn, cid, seed, "full", out, host=False)
+                else:
+                    time_candidate(self, fn, cid, seed, timing, out)
         except Exception as e:  # noqa: BLE001
             name, text = classify_exception(e)
             out["violations"].append(name)

@@ -53,8 +53,9 @@ def _median(xs: list[float]) -> float:
     return float(np.median(np.asarray(xs)))
 
 
-def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str) -> dict:
-    """Time base, candidate (and, in full mode, the A/A copy) on one shape."""
+def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool = True) -> dict:
+    """Time base, candidate (and, in full mode, the A/A copy) on one shape; `host`: also the eager
+    wall clock per call (skipped for search-time contenders: only the final numbers report it)."""
     cfg = FULL if mode == "full" else SCREEN
     h, dev, backend = session.harness, session.dev, session.backend
     made = getattr(session, "trial_sets", {}).get(si) or []
@@ -103,7 +104,7 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
         expected = session.expected(originals[k])
         checks = [C.compare(o, e, session._tol(e), "timed") for o, e in zip(outs, expected, strict=False)]
         result["timed_output_ok"] = all(c.problem is None for c in checks)
-    if cfg["host_calls"]:
+    if cfg["host_calls"] and host:
         hb, hc = [], []
         for _ in range(3):
             hb.append(backend.host_time(fns[0], cfg["host_calls"]))
@@ -112,13 +113,13 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     return result
 
 
-def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict) -> None:
+def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host: bool = True) -> None:
     """Fill `out` (the verdict dict) with per-shape timings, the geomean and the A/A control."""
     h = session.harness
     shapes = h.shapes_for(session.device)
     speedups, aas, noisy = [], [], False
     for si, shape in enumerate(shapes):
-        r = time_shape(session, fn, shape, si, cid, seed, mode)
+        r = time_shape(session, fn, shape, si, cid, seed, mode, host)
         if r.get("timed_output_ok") is False:
             out["violations"].append("cached_result")
             out["details"]["messages"].append(

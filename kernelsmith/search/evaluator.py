@@ -6,9 +6,10 @@ referee's cold start (worker, CUDA context, base compilation, calibration) happe
 parallel, when the evaluator starts.
 
 Every candidate gets the referee's full correctness and integrity checks; only the timing depth
-is staged: a quick "screen" for all, then the full interleaved measurement with its A/A control
-for contenders (within 2% of the best so far, or better). Each verdict is written to the archive
-as soon as it exists, so a kill loses at most the evaluations in flight.
+is staged: a quick "screen" for all, then, in the same referee call, the full interleaved
+measurement with its A/A control for contenders (within 1% of the best so far, or better). Each
+verdict is written to the archive as soon as it exists, so a kill loses at most the evaluations in
+flight.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from .archive import Archive
 
-CONTENDER_MARGIN = 0.98
+CONTENDER_MARGIN = 0.99  # screen geomean, relative to the best full measurement, that earns a full one
 POLL_S = 0.2
 
 
@@ -183,15 +184,16 @@ class Evaluator:
             # The base against itself: baseline times, roofline and the A/A noise floor.
             self._store(row, ref.evaluate(None, candidate_id=row["id"], timing="full"), "full")
             return
-        if not row.get("awaiting_full"):
-            screen = ref.evaluate(code, candidate_id=row["id"], timing="screen")
-            g = screen.geomean_speedup
-            with self.lock:
-                contender = screen.accepted and g is not None and g >= CONTENDER_MARGIN * self.best
-            self._store(row, screen, "screen", awaiting_full=contender)
-            if not contender:
-                return
-        self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="full"), "full")
+        if row.get("awaiting_full"):  # screened by an earlier version of the loop, then killed
+            self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="full"), "full")
+            return
+        # One call: the screen, and for a contender the full measurement on the candidate already
+        # loaded and checked (no second load, no second correctness pass).
+        with self.lock:
+            bar = CONTENDER_MARGIN * self.best
+        verdict = ref.evaluate(code, candidate_id=row["id"], timing="staged", contender_at=bar)
+        full = (verdict.timing or {}).get("aa_ratio") is not None
+        self._store(row, verdict, "full" if full else "screen")
 
     def _store(self, row: dict, verdict, timing: str, awaiting_full: bool = False) -> None:
         data = verdict.to_json()

@@ -36,6 +36,16 @@ def test_full_timing_has_an_aa_control_and_host_times(silu_referee):
     assert 0.9 < v.geomean_speedup < 1.1  # the base against itself
 
 
+def test_staged_timing_goes_full_only_for_a_contender(silu_referee):
+    code = (CORPUS / "honest" / "silu_and_mul__block_warps.py").read_text()
+    screened = silu_referee.evaluate(code, candidate_id=3, timing="staged", contender_at=1000.0)
+    assert screened.accepted and screened.timing["aa_ratio"] is None  # a screen only
+    full = silu_referee.evaluate(code, candidate_id=4, timing="staged", contender_at=1.5)
+    assert full.accepted and full.timing["aa_ratio"] is not None and full.geomean_speedup > 1.5
+    assert all(s["host_ms"] is None and s["device_ms"] > 0 for s in full.shapes)  # host: final only
+    assert full.eval_s < screened.eval_s + 3.0
+
+
 @pytest.mark.parametrize("name,violation", [
     ("rms_norm__side_stream", "extra_streams"),
     ("rms_norm__timer_patch", "monkeypatch"),

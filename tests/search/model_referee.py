@@ -51,7 +51,18 @@ class ModelReferee:
         self.task, self.device, self.gpu, self.seed = task, device, gpu, seed
         self.shapes = task.harness.shapes_for(device)
 
-    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False):
+    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
+                 contender_at=None):
+        if timing == "staged":  # as the worker does it: a screen, then full for a contender
+            screen = self.evaluate(code, candidate_id=candidate_id, timing="screen", seed=seed,
+                                   fresh_compile=fresh_compile)
+            g = screen.geomean_speedup
+            if not screen.accepted or g is None or contender_at is None or g < contender_at:
+                return screen
+            full = self.evaluate(code, candidate_id=candidate_id, timing="full", seed=seed,
+                                 fresh_compile=fresh_compile)
+            full.eval_s = screen.eval_s + 2.0  # one load and correctness pass, both timings
+            return full
         seed = self.seed if seed is None else seed
         CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu,
                       "fresh_compile": fresh_compile})

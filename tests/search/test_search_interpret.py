@@ -134,10 +134,10 @@ def test_kill_9_mid_evaluation_then_resume(tmp_path, monkeypatch):
     seen = []
     original = referee.Referee.evaluate
 
-    def logged(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False):
+    def logged(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False, **kw):
         seen.append((candidate_id, self.seed if seed is None else seed))
         return original(self, code, candidate_id=candidate_id, timing=timing, seed=seed,
-                        fresh_compile=fresh_compile)
+                        fresh_compile=fresh_compile, **kw)
 
     monkeypatch.setattr(referee.Referee, "evaluate", logged)
     assert main([*ARGS, "--out", str(out), "--resume"]) == 0

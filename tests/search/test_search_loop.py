@@ -130,14 +130,15 @@ def test_seed_fixes_the_proposal_sequence(tmp_path, fake_gpu):
 class _SlowModelReferee(model_referee.ModelReferee):
     """The model referee taking real time, a different amount per GPU and candidate."""
 
-    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False):
+    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
+                 contender_at=None):
         import random
         import time
 
         start = time.monotonic()
         time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.01, 0.06))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
-                             fresh_compile=fresh_compile)
+                             fresh_compile=fresh_compile, contender_at=contender_at)
         model_referee.CALLS[-1].update(start=start, end=time.monotonic())
         return v
 
