@@ -201,7 +201,7 @@ def _assert_each_render_changes_only_its_constant(code, ts):
         if t.fmt == "{}":
             assert diff == [([(tokenize.NUMBER, str(t.base))], [(tokenize.NUMBER, str(far))])] * len(t.sites)
         else:  # an option Triton defaulted: the keyword is inserted into the launch, nothing else changes
-            name = t.key.rsplit(".", 1)[-1]
+            name = t.key.rsplit(".", 1)[-1].split("#")[0]
             (at, _), text, raw = t.sites[0], t.text(far).encode(), out.encode()  # sites are byte offsets
             assert raw[at : at + len(text)] == text and raw[:at] + raw[at + len(text) :] == code.encode()
             calls = [n for n in ast.walk(ast.parse(out)) if isinstance(n, ast.Call)]
@@ -440,3 +440,44 @@ def test_params_mutator_probes_far_and_tables_computed_values(tmp_path):
     for d in (16, 600):  # one shape per size bucket, each with its own cap
         x = torch.randn(2, 2 * d)
         torch.testing.assert_close(mod.gated(x), torch.nn.functional.silu(x[:, :d]) * x[:, d:])
+
+
+LAUNCH_EDGES = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fill_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 1.0, mask=offs < n)
+
+
+@triton.heuristics({"num_warps": lambda args: 8})
+@triton.jit
+def _swizzle_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 2.0, mask=offs < n)
+
+
+def fill(x, swizzled):
+    n = x.numel()
+    n_col_blocks = triton.cdiv(n, 4)
+    if swizzled:
+        _swizzle_kernel[(n_col_blocks,)](x, n, BLOCK=4)
+        return
+    _fill_kernel[(triton.cdiv(n, 64),)](x, n, BLOCK=64)
+    _fill_kernel[(1,)](x, n, BLOCK=64, num_warps=2)
+"""
+
+
+def test_launch_edges_counts_heuristics_and_two_launches():
+    by = {t.key: t for t in discover(LAUNCH_EDGES)}
+    assert list(by) == [
+        "fill:_swizzle_kernel.BLOCK",  # its heuristics choose num_warps: nothing is inserted there
+        "fill:_fill_kernel.BLOCK",
+        "fill:_fill_kernel.num_warps#default",  # the first launch leaves it to Triton
+        "fill:_fill_kernel.num_warps",  # the second sets it
+    ]  # `n_col_blocks = cdiv(n, 4)` is a count whose divisor the kernel fixes, not a choice
+    out = render(LAUNCH_EDGES, list(by.values()), {"fill:_fill_kernel.num_warps#default": 16})
+    assert "BLOCK=64, num_warps=16)" in out and "BLOCK=64, num_warps=2)" in out
+    _assert_each_render_changes_only_its_constant(LAUNCH_EDGES, list(by.values()))

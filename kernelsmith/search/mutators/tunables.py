@@ -1,81 +1,23 @@
 """Tunables of a Triton operator file, found from its syntax tree, and code rendered from values.
 
-Found in launcher functions (never inside a kernel), for arguments of kernel launches whose names
-say they are launch choices (`num_warps`, `num_stages`, BLOCK_* / GROUP_* / TILE_* / SPLIT_* ...),
-given by keyword, by position (against the kernel's signature) or through a `**config` dict:
-- literals, and names bound to literals (each literal of an `if`/`else` or `a if c else b` alone);
-- the integer constants of the expressions that compute such a value: caps and floors
-  (`min(next_power_of_2(N), 512)`, `max(..., 4)`), divisors and multipliers (`cdiv(BLOCK_N, 2048)`),
-  thresholds of conditional expressions; names inside them that are launch choices themselves
-  (`max_warps`) are followed;
-- `num_warps` (and `num_stages` where the kernel loops) at a launch that leaves them to Triton's
-  defaults: changing one inserts the keyword;
-- integer names that drive the launch grid, size thresholds of `if` tests that choose a tunable,
-  and the entries of `triton.Config(...)` lists.
-Domains are powers of two reaching far past the base value, cut by the file's own asserts
-(`assert BLOCK <= 4096`, `tl.static_assert(...)`) and by device limits; `num_stages` varies only
-where the launched kernel has a loop to pipeline.
+What counts as a tunable (launch arguments, the constants of the expressions computing them, options
+left to Triton, grid names, size thresholds, triton.Config entries) is in launchers.py. Here: their
+domains, powers of two reaching far past the base value, cut by the file's own asserts
+(`assert BLOCK <= 4096`, `tl.static_assert(...)`) and by device limits, with `num_stages` varying
+only where the launched kernel has a loop to pipeline; which of them an entry reaches; rendering.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from ...pysource import reachable
+from .launchers import Tunable, find, is_int, kernel_loops, line_offsets
 
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
 MAX_NUMEL = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)
 SCALE_REACH = 6  # divisors and multipliers range 64x either way
-TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}  # what a CUDA launch gets without the keyword
-_KNOB = re.compile(r"^(num_warps|num_stages|\w*(BLOCK|TILE|CHUNK|SPLIT|GROUP|WARPS|STAGES)\w*)$", re.I)
-_JIT = re.compile(r"\b(jit|autotune|heuristics)\b")
-# Calls whose integer arguments are part of a launch value's arithmetic; any other call (x.size(-1),
-# get_device_props(...)) holds indices or semantics, never a choice.
-_ARITH = {"next_power_of_2", "int", "round", "ceil", "floor", "abs"}
-_OTHER_PLATFORM = re.compile(r"hip|rocm|amd|npu|xpu|musa|mlu|mps")
-_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)  # size thresholds; == / != switch modes, never tuned
-
-
-@dataclass
-class Tunable:
-    """One integer in the file the search may change, with its valid values."""
-
-    key: str  # stable across candidates: scope, name and occurrence (never offsets)
-    kind: str  # num_warps | num_stages | block | group | scale | int
-    base: int  # the value in the code it was found in
-    sites: list[tuple[int, int]]  # byte spans of the integer literal(s) holding the value
-    scope: str | None  # enclosing function (None: module level or a triton.Config list)
-    names: set[str] = field(default_factory=set)  # what asserts may call it
-    domain: list[int] = field(default_factory=list)
-    kernels: set[str] = field(default_factory=set)  # the kernels whose launches it configures
-    users: set[str] = field(default_factory=set)  # module-level values: the functions reading them
-    fmt: str = "{}"  # text written at each site: the value, or `, num_warps={}` for an absent option
-
-    @property
-    def per_call(self) -> bool:
-        """True when the value may differ per call (it lives in a function: a size table can vary it)."""
-        return self.scope is not None and not self.key.startswith("config")
-
-    def text(self, value: int | str) -> str:
-        """The source text that sets this tunable to `value` (an int or an expression)."""
-        return self.fmt.format(value)
-
-
-def kind_of(name: str) -> str:
-    """The tunable kind a keyword or variable name implies."""
-    low = name.lower()
-    if low.endswith("warps"):
-        return "num_warps"
-    if low.endswith("stages"):
-        return "num_stages"
-    if "group" in low:
-        return "group"
-    if any(k in low for k in ("block", "tile", "chunk", "split")):
-        return "block"
-    return "int"
 
 
 def _pow2_floor(n: int) -> int:
@@ -138,9 +80,9 @@ def _constraints(tree: ast.AST) -> dict[str, list]:
             found[left.id].append(("in" if isinstance(op, ast.In) else "not in", vals))
             continue
         flip = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
-        if isinstance(right, ast.Name) and _is_int(left) and type(op) in flip:
+        if isinstance(right, ast.Name) and is_int(left) and type(op) in flip:
             left, right, op = right, left, flip[type(op)]()
-        if isinstance(left, ast.Name) and _is_int(right):
+        if isinstance(left, ast.Name) and is_int(right):
             found[left.id].append((type(op).__name__, right.value))
     return found
 
@@ -162,367 +104,6 @@ def _allowed(value: int, rules: list) -> bool:
     return True
 
 
-def _is_int(node) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) is int
-
-
-def _call_name(func) -> str:
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return func.id if isinstance(func, ast.Name) else ""
-
-
-def _const_operand(node) -> ast.Constant | None:
-    """The literal holding an operand's value: the integer itself, or the first factor of a product of
-    integers (`8 * 32` elements per warp: one factor is the choice, the rest fixed)."""
-    if _is_int(node):
-        return node if node.value > 0 else None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        left, right = _const_operand(node.left), _const_operand(node.right)
-        return left if left is not None and right is not None else None
-    return None
-
-
-def _literals(value) -> list[ast.Constant]:
-    """The integer literals a value is: itself, or the literal branches of a conditional expression
-    (only the CUDA branch of a platform switch such as `16 if _is_hip else 32`)."""
-    if _is_int(value):
-        return [value]
-    if isinstance(value, ast.IfExp):
-        branches = {"body": value.body, "orelse": value.orelse}
-        cuda = _cuda_branch(value.test)
-        return [c for name, b in branches.items() if cuda in (None, name) for c in _literals(b)]
-    return []
-
-
-def _cuda_branch(test) -> str | None:
-    """Which branch of `a if test else b` runs on an NVIDIA GPU when `test` is a platform flag."""
-    flip = False
-    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, flip = test.operand, not flip
-    if not isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
-        return None
-    text = ast.unparse(test).lower()
-    if _OTHER_PLATFORM.search(text):
-        return "body" if flip else "orelse"
-    if re.search(r"cuda|nvidia", text):
-        return "orelse" if flip else "body"
-    return None
-
-
-def _pairs(target, value) -> list[tuple[str, ast.expr]]:
-    """(name, value) bound by one assignment, tuple unpacking of a tuple of values included."""
-    if isinstance(target, ast.Name):
-        return [(target.id, value)]
-    if (
-        isinstance(target, (ast.Tuple, ast.List))
-        and isinstance(value, (ast.Tuple, ast.List))
-        and len(target.elts) == len(value.elts)
-        and not any(isinstance(e, ast.Starred) for e in value.elts)
-    ):
-        return [p for t, v in zip(target.elts, value.elts, strict=True) for p in _pairs(t, v)]
-    return []
-
-
-def _dict_entries(value) -> list[tuple[str, ast.expr]] | None:
-    """Entries of a `{"num_warps": ...}` literal or a `dict(num_warps=...)` call; None for anything else."""
-    if isinstance(value, ast.Dict):
-        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
-            return [(k.value, v) for k, v in zip(value.keys, value.values, strict=True)]
-        return None
-    if isinstance(value, ast.Call) and _call_name(value.func) == "dict" and not value.args:
-        if all(kw.arg for kw in value.keywords):
-            return [(kw.arg, kw.value) for kw in value.keywords]
-    return None
-
-
-def _pipelined(node) -> bool:
-    """A loop the compiler can pipeline (tl.static_range is unrolled instead)."""
-    if isinstance(node, ast.While):
-        return True
-    return isinstance(node, ast.For) and not (
-        isinstance(node.iter, ast.Call) and _call_name(node.iter.func) == "static_range"
-    )
-
-
-def kernel_loops(tree: ast.AST) -> dict[str, bool]:
-    """For each Triton function: does it, or a Triton function it calls, run a pipelinable loop?"""
-    jit = jit_functions(tree)
-    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in jit}
-    own = {name: any(_pipelined(s) for s in ast.walk(f)) for name, f in funcs.items()}
-    calls = {
-        name: {_call_name(c.func) for c in ast.walk(f) if isinstance(c, ast.Call)} & set(funcs)
-        for name, f in funcs.items()
-    }
-    out = {}
-    for name in funcs:
-        seen, todo = set(), [name]
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(calls[n])
-        out[name] = any(own[n] for n in seen)
-    return out
-
-
-class _Finder(ast.NodeVisitor):
-    """Collects tunables of one parsed file; `offsets` turns (line, col) into byte offsets."""
-
-    def __init__(self, tree: ast.AST, offsets: list[int]):
-        self.offsets = offsets
-        self.jit = jit_functions(tree)
-        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        self.autotuned = {
-            f.name for f in funcs if any("autotune" in ast.unparse(d) for d in f.decorator_list)
-        }
-        self.params = {
-            f.name: [a.arg for a in f.args.posonlyargs + f.args.args] for f in funcs if f.name in self.jit
-        }
-        self.loops = kernel_loops(tree)
-        self.scope: list[str] = []
-        self.defs: dict[tuple[str | None, str], list[ast.expr]] = defaultdict(list)
-        self.dicts: dict[tuple[str | None, str], list[tuple[str, ast.expr]]] = {}
-        self.exprs: list[tuple] = []  # constants of launch-value expressions, numbered in finish()
-        self.found: dict[str, Tunable] = {}
-        self.n_configs = 0
-        self._collect(tree)
-
-    def _collect(self, tree: ast.AST) -> None:
-        """Every value bound to a name outside the kernels, per scope, in source order."""
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for sub in ast.walk(node):
-                    sub._ks_scope = node.name  # noqa: B010 - a private tag on our own parse tree
-        for node in ast.walk(tree):
-            scope = getattr(node, "_ks_scope", None)
-            if scope in self.jit:
-                continue
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                pairs = _pairs(node.targets[0], node.value)
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                pairs = _pairs(node.target, node.value)
-            else:
-                continue
-            for name, value in pairs:
-                self.defs[(scope, name)].append(value)
-                entries = _dict_entries(value)
-                if entries is not None:
-                    self.dicts[(scope, name)] = entries
-        for values in self.defs.values():
-            values.sort(key=lambda v: (v.lineno, v.col_offset))
-
-    def span(self, node) -> tuple[int, int]:
-        return (
-            self.offsets[node.lineno - 1] + node.col_offset,
-            self.offsets[node.end_lineno - 1] + node.end_col_offset,
-        )
-
-    def add(self, key, kind, node, scope, names, kernels=(), users=()) -> None:
-        """Record the literal `node` as (one site of) tunable `key`."""
-        self.add_span(key, kind, node.value, self.span(node), scope, names, kernels, users)
-
-    def add_span(self, key, kind, base, span, scope, names, kernels=(), users=(), fmt="{}") -> None:
-        t = self.found.get(key)
-        if t is None:
-            if base <= 0:
-                return
-            t = self.found[key] = Tunable(key, kind, base, [], scope, set(), fmt=fmt)
-        if span not in t.sites:
-            t.sites.append(span)
-        t.names |= set(names)
-        t.kernels |= {k for k in kernels if k}
-        t.users |= {u for u in users if u}
-
-    def current(self) -> str | None:
-        return self.scope[-1] if self.scope else None
-
-    def lookup(self, table: dict, name: str):
-        """(scope, entry) for `name` in the current function, else at module level; None if unbound."""
-        for scope in (self.current(), None):
-            if (scope, name) in table:
-                return scope, table[(scope, name)]
-        return None
-
-    def visit_FunctionDef(self, node):
-        if node.name in self.jit:
-            return  # inside a kernel every integer is code, not a launch choice
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_Call(self, node):
-        name = _call_name(node.func)
-        if name == "Config" and node.args and isinstance(node.args[0], ast.Dict):
-            self._config(node)
-        elif isinstance(node.func, ast.Subscript):
-            self._launch(node)
-        self.generic_visit(node)
-
-    def _config(self, node):
-        i = self.n_configs
-        self.n_configs += 1
-        d = node.args[0]
-        for k, v in zip(d.keys, d.values, strict=True):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str) and _is_int(v):
-                self.add(f"config[{i}].{k.value}", kind_of(k.value), v, None, {k.value})
-        for kw in node.keywords:
-            if kw.arg in ("num_warps", "num_stages") and _is_int(kw.value):
-                self.add(f"config[{i}].{kw.arg}", kw.arg, kw.value, None, {kw.arg})
-
-    def _launch(self, node):
-        kernel = _call_name(node.func.value)
-        if kernel not in self.jit and "kernel" not in kernel.lower():
-            return
-        scope = self.current()
-        present, opaque = set(), False
-        params = self.params.get(kernel, [])
-        for i, arg in enumerate(node.args):
-            if isinstance(arg, ast.Starred):
-                opaque = True
-                break
-            if i < len(params):
-                present.add(params[i])
-                self._argument(kernel, params[i], arg)
-        for kw in node.keywords:
-            if kw.arg is not None:
-                present.add(kw.arg)
-                self._argument(kernel, kw.arg, kw.value)
-                continue
-            found = self.lookup(self.dicts, kw.value.id) if isinstance(kw.value, ast.Name) else None
-            if found is None:
-                opaque = True  # **kwargs from elsewhere may set anything
-                continue
-            dscope, entries = found
-            for k, v in entries:
-                present.add(k)
-                if _KNOB.match(k):
-                    self._values(f"{kw.value.id}.{k}", dscope, [v], kind_of(k), {k}, kernel, set())
-        if kernel in self.jit and kernel not in self.autotuned and not opaque:
-            self._defaults(node, kernel, scope, present)
-        grid = node.func.slice
-        exprs = [grid]
-        if isinstance(grid, ast.Name) and (bound := self.lookup(self.defs, grid.id)):
-            exprs += bound[1]
-        for g in exprs:
-            for sub in ast.walk(g):
-                if isinstance(sub, ast.Name) and _KNOB.match(sub.id):
-                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set())
-
-    def _argument(self, kernel: str, name: str, value) -> None:
-        """A launch argument named like a launch choice: its literal, its name's values, or its expression."""
-        if not _KNOB.match(name):
-            return
-        scope, kind = self.current(), kind_of(name)
-        if _is_int(value):
-            self.add(f"{scope}:{kernel}.{name}", kind, value, scope, {name}, {kernel})
-        elif isinstance(value, ast.Name):
-            self._resolve(value.id, kind, {name, value.id}, kernel, set())
-        else:
-            self._expr(scope, name, value, kind, {name}, kernel, set())
-
-    def _defaults(self, node, kernel: str, scope: str | None, present: set[str]) -> None:
-        """Launch options the call leaves to Triton: a change inserts the keyword after the last argument."""
-        last = max(node.args + node.keywords, key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
-        if last is not None:
-            pos, sep = self.span(last)[1], ", "
-        else:
-            pos, sep = self.span(node)[1] - 1, ""
-        for opt, base in TRITON_DEFAULTS.items():
-            if opt in present or opt == "num_stages" and not self.loops.get(kernel):
-                continue
-            key = f"{scope}:{kernel}.{opt}"
-            self.add_span(key, opt, base, (pos, pos), scope, {opt}, {kernel}, fmt=f"{sep}{opt}={{}}")
-
-    def _resolve(self, var: str, kind: str, names: set[str], kernel: str, seen: set) -> None:
-        """Every value bound to `var` (in the current function, else at module level)."""
-        found = self.lookup(self.defs, var)
-        if found is None or (found[0], var) in seen:
-            return
-        seen.add((found[0], var))
-        self._values(var, found[0], found[1], kind, names | {var}, kernel, seen)
-
-    def _values(self, var, scope, values, kind, names, kernel, seen) -> None:
-        users = {self.current()} if scope is None else set()
-        lits = [c for v in values for c in _literals(v)]
-        for n, lit in enumerate(lits):
-            suffix = f"#{n}" if len(lits) > 1 else ""
-            self.add(f"{scope}:{var}{suffix}", kind, lit, scope, names, {kernel}, users)
-        for v in values:
-            self._expr(scope, var, v, kind, names, kernel, seen)
-
-    def _expr(self, scope, var, node, kind, names, kernel, seen) -> None:
-        """Constants of the expression computing `var`, each with its role (cap, floor, div, mul, if)."""
-        users = {self.current()} if scope is None else set()
-        todo: list[tuple[ast.AST, str | None]] = [(node, None)]
-        while todo:
-            n, role = todo.pop()
-            if role is not None and (c := _const_operand(n)) is not None:
-                if role in ("cap", "floor") or c.value > 1:  # x * 1 and x // 1 are no choice
-                    self.exprs.append((scope, var, role, c, kind, names, kernel, users))
-                continue
-            if isinstance(n, ast.Name):
-                if _KNOB.match(n.id):
-                    self._resolve(n.id, kind_of(n.id), {n.id}, kernel, seen)
-            elif isinstance(n, ast.IfExp):
-                for cmp in ast.walk(n.test):
-                    if isinstance(cmp, ast.Compare) and all(isinstance(op, _ORDER) for op in cmp.ops):
-                        todo.extend((c, "if") for c in [cmp.left, *cmp.comparators] if _is_int(c))
-                # literal branches of the value itself are its own values (_literals), not parts
-                todo.extend((b, role) for b in (n.body, n.orelse) if role is not None or not _is_int(b))
-            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
-                todo.extend((a, "cap" if n.func.id == "min" else "floor") for a in n.args)
-            elif isinstance(n, ast.Call) and _call_name(n.func) == "cdiv" and len(n.args) == 2:
-                todo.extend([(n.args[0], "mul"), (n.args[1], "div")])
-            elif isinstance(n, ast.Call) and _call_name(n.func) in _ARITH:
-                todo.extend((a, None) for a in n.args)
-            elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
-                todo.extend([(n.left, "mul"), (n.right, "mul")])
-            elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.FloorDiv, ast.Div)):
-                todo.extend([(n.left, "mul"), (n.right, "div")])
-            elif isinstance(n, ast.BinOp):
-                todo.extend([(n.left, None), (n.right, None)])  # offsets (+, -, %) are semantics
-
-    def finish(self) -> None:
-        """Number the expression constants per (scope, variable, role) in source order and add them."""
-        groups: dict[tuple, dict] = defaultdict(dict)
-        for scope, var, role, node, kind, names, kernel, users in self.exprs:
-            entry = groups[(scope, var, role)].setdefault(self.span(node), [node, kind, set(), set(), set()])
-            entry[2] |= names
-            entry[3].add(kernel)
-            entry[4] |= users
-        for (scope, var, role), group in groups.items():
-            for n, span in enumerate(sorted(group)):
-                node, kind, names, kernels, users = group[span]
-                # A cap or floor is a value of the variable's own kind (asserts on it apply); a divisor
-                # or multiplier scales it; a threshold is a size.
-                kind = kind if role in ("cap", "floor") else "scale" if role in ("div", "mul") else "int"
-                names = names if role in ("cap", "floor") else set()
-                suffix = f"#{n}" if len(group) > 1 else ""
-                self.add(f"{scope}:{var}|{role}{suffix}", kind, node, scope, names, kernels, users)
-
-
-def _line_offsets(data: bytes) -> list[int]:
-    offsets, pos = [], 0
-    for line in data.splitlines(keepends=True):
-        offsets.append(pos)
-        pos += len(line)
-    offsets.append(pos)
-    return offsets
-
-
-def jit_functions(tree: ast.AST) -> set[str]:
-    """Names of functions decorated with triton.jit / autotune / heuristics."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if any(_JIT.search(ast.unparse(d)) for d in node.decorator_list):
-                names.add(node.name)
-    return names
-
-
 def has_loops(code: str) -> bool:
     """True when a kernel has a loop (only then can num_stages pipeline anything)."""
     return any(kernel_loops(ast.parse(code)).values())
@@ -531,52 +112,16 @@ def has_loops(code: str) -> bool:
 def discover(code: str) -> list[Tunable]:
     """Every tunable of `code`, in source order, with its domain (raises SyntaxError on bad code)."""
     tree = ast.parse(code)
-    finder = _Finder(tree, _line_offsets(code.encode()))
-    finder.visit(tree)
-    finder.finish()
-    _thresholds(tree, finder)
+    found, loops = find(tree, code)
     rules = _constraints(tree)
-    out, taken = [], set()
-    for t in sorted(finder.found.values(), key=lambda t: t.sites[0]):
-        spans = {s for s in t.sites if s[0] < s[1]}  # insertion points may be shared
-        if spans & taken:
-            continue  # one literal, one tunable
-        taken |= spans
+    for t in found:
         dom = domain_for(t.kind, t.base)
-        if t.kind == "num_stages" and t.kernels and not any(finder.loops.get(k, True) for k in t.kernels):
+        if t.kind == "num_stages" and t.kernels and not any(loops.get(k, True) for k in t.kernels):
             dom = [t.base]  # nothing to pipeline: every value compiles to the same kernel
         for name in t.names:
             dom = [v for v in dom if _allowed(v, rules.get(name, []))]
         t.domain = sorted(set(dom) | {t.base})
-        out.append(t)
-    return out
-
-
-def _thresholds(tree: ast.AST, finder: _Finder) -> None:
-    """Integer size thresholds of `if` tests whose branches set a tunable (size heuristics)."""
-    bound = {(t.scope, n) for t in finder.found.values() for n in t.names}
-    for func in ast.walk(tree):
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name in finder.jit:
-            continue
-        k = 0
-        for node in ast.walk(func):
-            if not isinstance(node, ast.If) or getattr(node, "_ks_scope", None) != func.name:
-                continue
-            targets = {
-                t.id
-                for st in node.body + node.orelse
-                if isinstance(st, ast.Assign)
-                for t in st.targets
-                if isinstance(t, ast.Name)
-            }
-            if not any((func.name, n) in bound for n in targets):
-                continue
-            for cmp in ast.walk(node.test):
-                if isinstance(cmp, ast.Compare) and all(isinstance(op, _ORDER) for op in cmp.ops):
-                    for c in [cmp.left, *cmp.comparators]:
-                        if _is_int(c) and c.value > 1:
-                            finder.add(f"{func.name}:if[{k}]", "int", c, func.name, set())
-                            k += 1
+    return found
 
 
 def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
@@ -626,7 +171,7 @@ def render_table(
         names = {t.key: t.key for t in per_call}
     data = code.encode()
     tree = ast.parse(code)
-    offsets = _line_offsets(data)
+    offsets = line_offsets(data)
     funcs = _function_nodes(tree)
     edits: list[tuple[int, int, str]] = []
     for t in tunables:
