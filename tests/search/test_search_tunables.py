@@ -481,3 +481,14 @@ def test_launch_edges_counts_heuristics_and_two_launches():
     out = render(LAUNCH_EDGES, list(by.values()), {"fill:_fill_kernel.num_warps#default": 16})
     assert "BLOCK=64, num_warps=16)" in out and "BLOCK=64, num_warps=2)" in out
     _assert_each_render_changes_only_its_constant(LAUNCH_EDGES, list(by.values()))
+
+
+def test_module_constants_are_not_per_call():
+    code = LAUNCH_EDGES.replace("def fill(", "FILL_BLOCK = 128\nUNUSED_BLOCK = 32\n\n\ndef fill(").replace(
+        "BLOCK=64, num_warps=2)", "BLOCK=FILL_BLOCK, num_warps=2)"
+    )
+    ts = {t.key: t for t in relevant(discover(code), code, "fill")}
+    module = ts["None:FILL_BLOCK"]
+    assert (module.base, module.per_call, module.users) == (128, False, {"fill"})
+    assert ts["fill:_fill_kernel.BLOCK"].per_call and not any("UNUSED" in k for k in ts)
+    assert not relevant(discover(code), code, "_fill_kernel")  # no launcher reached: nothing to tune
