@@ -62,6 +62,10 @@ class Evaluator:
         self._threads: list[threading.Thread] = []
         self._halted = False
         self.evaluated = 0
+        # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
+        # candidate's CPU compilation, in the referee, and from its first job to its last.
+        self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "referee_s": 0.0, "jobs": 0,
+                       "first": None, "last": None} for g in gpus]
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -142,10 +146,12 @@ class Evaluator:
         try:
             starter = getattr(ref, "start", None)
             if starter is not None:
+                t0 = time.monotonic()
                 try:
                     starter()  # the cold start, overlapped with the other GPUs' and with proposing
                 except Exception:  # noqa: BLE001 - the first evaluation retries and turns it into a verdict
                     pass
+                self.stats[i]["boot_s"] = round(time.monotonic() - t0, 3)
             while True:
                 with self.changed:
                     if self._stopped():
@@ -159,9 +165,14 @@ class Evaluator:
                         self._jobs.put(row)
                         return
                     self._busy += 1
+                st = self.stats[i]
+                t0 = time.monotonic()
+                st["first"] = st["first"] or t0
                 try:
-                    self._evaluate(ref, row)
+                    self._evaluate(ref, row, st)
                 finally:
+                    st["last"], st["jobs"] = time.monotonic(), st["jobs"] + 1
+                    st["referee_s"] += st["last"] - t0
                     with self.changed:
                         self._busy -= 1
                         self._outstanding.discard(row["id"])
@@ -172,11 +183,14 @@ class Evaluator:
                 self._errors.append(e)
                 self.changed.notify_all()
 
-    def _evaluate(self, ref, row: dict) -> None:
+    def _evaluate(self, ref, row: dict, st: dict | None = None) -> None:
         base = row["mutator"] == "base"
         code = None if base else row["code"]
         if self.precompiler is not None and not base:
+            t0 = time.monotonic()
             self.precompiler.wait(row["id"], timeout=120)
+            if st is not None:
+                st["compile_wait_s"] += time.monotonic() - t0
         if not self.timed:
             self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="none"), "none")
             return
@@ -208,6 +222,17 @@ class Evaluator:
                 self.best = max(self.best, data["geomean_speedup"])
         if self.on_verdict is not None and not awaiting_full:
             self.on_verdict(row, data, timing)
+
+    def summary(self) -> list[dict]:
+        """Per GPU: boot, compile waits, referee time (compile waits included), jobs, busy share."""
+        out = []
+        for st in self.stats:
+            span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
+            out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"],
+                        "compile_wait_s": round(st["compile_wait_s"], 2),
+                        "referee_s": round(st["referee_s"], 2),
+                        "span_s": round(span, 2), "busy": round(st["referee_s"] / span, 3) if span else None})
+        return out
 
     def remeasure(self, row: dict, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).

@@ -159,6 +159,7 @@ def finish(search, evaluator, started: float) -> dict:
         "stop_reason": search.stop_reason,
         "final_measurements": measured,
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
+        "evaluator": evaluator.summary() if hasattr(evaluator, "summary") else None,
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
     }
     if search.run.get("replay"):

@@ -148,7 +148,10 @@ def test_two_gpus_pipelined_and_reproducible(tmp_path, fake_gpu, monkeypatch):
 
     def run(name):
         model_referee.CALLS.clear()
-        _run(tmp_path, name, budget=16, gpus=[0, 1], referee_factory=_SlowModelReferee)
+        result = _run(tmp_path, name, budget=16, gpus=[0, 1], referee_factory=_SlowModelReferee)
+        per_gpu = result["evaluator"]
+        assert [g["gpu"] for g in per_gpu] == [0, 1] and sum(g["jobs"] for g in per_gpu) == 17
+        assert all(0 < g["busy"] <= 1.0 for g in per_gpu)
         with Archive(tmp_path / name / "archive.sqlite") as a:
             return a.all(), list(model_referee.CALLS)
 
