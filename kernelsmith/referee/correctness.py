@@ -88,14 +88,20 @@ def dirty_allocator(device: str, value: float, sizes: list[int] = (), mib: int =
     del blocks
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """`t` as a 1-D tensor with unit stride (a one-element slice can keep any stride, which a
+    dtype view refuses)."""
+    v = t.detach().contiguous().reshape(-1)
+    return v if v.numel() == 0 or v.stride(0) == 1 else v.new_empty(v.shape).copy_(v)
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality (NaN payloads included) of two tensors of the same dtype and shape."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.numel() == 0:
         return True
-    av = a.detach().contiguous().reshape(-1)
-    bv = b.detach().contiguous().reshape(-1).to(av.device)
+    av, bv = _flat(a), _flat(b).to(a.device)
     if av.dtype == torch.bool:
         return bool(torch.equal(av, bv))
     return bool(torch.equal(av.view(torch.uint8), bv.view(torch.uint8)))

@@ -45,20 +45,41 @@ for target in lmdeploy sglang; do
 done
 
 [ "$PHASE" = evaluate ] && OPTIMIZE=""
-for pair in $OPTIMIZE; do
-  target=${pair%%:*}; op=${pair#*:}
+# TARGETS_MINUTES caps each search by time instead of TARGETS_BUDGET proposals. TARGETS_GPUS ("0 1")
+# runs one lane per GPU in parallel, the pairs dealt round-robin (each lane sees only its GPU).
+MINUTES=${TARGETS_MINUTES:-}
+read -r -a LANES <<< "${TARGETS_GPUS:-}"
+
+optimize_and_verify() {  # target:op
+  local target=${1%%:*} op=${1#*:} co run limit
   co=$(checkout_for "$target")
-  [ -n "$co" ] && [ -d "$co" ] || continue
+  [ -n "$co" ] && [ -d "$co" ] || return 0
   run="$DEST/runs/$target-$op"
   rm -rf "$run"
-  timeout 360 $KS optimize "$target" "$op" --checkout "$co" --out "$run" --budget "$BUDGET" \
+  if [ -n "$MINUTES" ]; then limit=(--minutes "$MINUTES"); else limit=(--budget "$BUDGET"); fi
+  timeout 360 $KS optimize "$target" "$op" --checkout "$co" --out "$run" "${limit[@]}" \
     --mutator params --device cuda --no-progress > "$DEST/$target-$op-optimize.log" 2>&1
-  echo "optimize $target $op: exit $?" | tee -a "$DEST/summary.txt"
+  echo "optimize $target $op: exit $? (GPU ${CUDA_VISIBLE_DEVICES:-all})" | tee -a "$DEST/summary.txt"
   if [ -f "$run/run.json" ]; then
     timeout 300 $KS verify "$run" --timeout 240 > "$DEST/$target-$op-verify.log" 2>&1
     echo "verify $target $op: exit $? ($(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['status'], '-', d['reason'])" "$run/verify.json" 2>/dev/null))" \
       | tee -a "$DEST/summary.txt"
   fi
-done
+}
+
+if [ "${#LANES[@]}" -gt 1 ]; then
+  read -r -a PAIRS <<< "$OPTIMIZE"
+  for li in "${!LANES[@]}"; do
+    (
+      export CUDA_VISIBLE_DEVICES=${LANES[$li]}
+      for pi in "${!PAIRS[@]}"; do
+        [ $((pi % ${#LANES[@]})) -eq "$li" ] && optimize_and_verify "${PAIRS[$pi]}"
+      done
+    ) &
+  done
+  wait
+else
+  for pair in $OPTIMIZE; do optimize_and_verify "$pair"; done
+fi
 cat "$DEST/summary.txt"
 exit $status

@@ -28,7 +28,7 @@ def make_inputs(shape: dict, device: str, seed: int) -> dict:
     q = torch.randn(t, shape["heads_q"], d, generator=g, device=device)
     k = torch.randn(t, shape["heads_k"], d, generator=g, device=device)
     pos = torch.randint(0, 32768, (t,), generator=g, device=device).double()
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2).double() / d))
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=device).double() / d))
     angles = torch.cat([pos[:, None] * inv_freq[None, :]] * 2, dim=-1)
     to = dict(device=device, dtype=dtype)
     return {

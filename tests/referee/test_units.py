@@ -195,3 +195,15 @@ def test_geomean_and_roofline():
 
     ms = roofline_ms(H, {}, {"bandwidth_gbs": 4000.0, "tflops": 500.0})
     assert math.isclose(ms, 2.0)  # flops-bound: 1e12 / 500e12 s = 2 ms > 1 ms of bytes
+
+
+def test_same_bits_of_a_one_element_slice_with_a_long_stride():
+    """A one-element column of a wide tensor keeps its row stride through clone(); comparing its
+    bits must still work (LMDeploy's sampler returns such a tensor for batch 1)."""
+    import torch
+
+    from kernelsmith.referee.correctness import same_bits
+
+    col = torch.arange(151936).reshape(1, 151936)[:, 0].clone()
+    assert col.stride() == (151936,)
+    assert same_bits(col, col.clone()) and not same_bits(col, col + 1)
