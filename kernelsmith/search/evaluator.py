@@ -64,7 +64,7 @@ class Evaluator:
         self.evaluated = 0
         # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
         # candidate's CPU compilation, in the referee, and from its first job to its last.
-        self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "referee_s": 0.0, "jobs": 0,
+        self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "job_s": 0.0, "jobs": 0,
                        "first": None, "last": None} for g in gpus]
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class Evaluator:
                     self._evaluate(ref, row, st)
                 finally:
                     st["last"], st["jobs"] = time.monotonic(), st["jobs"] + 1
-                    st["referee_s"] += st["last"] - t0
+                    st["job_s"] += st["last"] - t0
                     with self.changed:
                         self._busy -= 1
                         self._outstanding.discard(row["id"])
@@ -224,14 +224,15 @@ class Evaluator:
             self.on_verdict(row, data, timing)
 
     def summary(self) -> list[dict]:
-        """Per GPU: boot, compile waits, referee time (compile waits included), jobs, busy share."""
+        """Per GPU: boot, jobs, waits for CPU compilation, time in the referee, and the share of
+        its first-to-last-job span spent in the referee (what the GPU side was busy with)."""
         out = []
         for st in self.stats:
             span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
+            referee = st["job_s"] - st["compile_wait_s"]
             out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"],
-                        "compile_wait_s": round(st["compile_wait_s"], 2),
-                        "referee_s": round(st["referee_s"], 2),
-                        "span_s": round(span, 2), "busy": round(st["referee_s"] / span, 3) if span else None})
+                        "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
+                        "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
         return out
 
     def remeasure(self, row: dict, seed: int) -> dict:
