@@ -213,18 +213,13 @@ print(json.dumps({"private": private, "shared": kernel_name("control")}))
 '''
 
 
-def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, monkeypatch):
-    """The precompiler runs candidate code without integrity checks, so the cheat's plant lands in
-    the shared cache. A base compiled the referee's way still gets its own binary; compiled from the
-    shared folder (the control) it would get the slow one. Real compiles for sm_90, no GPU needed."""
-    import subprocess
-    import sys
-
+def _plant_from_a_precompile_child(tmp_path, monkeypatch, shared) -> None:
+    """Run the cache-planting cheat in a CPU precompile child (sm_90 target), with `shared` as
+    Triton's cache: the slow kernel's binary lands under the base kernel's key there."""
     from kernelsmith.config import load_target
     from kernelsmith.search.precompile import Precompiler
     from kernelsmith.task import make_task
 
-    shared = tmp_path / "shared-triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     (tmp_path / "h.py").write_text(TINY_HARNESS)
@@ -239,6 +234,17 @@ def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, 
     finally:
         pc.close()
     assert json.loads((shared / "planted.json").read_text())
+
+
+def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, monkeypatch):
+    """The precompiler runs candidate code without integrity checks, so the cheat's plant lands in
+    the shared cache. A base compiled the referee's way still gets its own binary; compiled from the
+    shared folder (the control) it would get the slow one. Real compiles for sm_90, no GPU needed."""
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared-triton"
+    _plant_from_a_precompile_child(tmp_path, monkeypatch, shared)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", WHICH_BINARY, str(MINISERVE), str(tmp_path / "w")],
                          capture_output=True, text=True, env=env, timeout=180)
@@ -327,26 +333,7 @@ def test_seeded_worker_loads_the_base_and_the_winner_compiles_afresh(tmp_path, m
     env = {**os.environ, "TRITON_CACHE_DIR": str(shared),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRITON_INTERPRET", None)
-    # The plant: the slow kernel's binary under the key of this source, in the shared folder,
-    # made by the cheat running in a precompile child.
-    from kernelsmith.config import load_target
-    from kernelsmith.search.precompile import Precompiler
-    from kernelsmith.task import make_task
-
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    (tmp_path / "h.py").write_text(TINY_HARNESS)
-    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n  - name: rms_norm\n"
-                                     "    file: miniserve/kernels/rms_norm.py\n    entry: rms_norm\n"
-                                     "    harness: h.py\n")
-    task = make_task(load_target(tmp_path / "t.yaml"), "rms_norm", MINISERVE, "0" * 40)
-    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "pc")
-    try:
-        pc.submit(1, (CORPUS / "cheats" / "rms_norm__triton_cache.py").read_text())
-        assert pc.futures[1].result(timeout=120)["ok"]
-    finally:
-        pc.close()
-    assert json.loads((shared / "planted.json").read_text())
+    _plant_from_a_precompile_child(tmp_path, monkeypatch, shared)
     out = subprocess.run([sys.executable, "-c", SEED_AND_FRESH, str(MINISERVE), str(tmp_path / "w")],
                          capture_output=True, text=True, env=env, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
