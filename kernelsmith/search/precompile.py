@@ -36,6 +36,20 @@ def gpu_target() -> tuple[str, int, int] | None:
         return None
 
 
+def device_facts() -> dict | None:
+    """What launchers ask torch about GPU 0 (capability, SM count, name, memory), or None."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        p = torch.cuda.get_device_properties(0)
+        return {"major": p.major, "minor": p.minor, "multi_processor_count": p.multi_processor_count,
+                "name": p.name, "total_memory": p.total_memory}
+    except Exception:
+        return None
+
+
 class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
@@ -90,8 +104,10 @@ class _Child:
 class Precompiler:
     """A pool of compile processes; `submit` a candidate, `wait` for it before evaluating."""
 
-    def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path):
+    def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path,
+                 device: dict | None = None):
         self.spec = {
+            "device": device,
             "root": str(task.root),
             "file": task.operator.file,
             "entry": task.operator.entry,
@@ -118,7 +134,7 @@ class Precompiler:
         cores = os.cpu_count() or 2
         if target is None or cores < 4:
             return None
-        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir)
+        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir, device=device_facts())
 
     def _child(self) -> _Child:
         with self.lock:
@@ -202,11 +218,28 @@ def _install_fake_driver(target: list) -> None:
     JITFunction.run = compile_only
 
 
+def _install_device_facts(facts: dict) -> None:
+    """Answer torch's device queries with the real GPU's facts (LMDeploy's launchers read the SM
+    count and capability on every call); this process sees no GPU, so it could not ask."""
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(**facts)
+    torch.cuda.get_device_properties = lambda device=None: props
+    torch.cuda.get_device_capability = lambda device=None: (props.major, props.minor)
+    torch.cuda.get_device_name = lambda device=None: props.name
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.device_count = lambda: 1
+
+
 def _main(spec: dict) -> None:
     from ..harness import load_harness
     from ..loader import load_operator_module
 
     _install_fake_driver(spec["target"])
+    if spec.get("device"):
+        _install_device_facts(spec["device"])
     harness = load_harness(spec["harness"])
     inputs_cache: dict[int, dict] = {}
     stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}

@@ -47,3 +47,84 @@ def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypat
     assert '"arch": 90' in next(cache.rglob("_silu_and_mul_kernel.json")).read_text()
     ttirs = [p.read_text() for p in cache.rglob("_silu_and_mul_kernel.ttir")]
     assert any("end = 1024" in t for t in ttirs)  # the candidate's BLOCK
+
+
+UTILS = """
+import functools
+import torch
+
+CAPABILITY = torch.cuda.get_device_capability()  # asked at import, as LMDeploy's utils do
+
+
+@functools.lru_cache
+def get_device_props(device=None):
+    if device is None:
+        device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    return {"sms": props.multi_processor_count, "major": props.major}
+"""
+
+OPERATOR = """
+import torch
+import triton
+import triton.language as tl
+
+from .utils import get_device_props
+
+
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def scale(x, out):
+    sms = get_device_props(x.device.index)["sms"]  # a grid sized by the SM count
+    grid = (min(sms, triton.cdiv(x.numel(), 128)),)
+    _scale_kernel[grid](x, out, x.numel(), BLOCK=128)
+    return out
+"""
+
+SCALE_HARNESS = """
+import torch
+SHAPES = [{"n": 1000, "dtype": "float16"}]
+OUTPUTS = ["out"]
+def make_inputs(shape, device, seed):
+    x = torch.randn(shape["n"]).to(device=device, dtype=getattr(torch, shape["dtype"]))
+    return {"x": x, "out": torch.empty_like(x)}
+def reference(x, out):
+    return x * 2
+"""
+
+
+def test_launchers_that_ask_torch_about_the_gpu_compile_ahead_too(tmp_path, monkeypatch):
+    """Kernel files that query the device (at import and per call, like LMDeploy's) compile in the
+    precompiler with the parent's device facts; without them the job fails and the worker compiles."""
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pkg = tmp_path / "repo" / "eng" / "kernels"
+    pkg.mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg.parent / "__init__.py"):
+        init.write_text("raise ImportError('the package __init__ must not run')\n")
+    (pkg / "utils.py").write_text(UTILS)
+    (pkg / "scale.py").write_text(OPERATOR)
+    (tmp_path / "h.py").write_text(SCALE_HARNESS)
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("repo: a/b\noperators:\n  - name: scale\n    file: eng/kernels/scale.py\n"
+                    "    entry: scale\n    harness: h.py\n")
+    task = make_task(load_target(yaml), "scale", tmp_path / "repo", "0" * 40)
+    facts = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "NVIDIA H200",
+             "total_memory": 150 << 30}
+    replies = {}
+    for name, device in (("without", None), ("with", facts)):
+        pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / name, device=device)
+        try:
+            pc.submit(1, task.base_code)
+            replies[name] = pc.futures[1].result(timeout=120)
+        finally:
+            pc.close()
+    assert not replies["without"]["ok"]
+    assert replies["with"]["ok"], replies["with"]
+    assert list(cache.rglob("_scale_kernel.cubin"))
