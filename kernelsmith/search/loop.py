@@ -358,12 +358,14 @@ class Search:
                     remaining = (self.budget - proposals) if self.budget is not None else self.batch
                     made = self._propose(generation, remaining)
                     self.progress.set_generation(generation, self.archive.proposals())
-                    if made == 0:
-                        self.stop_reason = "search space exhausted: no new proposal could be made"
-                    else:
+                    if made:
                         rows = self.archive.where("status='pending' AND generation=?", (generation,))
                         in_flight.append((generation, evaluator.submit(rows), made))
                         continue
+                    # Nothing new from what this generation may see. With verdicts still in flight
+                    # the next generation (which sees them) may find more, a per-shape table say.
+                    if not in_flight:
+                        self.stop_reason = "search space exhausted: no new proposal could be made"
             if not in_flight:
                 break
             done_gen, ids, made = in_flight.pop(0)

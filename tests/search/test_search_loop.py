@@ -174,6 +174,43 @@ def test_two_gpus_pipelined_and_reproducible(tmp_path, fake_gpu, monkeypatch):
     assert any(c["fresh_compile"] for c in calls)
 
 
+class _FeedbackOnlyMutator:
+    """Proposes only from a verdict it can see: one child of the newest evaluated candidate."""
+
+    name = "params"
+
+    def __init__(self, task):
+        self.task, self.used, self.visible = task, set(), []
+
+    def sync(self, rows):
+        self.visible = [r for r in rows if r["status"] == "evaluated" and r["accepted"]]
+
+    def propose(self, parent, inspirations, rng, known=None):
+        from kernelsmith.search.mutators import Proposal
+
+        newest = max(self.visible, key=lambda r: r["id"])
+        if newest["id"] in self.used:
+            return None
+        self.used.add(newest["id"])
+        block = 64 * 2 ** len(self.used)
+        code = self.task.base_code.replace("BLOCK = 64", f"BLOCK = {block}")
+        return Proposal(mutator="params", parent_id=newest["id"], code=code,
+                        params={"values": {"BLOCK": block}})
+
+
+def test_nothing_to_propose_waits_for_the_verdicts_in_flight(tmp_path, fake_gpu, monkeypatch):
+    """With two generations in flight, a generation may see no new verdict and propose nothing;
+    the search then waits for the verdicts in flight instead of calling the space exhausted."""
+    import kernelsmith.search.loop as loop
+
+    monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_FeedbackOnlyMutator(task)])
+    result = _run(tmp_path, budget=4)
+    assert result["proposals"] == 4, result["stop_reason"]
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = [r for r in a.all() if r["mutator"] != "base"]
+    assert [r["parent_id"] for r in rows] == [1] + [r["id"] for r in rows[:-1]]  # a chain
+
+
 def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
     budget = 24
     params = _run(tmp_path, "params", budget=budget, stagnation=100)
