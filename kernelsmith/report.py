@@ -164,6 +164,16 @@ def repro(run: dict, rd_path: Path) -> str:
     return "```sh\n" + shlex.join(cmd) + "\n" + shlex.join(check) + "\n```"
 
 
+def slower_shapes(shapes: list[dict]) -> list[str]:
+    """The shapes where the winner is slower than the base beyond doubt (95% CI entirely below 1)."""
+    out = []
+    for s in shapes:
+        ci = s.get("ci95") or [None, None]
+        if s.get("speedup") is not None and ci[1] is not None and ci[1] < 1.0:
+            out.append(f"{_shape(s.get('shape') or {})} {s['speedup']:.2f}x [{ci[0]:.2f}–{ci[1]:.2f}]")
+    return out
+
+
 def render_report(rd: RunDir, rows: list[dict]) -> str:
     """The report.md text for a run directory."""
     run, result = rd.run, rd.result or {}
@@ -201,6 +211,10 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
                 "pairs; % roofline is the winner against the measured copy bandwidth (or matmul rate).",
                 "",
             ]
+            slower = slower_shapes(shapes)
+            if slower:
+                out += [f"**Slower than the base on {len(slower)} shape(s):** " + "; ".join(slower)
+                        + ". The geomean hides this; weigh it before merging.", ""]
     from .chart import progress_series
 
     _, _, best = progress_series(rows)

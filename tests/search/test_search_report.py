@@ -32,3 +32,17 @@ def test_speedup_capped_at_the_roofline_is_marked(tmp_path):
     rows = [line for line in (run / "report.md").read_text().splitlines() if line.startswith("| ")]
     assert sum("x† |" in line for line in rows) == 1
     assert "capped at the roofline" in (run / "report.md").read_text()
+
+
+def test_a_shape_slower_than_the_base_is_called_out(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    result = json.loads((run / "result.json").read_text())
+    result["shapes"][0].update(speedup=0.90, ci95=[0.89, 0.91])
+    result["shapes"][1].update(speedup=0.99, ci95=[0.97, 1.01])  # within noise: not called out
+    (run / "result.json").write_text(json.dumps(result))
+    assert main(["report", str(run)]) == 0
+    lines = [x for x in (run / "report.md").read_text().splitlines() if x.startswith("**Slower")]
+    assert len(lines) == 1 and "1 shape(s)" in lines[0] and "0.90x [0.89–0.91]" in lines[0]
