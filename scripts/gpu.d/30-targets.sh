@@ -16,7 +16,7 @@ BUDGET=${TARGETS_BUDGET:-8}
 # evaluate | optimize | all: the two phases can be run as separate device calls (each < 10 min)
 PHASE=${TARGETS_PHASE:-all}
 # target:operator pairs that get optimize + verify (the rest get a base evaluation only)
-OPTIMIZE=${TARGETS_OPTIMIZE:-"lmdeploy:rms_norm lmdeploy:silu_and_mul lmdeploy:apply_rotary_pos_emb sglang:fused_rmsnorm"}
+OPTIMIZE=${TARGETS_OPTIMIZE:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router lmdeploy:rms_norm lmdeploy:silu_and_mul lmdeploy:apply_rotary_pos_emb sglang:fused_rmsnorm"}
 status=0
 
 checkout_for() {
@@ -45,10 +45,12 @@ for target in lmdeploy sglang; do
 done
 
 [ "$PHASE" = evaluate ] && OPTIMIZE=""
-# TARGETS_MINUTES caps each search by time instead of TARGETS_BUDGET proposals. TARGETS_GPUS ("0 1")
-# runs one lane per GPU in parallel, the pairs dealt round-robin (each lane sees only its GPU).
+# TARGETS_MINUTES caps each search by time instead of TARGETS_BUDGET proposals. TARGETS_GPUS ("0 1",
+# default: every visible GPU) runs one lane per GPU in parallel, the pairs dealt round-robin (each
+# lane sees only its GPU).
 MINUTES=${TARGETS_MINUTES:-}
-read -r -a LANES <<< "${TARGETS_GPUS:-}"
+# Default: a lane per visible GPU.
+read -r -a LANES <<< "${TARGETS_GPUS:-$(python3 -c "import torch; print(*range(torch.cuda.device_count()))" 2>/dev/null)}"
 
 optimize_and_verify() {  # target:op
   local target=${1%%:*} op=${1#*:} co run limit
