@@ -11,6 +11,10 @@ rm -rf "$D"
 mkdir -p "$D"
 export KERNELSMITH_TARGETS="$PWD/targets"
 MIN=${OPT_MINUTES:-2}
+# OPT_STAGNATION: proposals without a better candidate before a run stops (default: optimize's own,
+# 30 for a time-budgeted run); raise it to measure throughput over the whole OPT_MINUTES.
+STAG=()
+[ -n "${OPT_STAGNATION:-}" ] && STAG=(--stagnation "$OPT_STAGNATION")
 OPS=${OPT_RUNS:-"silu-params silu-grid silu-params-2gpu"}
 status=0
 
@@ -18,8 +22,8 @@ run() {  # name, then optimize arguments
   local name=$1
   shift
   local start=$SECONDS
-  timeout $((${MIN%.*} * 60 + 120)) python3 -m kernelsmith optimize "$@" --out "$D/$name" --no-progress \
-    --seed 0 >"$D/$name.log" 2>&1
+  timeout $((${MIN%.*} * 60 + 120)) python3 -m kernelsmith optimize "$@" "${STAG[@]}" --out "$D/$name" \
+    --no-progress --seed 0 >"$D/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - start)) s (log: $D/$name.log)"
   tail -n 3 "$D/$name.log"
