@@ -61,6 +61,8 @@ class Evaluator:
         self._errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
         self._halted = False
+        self._closing = False  # close() killed the workers: verdicts still arriving are not real
+        self._booting = 0  # threads starting their referee's worker
         self.evaluated = 0
         # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
         # candidate's CPU compilation, in the referee, and from its first job to its last.
@@ -89,8 +91,13 @@ class Evaluator:
         self._threads = []
 
     def close(self) -> None:
-        """Stop every thread and worker."""
-        self.halt()
+        """Stop every worker now (an evaluation in flight is dropped, not recorded: its row stays
+        pending and a resume evaluates it) and let the threads end."""
+        with self.changed:
+            self._closing = self._halted = True
+            self.changed.notify_all()
+            while self._booting:  # a worker booting now would outlive close() (bounded by its timeout)
+                self.changed.wait(POLL_S)
         for ref in self.referees:
             ref.close()
         if self.precompiler is not None:
@@ -147,10 +154,18 @@ class Evaluator:
             starter = getattr(ref, "start", None)
             if starter is not None:
                 t0 = time.monotonic()
+                with self.changed:
+                    if self._closing:
+                        return
+                    self._booting += 1
                 try:
                     starter()  # the cold start, overlapped with the other GPUs' and with proposing
                 except Exception:  # noqa: BLE001 - the first evaluation retries and turns it into a verdict
                     pass
+                finally:
+                    with self.changed:
+                        self._booting -= 1
+                        self.changed.notify_all()
                 self.stats[i]["boot_s"] = round(time.monotonic() - t0, 3)
             while True:
                 with self.changed:
@@ -212,6 +227,8 @@ class Evaluator:
     def _store(self, row: dict, verdict, timing: str, awaiting_full: bool = False) -> None:
         data = verdict.to_json()
         with self.lock:
+            if self._closing:
+                return
             self.archive.set_verdict(
                 row["id"], data, verdict.feedback(), timing=timing, awaiting_full=awaiting_full
             )

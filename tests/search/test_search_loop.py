@@ -211,6 +211,34 @@ def test_nothing_to_propose_waits_for_the_verdicts_in_flight(tmp_path, fake_gpu,
     assert [r["parent_id"] for r in rows] == [1] + [r["id"] for r in rows[:-1]]  # a chain
 
 
+def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
+    """An interrupted run (close() while a GPU is busy) leaves that candidate pending for a resume,
+    never with the verdict of a killed worker."""
+    import threading
+    import time
+
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.task import load_task
+
+    started = threading.Event()
+
+    class Hanging(model_referee.ModelReferee):
+        def evaluate(self, code, **kw):
+            started.set()
+            time.sleep(0.5)
+            return super().evaluate(code, **kw)
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Hanging)
+        ev.submit([archive.get(cid)])
+        assert started.wait(5)
+        ev.close()
+        time.sleep(0.8)
+        assert archive.get(cid)["status"] == "pending"
+
+
 def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
     budget = 24
     params = _run(tmp_path, "params", budget=budget, stagnation=100)
