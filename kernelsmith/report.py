@@ -120,16 +120,19 @@ def search_stats(rows: list[dict], result: dict) -> str:
     if final:
         lines += [
             "",
-            "Finalists re-measured with new input seeds:",
+            "Finalists re-measured with new input seeds (the winner: the smallest change within 1% of "
+            "the fastest):",
             "",
-            "| candidate | search geomean | re-measured geomean | outcome |",
-            "|---|---:|---:|---|",
+            "| candidate | search geomean | re-measured geomean | changed lines | outcome |",
+            "|---|---:|---:|---:|---|",
         ]
         for f in final:
             outcome = "accepted" if f.get("accepted") else f"rejected ({f.get('reason')})"
+            outcome += " (noisy)" if f.get("noisy") else ""
+            outcome += ", **winner**" if f.get("chosen") else ""
             lines.append(
                 f"| #{f['id']} | {_f(f.get('search_speedup'), '.2f')} | {_f(f.get('final_speedup'), '.2f')} "
-                f"| {outcome}{' (noisy)' if f.get('noisy') else ''} |"
+                f"| {_f(f.get('changed_lines'), 'd')} | {outcome} |"
             )
     return "\n".join(lines)
 

@@ -1,8 +1,10 @@
 """The end of a search: re-measure the best candidates with new seeds, pick the winner, and write
 winner/, result.json, report.md, speedup.png and benchmark.json.
 
-With timing, the winner is the best re-measured candidate whose geomean beats the base (> 1.0) on
-a measurement that is not noisy. Without timing (interpreter), it is the latest accepted candidate
+With timing, the winner is, among the re-measured candidates whose geomean beats the base (> 1.0)
+on a measurement that is not noisy, the smallest change (fewest changed lines against the base)
+within 1% of the fastest: a reviewer should not get a size table for a difference the measurement
+cannot tell apart. Without timing (interpreter), it is the latest accepted candidate
 that differs from the base and passes again on new inputs; its geomean is null.
 """
 
@@ -16,6 +18,15 @@ from ..rundir import write_json, write_text
 from .archive import rejected_counts
 from .edits import unified_diff
 from .loop import FINAL_SEED_OFFSET
+
+SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
+
+
+def changed_lines(base_code: str, code: str) -> int:
+    """Lines added or removed against the base (the size of the change a reviewer reads)."""
+    diff = unified_diff(base_code, code, "f")
+    return sum(1 for line in diff.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
 def _noisy(v: dict) -> bool:
@@ -73,7 +84,13 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
     ]
     if not good:
         return None, None, measured
-    _, row = max(good, key=lambda x: (x[0], -x[1]["id"]))
+    fastest = max(g for g, _ in good)
+    close = [(g, r) for g, r in good if g >= fastest * (1 - SIMPLER_WITHIN)]
+    base_code = search.task.base_code
+    _, row = min(close, key=lambda x: (changed_lines(base_code, x[1]["code"]), -x[0], x[1]["id"]))
+    for m in measured:
+        m["changed_lines"] = changed_lines(base_code, archive.get(m["id"])["code"])
+        m["chosen"] = m["id"] == row["id"]
     return row, final[str(row["id"])], measured
 
 

@@ -412,3 +412,39 @@ def test_live_progress_on_a_terminal():
     q = Progress(10, live=True, stream=plain)
     q.event(6, "llm", "rejected: incorrect", evaluated=True, accepted=False, best=None)
     assert plain.getvalue().startswith("[gen 0] #6 llm: rejected: incorrect | evals 1")
+
+
+@pytest.mark.parametrize("simple_speed, winner", [(1.99, "simple"), (1.95, "table")])
+def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, simple_speed, winner):
+    """A reviewer gets the one-line change, not a size table, when the measurement cannot tell
+    them apart (within 1%); beyond that the faster one wins."""
+    from types import SimpleNamespace
+
+    from kernelsmith.search.finish import changed_lines, pick_winner
+
+    base = "def f(x):\n    n = 64\n    return x\n"
+    codes = {
+        "table": "T = ((1, 128), (None, 256))\n\n\n"
+                 "def f(x):\n    n = T[0][1] if x else T[1][1]\n    return x\n",
+        "simple": "def f(x):\n    n = 128\n    return x\n",
+        "slow": "def f(x):\n    n = 32\n    return x\n",
+    }
+    speeds = {"table": 2.0, "simple": simple_speed, "slow": 1.5}
+    with Archive(tmp_path / "a.sqlite") as archive:
+        bid = archive.add(base, mutator="base")
+        archive.set_verdict(bid, {"accepted": True, "geomean_speedup": 1.0, "timed": True,
+                                  "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
+        ids = {}
+        for name, code in codes.items():
+            ids[name] = archive.add(code, mutator="params", parent_id=bid)
+            archive.set_verdict(ids[name], {"accepted": True, "geomean_speedup": speeds[name], "timed": True,
+                                            "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
+        search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=3), seed=0, timed=True,
+                                 progress=SimpleNamespace(note=lambda *a: None),
+                                 task=SimpleNamespace(base_code=base))
+        evaluator = SimpleNamespace(remeasure=lambda row, seed: {
+            "accepted": True, "geomean_speedup": row["speedup"], "timing": {"noisy": False}})
+        row, _, measured = pick_winner(search, evaluator)
+    assert row["id"] == ids[winner]
+    assert changed_lines(base, codes["simple"]) == 2 and changed_lines(base, codes["table"]) > 2
+    assert [m["chosen"] for m in measured].count(True) == 1
