@@ -78,6 +78,7 @@ class Referee:
         # handed to every later worker so a replacement loads the base instead of compiling it.
         self._base_seed: dict[str, str] | None = None
         self.last_seeded = 0
+        self.boot_phases: dict | None = None
 
     # -- worker lifecycle ---------------------------------------------------------------------
     def _spec(self) -> dict:
@@ -138,6 +139,7 @@ class Referee:
             return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
         self.last_seeded = int(reply.get("seeded") or 0)  # base binaries the worker loaded, not compiled
+        self.boot_phases = self.boot_phases or reply.get("boot_phases")  # the first worker's, in seconds
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
         if self._base_seed is None and worker.base_cache and self.device != "interpret":
             # Now, before this worker has seen any candidate, its private folder holds base

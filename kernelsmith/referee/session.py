@@ -12,6 +12,7 @@ import json
 import os
 import site
 import sys
+import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
@@ -59,10 +60,25 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     return "crash", text
 
 
+class PhaseClock:
+    """Seconds spent per named phase, in order (where an evaluation's or a boot's time went)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        """Charge the time since the previous mark to `name`."""
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._last, 4)
+        self._last = now
+
+
 class Session:
     """One worker's state: the harness, the base module, the monitor and the backend."""
 
     def __init__(self, spec: dict):
+        clock = PhaseClock()
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
         # Made now, before any candidate code runs in this process: see compile_cache.py.
@@ -74,6 +90,7 @@ class Session:
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
+        clock.mark("device_init")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
         roots = [sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages(),
@@ -95,9 +112,11 @@ class Session:
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
         self._aa_fn = None
+        clock.mark("load")
         # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
         # or handed over by the parent from an earlier worker's start; never read from a file.
         self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
+        clock.mark("calibration")
         # What the base does per shape, measured before any candidate code is loaded here (or
         # handed over by the parent from an earlier worker's start, which is the same thing).
         # Where kernels compile, base and A/A are compiled now too, so the timed shapes never
@@ -106,6 +125,8 @@ class Session:
         self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
             self.base_profile(shape, si, warm=self.backend.compiles)
+        clock.mark("base_compile_and_profile")
+        self.boot_phases = clock.phases
         self.trial_sets: dict[int, list[dict]] = {}
 
     def _peak_dtypes(self) -> list[str]:
@@ -328,6 +349,8 @@ class Session:
         msgs = out["details"]["messages"]
         snap = Snapshot(extra={"harness": self.harness.module})
         settings = GlobalSettings()  # before the candidate is loaded
+        clock = PhaseClock()
+        out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         threads_before = thread_idents()
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
@@ -347,14 +370,17 @@ class Session:
                 out["details"]["same_as_base"] = static.same_program(code, self.base_code)
                 mod, fn, imp = self.load_candidate(code, cid, Path(source_path))
                 rec.merge(imp)
+            clock.mark("load")
             shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
                 base_rec.merge(self.base_profile(shape, si))
                 out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
+            clock.mark("correctness")
             fresh = C.fresh_shapes(shapes, self.harness.vary, seed, cid, 3 if self.device == "cuda" else 2)
             for shape in fresh:
                 self.check_fresh(fn, shape, cid, seed, rec)
                 out["fresh_shapes"].append(shape)
+            clock.mark("fresh_shapes")
             out["correct"] = True
         except Rejected as r:
             out["violations"].append(r.reason)
@@ -379,19 +405,23 @@ class Session:
         if changed:
             out["violations"].append("monkeypatch")
             msgs.append("replaced: " + ", ".join(changed[:6]))
+        clock.mark("integrity")
         try:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
                 from .timing import time_candidate
 
                 if timing == "staged":
                     time_candidate(self, fn, cid, seed, "screen", out)
+                    clock.mark("screen_timing")
                     g = out["geomean_speedup"]
                     if not out["violations"] and g is not None and contender_at is not None \
                             and g >= contender_at:
                         out["details"]["screen_geomean"] = g
                         time_candidate(self, fn, cid, seed, "full", out, host=False)
+                        clock.mark("full_timing")
                 else:
                     time_candidate(self, fn, cid, seed, timing, out)
+                    clock.mark(f"{timing}_timing")
         except Exception as e:  # noqa: BLE001
             name, text = classify_exception(e)
             out["violations"].append(name)

@@ -44,7 +44,8 @@ def main() -> int:
                 session = Session(msg["spec"])
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
-                         "base_cache": str(session.caches.private), "seeded": session.seeded}
+                         "base_cache": str(session.caches.private), "seeded": session.seeded,
+                         "boot_phases": session.boot_phases}
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):

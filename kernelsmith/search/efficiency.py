@@ -42,6 +42,23 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
     return next((t for t, b in points if b >= target), None)
 
 
+def phase_medians(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Median seconds per referee phase (load, correctness, ..., screen/full timing), for the
+    candidates screened only and for those also fully measured."""
+    import statistics
+
+    groups: dict[str, dict[str, list[float]]] = {}
+    with Archive(Path(run_dir) / "archive.sqlite") as a:
+        for r in a.all():
+            phases = ((r.get("verdict") or {}).get("details") or {}).get("phase_s")
+            if r["mutator"] == "base" or not phases:
+                continue
+            g = groups.setdefault(r["timing"] or "none", {})
+            for k, v in phases.items():
+                g.setdefault(k, []).append(v)
+    return {t: {k: round(statistics.median(v), 4) for k, v in g.items()} for t, g in groups.items()}
+
+
 def run_summary(run_dir: Path) -> dict:
     """One run: geomean, % roofline of the winner, evaluations per GPU-minute and per wall minute."""
     result = json.loads((Path(run_dir) / "result.json").read_text())
@@ -70,6 +87,8 @@ def run_summary(run_dir: Path) -> dict:
         else None,
         "winner_pct_roofline": {"min": min(roofs), "max": max(roofs)} if roofs else None,
         "precompile": result.get("precompile"),
+        "phase_medians_s": phase_medians(run_dir),
+        "evaluator": result.get("evaluator"),
     }
 
 

@@ -244,10 +244,11 @@ class Evaluator:
         """Per GPU: boot, jobs, waits for CPU compilation, time in the referee, and the share of
         its first-to-last-job span spent in the referee (what the GPU side was busy with)."""
         out = []
-        for st in self.stats:
+        for st, ref in zip(self.stats, self.referees, strict=True):
             span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
             referee = st["job_s"] - st["compile_wait_s"]
             out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"],
+                        "boot_phases": getattr(ref, "boot_phases", None),
                         "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
                         "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
         return out

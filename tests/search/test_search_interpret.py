@@ -149,4 +149,12 @@ def test_kill_9_mid_evaluation_then_resume(tmp_path, monkeypatch):
                 after[cid]["verdict"] == row["verdict"] and after[cid]["evaluated_at"] == row["evaluated_at"]
             )
     assert sorted(c for c, seed in seen if seed == 0) == sorted(pending)  # only the interrupted ones re-ran
-    assert json.loads((out / "result.json").read_text())["proposals"] == 4
+    result = json.loads((out / "result.json").read_text())
+    assert result["proposals"] == 4
+    # Where the referee's time went, per candidate and per worker boot (the real referee here).
+    from kernelsmith.search.efficiency import run_summary
+
+    summary = run_summary(out)
+    assert {"load", "correctness", "fresh_shapes", "integrity"} <= set(summary["phase_medians_s"]["none"])
+    boot = result["evaluator"][0]["boot_phases"]
+    assert {"device_init", "load", "calibration", "base_compile_and_profile"} <= set(boot)
