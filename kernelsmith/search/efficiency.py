@@ -17,13 +17,19 @@ from pathlib import Path
 from .archive import Archive
 
 
-def curve(run_dir: Path) -> list[tuple[float, float]]:
-    """[(cumulative GPU seconds, best geomean so far)] after each candidate evaluation."""
+def candidate_rows(run_dir: Path) -> list[dict]:
+    """The run's evaluated candidates (the base left out), in evaluation order."""
     with Archive(Path(run_dir) / "archive.sqlite") as a:
-        rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated" and r["eval_s"]]
-    rows.sort(key=lambda r: r["evaluated_at"] or "")
+        rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated"]
+    return sorted(rows, key=lambda r: r["evaluated_at"] or "")
+
+
+def curve(rows: list[dict]) -> list[tuple[float, float]]:
+    """[(cumulative GPU seconds, best geomean so far)] after each of `candidate_rows`."""
     out, t, best = [], 0.0, 1.0
     for r in rows:
+        if not r["eval_s"]:
+            continue
         t += r["eval_s"]
         v = r["verdict"] or {}
         if r["accepted"] and r["timing"] == "full" and not (v.get("timing") or {}).get("noisy"):
@@ -42,20 +48,19 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
     return next((t for t, b in points if b >= target), None)
 
 
-def phase_medians(run_dir: Path) -> dict[str, dict[str, float]]:
-    """Median seconds per referee phase (load, correctness, ..., screen/full timing), for the
-    candidates screened only and for those also fully measured."""
+def phase_medians(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Median seconds per referee phase (load, correctness, ..., screen/full timing) of
+    `candidate_rows`, for the candidates screened only and for those also fully measured."""
     import statistics
 
     groups: dict[str, dict[str, list[float]]] = {}
-    with Archive(Path(run_dir) / "archive.sqlite") as a:
-        for r in a.all():
-            phases = ((r.get("verdict") or {}).get("details") or {}).get("phase_s")
-            if r["mutator"] == "base" or not phases:
-                continue
-            g = groups.setdefault(r["timing"] or "none", {})
-            for k, v in phases.items():
-                g.setdefault(k, []).append(v)
+    for r in rows:
+        phases = ((r.get("verdict") or {}).get("details") or {}).get("phase_s")
+        if not phases:
+            continue
+        g = groups.setdefault(r["timing"] or "none", {})
+        for k, v in phases.items():
+            g.setdefault(k, []).append(v)
     return {t: {k: round(statistics.median(v), 4) for k, v in g.items()} for t, g in groups.items()}
 
 
@@ -64,7 +69,8 @@ def run_summary(run_dir: Path) -> dict:
     result = json.loads((Path(run_dir) / "result.json").read_text())
     run = json.loads((Path(run_dir) / "run.json").read_text())
     n_gpus = max(1, len(run.get("gpus") or [None]))
-    pts = curve(run_dir)
+    rows = candidate_rows(run_dir)
+    pts = curve(rows)
     gpu_s = pts[-1][0] if pts else 0.0
     roofs = [s["pct_roofline"] for s in result.get("shapes") or [] if s.get("pct_roofline") is not None]
     return {
@@ -87,14 +93,14 @@ def run_summary(run_dir: Path) -> dict:
         else None,
         "winner_pct_roofline": {"min": min(roofs), "max": max(roofs)} if roofs else None,
         "precompile": result.get("precompile"),
-        "phase_medians_s": phase_medians(run_dir),
+        "phase_medians_s": phase_medians(rows),
         "evaluator": result.get("evaluator"),
     }
 
 
 def compare(a: Path, b: Path) -> dict:
     """Search `a` against search `b` (e.g. params against a grid sweep) at equal GPU time."""
-    pa, pb = curve(a), curve(b)
+    pa, pb = curve(candidate_rows(a)), curve(candidate_rows(b))
     horizon = min(pa[-1][0] if pa else 0.0, pb[-1][0] if pb else 0.0)
     best_a, best_b = (pa[-1][1] if pa else 1.0), (pb[-1][1] if pb else 1.0)
     target = 0.95 * max(best_a, best_b)

@@ -84,13 +84,12 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
     ]
     if not good:
         return None, None, measured
+    size = {r["id"]: changed_lines(search.task.base_code, r["code"]) for r in finalists}
     fastest = max(g for g, _ in good)
     close = [(g, r) for g, r in good if g >= fastest * (1 - SIMPLER_WITHIN)]
-    base_code = search.task.base_code
-    _, row = min(close, key=lambda x: (changed_lines(base_code, x[1]["code"]), -x[0], x[1]["id"]))
+    _, row = min(close, key=lambda x: (size[x[1]["id"]], -x[0], x[1]["id"]))
     for m in measured:
-        m["changed_lines"] = changed_lines(base_code, archive.get(m["id"])["code"])
-        m["chosen"] = m["id"] == row["id"]
+        m["changed_lines"], m["chosen"] = size[m["id"]], m["id"] == row["id"]
     return row, final[str(row["id"])], measured
 
 

@@ -23,19 +23,6 @@ from pathlib import Path
 JOB_TIMEOUT_S = 180.0
 
 
-def gpu_target() -> tuple[str, int, int] | None:
-    """("cuda", capability, warp size) of GPU 0, or None without CUDA."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        major, minor = torch.cuda.get_device_capability(0)
-        return ("cuda", major * 10 + minor, 32)
-    except Exception:
-        return None
-
-
 def device_facts() -> dict | None:
     """What launchers ask torch about GPU 0 (capability, SM count, name, memory), or None."""
     try:
@@ -130,11 +117,12 @@ class Precompiler:
         """A precompiler for CUDA runs, or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
         if os.environ.get("KERNELSMITH_PRECOMPILE", "1") == "0":
             return None
-        target = gpu_target()
+        facts = device_facts()
         cores = os.cpu_count() or 2
-        if target is None or cores < 4:
+        if facts is None or cores < 4:
             return None
-        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir, device=device_facts())
+        target = ("cuda", facts["major"] * 10 + facts["minor"], 32)  # backend, capability, warp size
+        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir, device=facts)
 
     def _child(self) -> _Child:
         with self.lock:
