@@ -49,7 +49,7 @@ class SearchConfig:
     progress: bool = True
     targets: str | None = None
     replay: str | None = None  # a run dir or diff whose winner is re-applied to the current base
-    batch: int | None = None  # proposals per generation (default: 2 per worker, at least 4)
+    batch: int | None = None  # proposals per generation (default: one per worker, at least 2)
     final_k: int = 3  # best candidates re-measured at the end
     precompile: bool = True
     argv: list[str] | None = None
