@@ -19,6 +19,15 @@ def derive_seed(run_seed: int, candidate_id: int, *parts) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
+FRESH_SHAPE_COUNT = {"cuda": 3}  # fresh shapes per candidate; 2 elsewhere (the interpreter is slow)
+
+
+def fresh_shapes_for(harness, device: str, run_seed: int, candidate_id: int) -> list[dict]:
+    """The fresh shapes the referee checks candidate `candidate_id` on, on `device`."""
+    return fresh_shapes(harness.shapes_for(device), harness.vary, run_seed, candidate_id,
+                        FRESH_SHAPE_COUNT.get(device, 2))
+
+
 def fresh_shapes(shapes: list[dict], vary: dict[str, list], run_seed: int, candidate_id: int,
                  count: int) -> list[dict]:
     """Up to `count` new shapes: listed shapes with the VARY fields redrawn (never one of `shapes`)."""

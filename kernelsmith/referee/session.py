@@ -376,7 +376,7 @@ class Session:
                 base_rec.merge(self.base_profile(shape, si))
                 out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
             clock.mark("correctness")
-            fresh = C.fresh_shapes(shapes, self.harness.vary, seed, cid, 3 if self.device == "cuda" else 2)
+            fresh = C.fresh_shapes_for(self.harness, self.device, seed, cid)
             for shape in fresh:
                 self.check_fresh(fn, shape, cid, seed, rec)
                 out["fresh_shapes"].append(shape)

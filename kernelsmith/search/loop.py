@@ -411,7 +411,9 @@ def optimize(config: SearchConfig) -> dict:
         from .precompile import Precompiler
 
         workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
-        precompiler = Precompiler.maybe(search.task, workers=max(1, len(search.gpus)), workdir=workdir)
+        # One compile process per candidate that can be in flight (PIPELINE generations of a batch).
+        precompiler = Precompiler.maybe(search.task, workers=PIPELINE * search.batch, workdir=workdir,
+                                        seed=search.seed)
     evaluator = Evaluator(
         search.task,
         search.archive,

@@ -5,7 +5,10 @@ network where the OS allows, like the referee's workers) run the next candidates
 tensors of the harness's GPU shapes with Triton's driver replaced by a stand-in for the real GPU
 target and every launch turned into a compile-only warm-up. The compiled kernels land in Triton's
 on-disk cache under the same keys the referee's worker computes (same source, specialization,
-target and options), so the worker loads them instead of compiling. It is only an accelerator:
+target and options), so the worker loads them instead of compiling. The candidate's fresh shapes
+(the referee's correctness check on redrawn sizes, known from the run seed and the candidate id)
+are compiled too: a new size is often a new specialization, and on real kernels those compiles
+were most of a candidate's referee time. It is only an accelerator:
 any failure here just leaves the compiling to the worker. Set KERNELSMITH_PRECOMPILE=0 to turn it off.
 """
 
@@ -60,11 +63,11 @@ class _Child:
             start_new_session=True,
         )
 
-    def run(self, path: str, timeout: float) -> dict:
+    def run(self, path: str, fresh: list[dict], timeout: float) -> dict:
         result: dict = {}
 
         def talk():
-            self.proc.stdin.write(json.dumps({"path": path}) + "\n")
+            self.proc.stdin.write(json.dumps({"path": path, "fresh": fresh}) + "\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
             result.update(json.loads(line) if line else {"ok": False, "error": "compile process exited"})
@@ -92,7 +95,7 @@ class Precompiler:
     """A pool of compile processes; `submit` a candidate, `wait` for it before evaluating."""
 
     def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path,
-                 device: dict | None = None):
+                 device: dict | None = None, seed: int | None = None):
         self.spec = {
             "device": device,
             "root": str(task.root),
@@ -103,6 +106,10 @@ class Precompiler:
             "workdir": str(workdir),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
         }
+        # The referee's run seed: with it each candidate's fresh shapes are known here. Only the
+        # shapes reach the child (never the seed: the inputs' values stay unknown to candidate code).
+        self.seed = seed
+        self.harness = task.harness
         workdir.mkdir(parents=True, exist_ok=True)
         self.pool = ThreadPoolExecutor(max_workers=workers)
         self.children: list[_Child] = []
@@ -113,7 +120,7 @@ class Precompiler:
         self.children = [_Child(self.spec) for _ in range(workers)]
 
     @classmethod
-    def maybe(cls, task, workers: int, workdir: Path) -> Precompiler | None:
+    def maybe(cls, task, workers: int, workdir: Path, seed: int | None = None) -> Precompiler | None:
         """A precompiler for CUDA runs, or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
         if os.environ.get("KERNELSMITH_PRECOMPILE", "1") == "0":
             return None
@@ -122,7 +129,7 @@ class Precompiler:
         if facts is None or cores < 4:
             return None
         target = ("cuda", facts["major"] * 10 + facts["minor"], 32)  # backend, capability, warp size
-        return cls(task, target, max(1, min(2 * workers, cores // 2)), workdir, device=facts)
+        return cls(task, target, max(1, min(workers, cores // 2)), workdir, device=facts, seed=seed)
 
     def _child(self) -> _Child:
         with self.lock:
@@ -138,7 +145,7 @@ class Precompiler:
         path.write_text(code)
         child = self._child()
         start = time.monotonic()
-        reply = child.run(str(path), JOB_TIMEOUT_S)
+        reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S)
         with self.lock:
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
@@ -146,6 +153,13 @@ class Precompiler:
             if child.alive():
                 self.children.append(child)
         return reply
+
+    def _fresh_shapes(self, cid: int) -> list[dict]:
+        if self.seed is None or self.harness is None:
+            return []
+        from ..referee.correctness import fresh_shapes_for
+
+        return fresh_shapes_for(self.harness, "cuda", self.seed, cid)
 
     def submit(self, cid: int, code: str) -> None:
         """Start compiling candidate `cid` in the background."""
@@ -221,6 +235,24 @@ def _install_device_facts(facts: dict) -> None:
     torch.cuda.device_count = lambda: 1
 
 
+def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> int:
+    """Warm the candidate up on its fresh shapes; how many compiled. A shape it fails on is the
+    referee's to judge, so a failure here only skips that shape."""
+    done = 0
+    for shape in shapes:
+        key = json.dumps(shape, sort_keys=True)
+        try:
+            if key not in cache:
+                if len(cache) >= 64:
+                    cache.pop(next(iter(cache)))
+                cache[key] = harness.make_inputs(dict(shape), "cpu", 0)
+            fn(**cache[key])
+            done += 1
+        except Exception:
+            pass
+    return done
+
+
 def _main(spec: dict) -> None:
     from ..harness import load_harness
     from ..loader import load_operator_module
@@ -230,6 +262,7 @@ def _main(spec: dict) -> None:
         _install_device_facts(spec["device"])
     harness = load_harness(spec["harness"])
     inputs_cache: dict[int, dict] = {}
+    fresh_cache: dict[str, dict] = {}  # fresh sizes repeat across candidates (VARY lists are short)
     stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
     for n, line in enumerate(sys.stdin):
         job = json.loads(line)
@@ -248,10 +281,11 @@ def _main(spec: dict) -> None:
             # A harness may say how to call a loaded module (KernelBench tasks: an instance of ModelNew).
             bind = getattr(harness.module, "bind", None)
             fn = bind(mod) if bind is not None else getattr(mod, spec["entry"])
-            for i, shape in enumerate(harness.shapes):
+            for i, shape in enumerate(harness.shapes_for("cuda")):
                 if i not in inputs_cache:
                     inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
                 fn(**inputs_cache[i])
+            reply["fresh"] = _compile_fresh(fn, harness, job.get("fresh") or [], fresh_cache)
         except BaseException as e:  # the worker will compile (and judge) it instead
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         reply["s"] = round(time.monotonic() - start, 3)

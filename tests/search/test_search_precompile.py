@@ -128,3 +128,62 @@ def test_launchers_that_ask_torch_about_the_gpu_compile_ahead_too(tmp_path, monk
     assert not replies["without"]["ok"]
     assert replies["with"]["ok"], replies["with"]
     assert list(cache.rglob("_scale_kernel.cubin"))
+
+
+POW2_OPERATOR = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def double(x, out):
+    _double_kernel[(1,)](x, out, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return out
+"""
+
+POW2_HARNESS = """
+import torch
+SHAPES = [{"n": 64, "dtype": "float16"}]
+VARY = {"n": [100, 300, 700]}
+OUTPUTS = ["out"]
+def make_inputs(shape, device, seed):
+    x = torch.randn(shape["n"]).to(device=device, dtype=getattr(torch, shape["dtype"]))
+    return {"x": x, "out": torch.empty_like(x)}
+def reference(x, out):
+    return x * 2
+"""
+
+
+def test_the_fresh_shapes_the_referee_will_draw_compile_ahead_too(tmp_path, monkeypatch):
+    """A new size is a new specialization: the candidate's fresh shapes (run seed + candidate id)
+    compile in the precompiler as well, so the referee's fresh-shape check does not compile."""
+    from kernelsmith.referee.correctness import fresh_shapes_for
+
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    pkg = tmp_path / "repo" / "eng"
+    pkg.mkdir(parents=True)
+    (pkg / "double.py").write_text(POW2_OPERATOR)
+    (tmp_path / "h.py").write_text(POW2_HARNESS)
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("repo: a/b\noperators:\n  - name: double\n    file: eng/double.py\n"
+                    "    entry: double\n    harness: h.py\n")
+    task = make_task(load_target(yaml), "double", tmp_path / "repo", "0" * 40)
+    fresh = fresh_shapes_for(task.harness, "cuda", 5, 11)
+    assert len(fresh) == 3 and all(s["n"] in (100, 300, 700) for s in fresh)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work", seed=5)
+    try:
+        pc.submit(11, task.base_code)
+        reply = pc.futures[11].result(timeout=120)
+    finally:
+        pc.close()
+    assert reply["ok"] and reply["fresh"] == 3, reply
+    ttirs = [p.read_text() for p in cache.rglob("_double_kernel.ttir")]
+    blocks = {b for b in (64, 128, 512, 1024) if any(f"end = {b}" in t for t in ttirs)}
+    assert blocks == {64} | {1 << (s["n"] - 1).bit_length() for s in fresh}
