@@ -188,39 +188,48 @@ class Evaluator:
                 st = self.stats[i]
                 t0 = time.monotonic()
                 st["first"] = st["first"] or t0
+                done = False
                 try:
-                    self._evaluate(ref, row, st)
+                    done = self._evaluate(ref, row, st)
                 finally:
-                    st["last"], st["jobs"] = time.monotonic(), st["jobs"] + 1
+                    st["last"] = time.monotonic()
                     st["job_s"] += st["last"] - t0
+                    st["jobs"] += int(done)
                     with self.changed:
                         self._busy -= 1
                         self._outstanding.discard(row["id"])
-                        self.evaluated += 1
+                        self.evaluated += int(done)
                         self.changed.notify_all()
         except BaseException as e:  # a referee that cannot work at all stops the run
             with self.changed:
                 self._errors.append(e)
                 self.changed.notify_all()
 
-    def _evaluate(self, ref, row: dict, st: dict | None = None) -> None:
+    def _evaluate(self, ref, row: dict, st: dict | None = None) -> bool:
+        """Evaluate one row and store its verdict; False when the time budget ran out first (while
+        its kernels compiled) and the row stays pending for a resume."""
         base = row["mutator"] == "base"
         code = None if base else row["code"]
         if self.precompiler is not None and not base:
             t0 = time.monotonic()
-            self.precompiler.wait(row["id"], timeout=120)
+            # A slow compile (a huge block on one warp: a minute on the H200 host) must not keep
+            # the run past its time budget.
+            limit = 120.0 if self.deadline is None else max(0.0, min(120.0, self.deadline - time.time()))
+            self.precompiler.wait(row["id"], timeout=limit)
             if st is not None:
                 st["compile_wait_s"] += time.monotonic() - t0
+            if self._stopped():
+                return False
         if not self.timed:
             self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="none"), "none")
-            return
+            return True
         if base:
             # The base against itself: baseline times, roofline and the A/A noise floor.
             self._store(row, ref.evaluate(None, candidate_id=row["id"], timing="full"), "full")
-            return
+            return True
         if row.get("awaiting_full"):  # screened by an earlier version of the loop, then killed
             self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="full"), "full")
-            return
+            return True
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
@@ -228,6 +237,7 @@ class Evaluator:
         verdict = ref.evaluate(code, candidate_id=row["id"], timing="staged", contender_at=bar)
         full = (verdict.timing or {}).get("aa_ratio") is not None
         self._store(row, verdict, "full" if full else "screen")
+        return True
 
     def _store(self, row: dict, verdict, timing: str, awaiting_full: bool = False) -> None:
         data = verdict.to_json()

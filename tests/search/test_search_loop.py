@@ -239,6 +239,54 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
         assert archive.get(cid)["status"] == "pending"
 
 
+
+def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tmp_path, fake_gpu):
+    """The wait for a candidate's CPU compile ends at the run's deadline: the candidate is neither
+    evaluated (compiled on the GPU worker past the budget) nor given a verdict; a resume runs it."""
+    import threading
+    import time
+
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.task import load_task
+
+    class SlowCompiler:
+        """A precompiler whose every job would take a minute (a huge block on one warp)."""
+
+        waits: list[float] = []
+
+        def submit(self, cid, code):
+            pass
+
+        def wait(self, cid, timeout):
+            self.waits.append(timeout)
+            threading.Event().wait(min(timeout, 60.0))
+
+        def close(self):
+            pass
+
+    evaluated = []
+
+    class Referee(model_referee.ModelReferee):
+        def evaluate(self, code, **kw):
+            evaluated.append(kw.get("candidate_id"))
+            return super().evaluate(code, **kw)
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        pc = SlowCompiler()
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
+                       precompiler=pc)
+        ev.deadline = time.time() + 1.0
+        t0 = time.monotonic()
+        ev.wait(ev.submit([archive.get(cid)]))
+        waited = time.monotonic() - t0
+        ev.close()
+        assert archive.get(cid)["status"] == "pending"
+    assert pc.waits and pc.waits[0] <= 1.0 and waited < 10
+    assert ev.evaluated == 0 and ev.stats[0]["jobs"] == 0 and ev.stats[0]["compile_wait_s"] > 0.5
+    assert evaluated == []
+
 def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
     budget = 24
     params = _run(tmp_path, "params", budget=budget, stagnation=100)
