@@ -53,6 +53,14 @@ def register(subparsers) -> None:
         help="stop after this many proposals without a better candidate (default 3/4 of "
         "the budget, at least 12)",
     )
+    p.add_argument(
+        "--compile-limit",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="reject (as a timeout) a candidate whose kernels take longer than this to compile on the "
+        "CPU compile processes (default 20; 0: no limit)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
     p.set_defaults(func=run)
 
@@ -104,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         targets=args.targets,
         replay=args.replay,
+        compile_limit=args.compile_limit,
     )
     result = optimize(config)
     return 0 if result.get("winner") else 1

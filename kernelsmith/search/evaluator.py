@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from ..referee.verdict import Verdict
 from .archive import Archive
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
@@ -43,6 +44,7 @@ class Evaluator:
         seed: int,
         referee_factory: Callable | None = None,
         precompiler=None,
+        compile_limit: float | None = None,
         on_verdict: Callable[[dict, dict, str], None] | None = None,
     ):
         from ..referee import Referee
@@ -56,6 +58,7 @@ class Evaluator:
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.precompiler = precompiler
+        self.compile_limit = compile_limit  # seconds a candidate's CPU compile may take (None: no limit)
         self.on_verdict = on_verdict
         self.best = 1.0  # best full-measured, non-noisy geomean so far (the base is 1.0)
         self.deadline: float | None = None
@@ -215,9 +218,12 @@ class Evaluator:
             # A slow compile (a huge block on one warp: a minute on the H200 host) must not keep
             # the run past its time budget.
             limit = 120.0 if self.deadline is None else max(0.0, min(120.0, self.deadline - time.time()))
-            self.precompiler.wait(row["id"], timeout=limit)
+            over = self.precompiler.wait(row["id"], timeout=limit, limit=self.compile_limit)
             if st is not None:
                 st["compile_wait_s"] += time.monotonic() - t0
+            if over is not None:
+                self._store(row, _compile_timeout(over, self.compile_limit), "none")
+                return True
             if self._stopped():
                 return False
         if not self.timed:
@@ -281,3 +287,16 @@ class Evaluator:
             row["code"], candidate_id=row["id"], timing=timing, seed=seed, fresh_compile=True
         )
         return verdict.to_json()
+
+
+def _compile_timeout(seconds: float, limit: float) -> Verdict:
+    """The verdict of a candidate whose kernels took longer than the compile limit to build."""
+    v = Verdict.rejected(
+        "timeout",
+        f"compiling the candidate's kernels took more than {limit:g} s (stopped after {seconds:.0f} s; "
+        "the search's --compile-limit): a kernel this slow to build stalls a serving engine's first "
+        "call, and usually spills registers (a huge block on few warps)",
+    )
+    v.eval_s = round(seconds, 3)
+    v.details = {"compile_limit_s": limit}
+    return v

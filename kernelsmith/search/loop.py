@@ -52,6 +52,10 @@ class SearchConfig:
     batch: int | None = None  # proposals per generation (default: one per worker, at least 2)
     final_k: int = 3  # best candidates re-measured at the end
     precompile: bool = True
+    # Seconds a candidate's kernels may take to compile (on the CPU compile processes) before it is
+    # rejected as a timeout; None: no limit. On the H200 host, a huge block on one warp took 27 to
+    # over 60 s and stalled the search; upstream kernels compile in 1-3 s.
+    compile_limit: float | None = 20.0
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
 
@@ -422,6 +426,7 @@ def optimize(config: SearchConfig) -> dict:
         seed=search.seed,
         referee_factory=config.referee_factory,
         precompiler=precompiler,
+        compile_limit=config.compile_limit or None,
         on_verdict=search._settled,
     )
     started = time.time()

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 JOB_TIMEOUT_S = 180.0
@@ -52,6 +53,7 @@ class _Child:
         pkg_parent = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         cmd = [*netns_prefix(), sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)]
+        self.killed = False
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -81,9 +83,11 @@ class _Child:
         return result
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        # `killed` first: poll() answers None while another thread is inside kill()'s wait().
+        return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
+        self.killed = True
         try:
             os.killpg(self.proc.pid, 9)
         except (ProcessLookupError, PermissionError):
@@ -115,6 +119,7 @@ class Precompiler:
         self.children: list[_Child] = []
         self.lock = threading.Lock()
         self.futures: dict[int, Future] = {}
+        self.running: dict[int, tuple[_Child, float]] = {}  # cid -> (its child, when it started)
         self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
         # Started now: each child imports torch and Triton while the GPUs boot and time the base.
         self.children = [_Child(self.spec) for _ in range(workers)]
@@ -145,8 +150,11 @@ class Precompiler:
         path.write_text(code)
         child = self._child()
         start = time.monotonic()
+        with self.lock:
+            self.running[cid] = (child, start)
         reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S)
         with self.lock:
+            self.running.pop(cid, None)
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
             self.stats["seconds"] += time.monotonic() - start
@@ -166,14 +174,32 @@ class Precompiler:
         if cid not in self.futures:
             self.futures[cid] = self.pool.submit(self._compile, cid, code)
 
-    def wait(self, cid: int, timeout: float) -> None:
-        """Wait (bounded) for candidate `cid`'s compile job; compiling it again would take as long."""
+    def wait(self, cid: int, timeout: float, limit: float | None = None) -> float | None:
+        """Wait (at most `timeout` s) for candidate `cid`'s compile job, since compiling it again
+        would take as long. Returns the job's seconds when it ran past `limit` seconds of its own
+        (the job is then killed), else None."""
         fut = self.futures.pop(cid, None)
-        if fut is not None and not fut.cancel():  # not started yet: the worker compiles it itself
+        if fut is None or fut.cancel():  # not started yet: the worker compiles it itself
+            return None
+        end = time.monotonic() + timeout
+        while True:
             try:
-                fut.result(timeout=timeout)
-            except Exception:
+                fut.result(timeout=max(0.0, min(0.25, end - time.monotonic())))
+                return None
+            except FutureTimeout:
                 pass
+            except Exception:
+                return None
+            with self.lock:
+                child, start = self.running.get(cid, (None, 0.0))
+            now = time.monotonic()
+            if child is not None and limit and now - start > limit:
+                child.kill()  # its reply thread sees the process end and drops it
+                with self.lock:
+                    self.children.append(_Child(self.spec))  # starts now, ready for the next job
+                return now - start
+            if now >= end:
+                return None
 
     def close(self) -> None:
         """Stop the compile processes."""

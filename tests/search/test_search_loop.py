@@ -257,7 +257,7 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
         def submit(self, cid, code):
             pass
 
-        def wait(self, cid, timeout):
+        def wait(self, cid, timeout, limit=None):
             self.waits.append(timeout)
             threading.Event().wait(min(timeout, 60.0))
 
@@ -286,6 +286,54 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     assert pc.waits and pc.waits[0] <= 1.0 and waited < 10
     assert ev.evaluated == 0 and ev.stats[0]["jobs"] == 0 and ev.stats[0]["compile_wait_s"] > 0.5
     assert evaluated == []
+
+
+def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_gpu):
+    """A candidate whose CPU compile runs past --compile-limit is rejected as a timeout without
+    reaching a GPU, and the params mutator draws no domain edge from it."""
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.search.mutators.params import ParamsMutator
+    from kernelsmith.task import load_task
+
+    class OverLimit:
+        def submit(self, cid, code):
+            pass
+
+        def wait(self, cid, timeout, limit=None):
+            assert limit == 20.0
+            return 21.5
+
+        def close(self):
+            pass
+
+    evaluated = []
+
+    class Referee(model_referee.ModelReferee):
+        def evaluate(self, code, **kw):
+            evaluated.append(kw.get("candidate_id"))
+            return super().evaluate(code, **kw)
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        base = archive.add(task.base_code, mutator="base")
+        code = task.base_code.replace("BLOCK = 64", "BLOCK = 8192")
+        cid = archive.add(code, mutator="params", parent_id=base,
+                          params={"values": {}, "changed": {"silu_and_mul:BLOCK": [64, 8192]}})
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
+                       precompiler=OverLimit(), compile_limit=20.0)
+        ev.wait(ev.submit([archive.get(cid)]))
+        ev.close()
+        row = archive.get(cid)
+        rows = archive.all()
+    assert evaluated == [] and row["status"] == "evaluated" and not row["accepted"]
+    assert row["verdict"]["reason"] == "timeout" and "--compile-limit" in row["verdict"]["error"]
+    assert row["verdict"]["details"]["compile_limit_s"] == 20.0 and row["eval_s"] == 21.5
+    mutator = ParamsMutator(task, device="cuda")
+    mutator.sync(rows)
+    assert mutator.hi == {} and mutator.lo == {}
+    del rows[-1]["verdict"]["details"]["compile_limit_s"]  # a timeout while running: an edge
+    mutator.sync(rows)
+    assert mutator.hi == {"silu_and_mul:BLOCK": 8192}
 
 def test_params_beats_a_grid_sweep(tmp_path, fake_gpu):
     budget = 24

@@ -187,3 +187,31 @@ def test_the_fresh_shapes_the_referee_will_draw_compile_ahead_too(tmp_path, monk
     ttirs = [p.read_text() for p in cache.rglob("_double_kernel.ttir")]
     blocks = {b for b in (64, 128, 512, 1024) if any(f"end = {b}" in t for t in ttirs)}
     assert blocks == {64} | {1 << (s["n"] - 1).bit_length() for s in fresh}
+
+
+def test_a_compile_past_the_limit_is_stopped_and_its_slot_refilled(tmp_path, monkeypatch):
+    """wait(limit=...) kills a job that runs longer than the limit and says how long it ran; the
+    pool gets a fresh compile process, and later jobs still compile."""
+    import time
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    yaml = tmp_path / "t.yaml"
+    (tmp_path / "h.py").write_text(HARNESS)
+    yaml.write_text(
+        "repo: a/b\noperators:\n  - name: silu\n    file: miniserve/kernels/silu_and_mul.py\n"
+        "    entry: silu_and_mul\n    harness: h.py\n"
+    )
+    task = make_task(load_target(yaml), "silu", ROOT / "examples" / "miniserve", "0" * 40)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    try:
+        pc.submit(3, "import time\ntime.sleep(120)\n" + task.base_code)  # a build that never ends
+        t0 = time.monotonic()
+        over = pc.wait(3, timeout=60, limit=1.0)
+        took = time.monotonic() - t0
+        assert over is not None and 1.0 < over < 10 and took < 10
+        assert len(pc.children) == 1 and pc.children[0].alive()
+        pc.submit(4, task.base_code)
+        reply = pc.futures[4].result(timeout=120)
+        assert reply["ok"], reply
+    finally:
+        pc.close()

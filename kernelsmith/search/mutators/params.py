@@ -121,7 +121,10 @@ class ParamsMutator:
             changed = params.get("changed") or {}
             if len(changed) == 1:
                 ((k, (old, new)),) = changed.items()
-                if not verdict.get("accepted") and verdict.get("reason") in EDGE_REASONS:
+                # A compile-time limit is no edge of one knob's domain: it depends on the others
+                # (a block that builds in seconds on 8 warps can take a minute on one).
+                slow_build = (verdict.get("details") or {}).get("compile_limit_s") is not None
+                if not verdict.get("accepted") and verdict.get("reason") in EDGE_REASONS and not slow_build:
                     if new > old:
                         self.hi[k] = min(self.hi.get(k, new), new)
                     else:
