@@ -50,6 +50,10 @@ class _Child:
         env = scrubbed_env()
         env.pop("TRITON_INTERPRET", None)
         env["CUDA_VISIBLE_DEVICES"] = ""
+        # CPU threads for torch's ops on inputs: a share, so the compile processes together leave
+        # half the cores to the GPU workers booting beside them (their boot took 7.8 s with two
+        # processes, 12-17 s with four on the H200 host).
+        env["OMP_NUM_THREADS"] = str(spec.get("threads") or 1)
         pkg_parent = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         cmd = [*netns_prefix(), sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)]
@@ -109,6 +113,7 @@ class Precompiler:
             "target": list(target),
             "workdir": str(workdir),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
+            "threads": max(1, (os.cpu_count() or 2) // (2 * max(1, workers))),
         }
         # The referee's run seed: with it each candidate's fresh shapes are known here. Only the
         # shapes reach the child (never the seed: the inputs' values stay unknown to candidate code).
