@@ -201,7 +201,9 @@ class Precompiler:
             if child is not None and limit and now - start > limit:
                 child.kill()  # its reply thread sees the process end and drops it
                 with self.lock:
-                    self.children.append(_Child(self.spec))  # starts now, ready for the next job
+                    # Starts now, at the back: the next job takes a warm process first (a new one
+                    # first imports torch and makes the inputs, 20 s for the sampler's).
+                    self.children.insert(0, _Child(self.spec))
                 return now - start
             if now >= end:
                 return None
@@ -327,6 +329,7 @@ def _main(spec: dict) -> None:
         except BaseException as e:  # the worker will compile (and judge) it instead
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         reply["s"] = round(time.monotonic() - start, 3)
+        reply["pid"] = os.getpid()
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 

@@ -202,16 +202,24 @@ def test_a_compile_past_the_limit_is_stopped_and_its_slot_refilled(tmp_path, mon
         "    entry: silu_and_mul\n    harness: h.py\n"
     )
     task = make_task(load_target(yaml), "silu", ROOT / "examples" / "miniserve", "0" * 40)
-    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    pc = Precompiler(task, ("cuda", 90, 32), 2, tmp_path / "work")
     try:
+        pc.submit(5, task.base_code)
+        warm = pc.futures[5].result(timeout=120)["pid"]
+        before = {c.proc.pid for c in pc.children}
         pc.submit(3, "import time\ntime.sleep(120)\n" + task.base_code)  # a build that never ends
+        while 3 not in pc.running:  # started (a job still queued is left to the worker instead)
+            time.sleep(0.01)
         t0 = time.monotonic()
         over = pc.wait(3, timeout=60, limit=1.0)
         took = time.monotonic() - t0
         assert over is not None and 1.0 < over < 10 and took < 10
-        assert len(pc.children) == 1 and pc.children[0].alive()
+        assert len(pc.children) == 2 and all(c.alive() for c in pc.children)
+        (fresh_pid,) = {c.proc.pid for c in pc.children} - before - {warm}  # the replacement
+        warm_pids = {c.proc.pid for c in pc.children} - {fresh_pid}
         pc.submit(4, task.base_code)
         reply = pc.futures[4].result(timeout=120)
-        assert reply["ok"], reply
+        # A warm process takes the next job, not the one still importing torch.
+        assert reply["ok"] and reply["pid"] in warm_pids and reply["pid"] != fresh_pid, reply
     finally:
         pc.close()
