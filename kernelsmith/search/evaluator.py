@@ -297,6 +297,6 @@ def _compile_timeout(seconds: float, limit: float) -> Verdict:
         "the search's --compile-limit): a kernel this slow to build stalls a serving engine's first "
         "call, and usually spills registers (a huge block on few warps)",
     )
-    v.eval_s = round(seconds, 3)
-    v.details = {"compile_limit_s": limit}
+    # eval_s stays 0: no GPU time was spent (efficiency counts eval_s as referee GPU time).
+    v.details = {"compile_limit_s": limit, "compile_s": round(seconds, 3)}
     return v
