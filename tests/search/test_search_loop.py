@@ -240,6 +240,27 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
 
 
 
+
+class _StubCompiler:
+    """Precompiler-shaped: jobs are accepted and forgotten; tests override `wait`."""
+
+    def submit(self, cid, code):
+        pass
+
+    def close(self):
+        pass
+
+
+def _recording_referee(evaluated: list):
+    """The model referee, noting each candidate id it evaluates in `evaluated`."""
+
+    class Recording(model_referee.ModelReferee):
+        def evaluate(self, code, **kw):
+            evaluated.append(kw.get("candidate_id"))
+            return super().evaluate(code, **kw)
+
+    return Recording
+
 def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tmp_path, fake_gpu):
     """The wait for a candidate's CPU compile ends at the run's deadline: the candidate is neither
     evaluated (compiled on the GPU worker past the budget) nor given a verdict; a resume runs it."""
@@ -249,28 +270,17 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.task import load_task
 
-    class SlowCompiler:
+    class SlowCompiler(_StubCompiler):
         """A precompiler whose every job would take a minute (a huge block on one warp)."""
 
         waits: list[float] = []
-
-        def submit(self, cid, code):
-            pass
 
         def wait(self, cid, timeout, limit=None):
             self.waits.append(timeout)
             threading.Event().wait(min(timeout, 60.0))
 
-        def close(self):
-            pass
-
     evaluated = []
-
-    class Referee(model_referee.ModelReferee):
-        def evaluate(self, code, **kw):
-            evaluated.append(kw.get("candidate_id"))
-            return super().evaluate(code, **kw)
-
+    Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
         cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
@@ -295,24 +305,13 @@ def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_
     from kernelsmith.search.mutators.params import ParamsMutator
     from kernelsmith.task import load_task
 
-    class OverLimit:
-        def submit(self, cid, code):
-            pass
-
+    class OverLimit(_StubCompiler):
         def wait(self, cid, timeout, limit=None):
             assert limit == 20.0
             return 21.5
 
-        def close(self):
-            pass
-
     evaluated = []
-
-    class Referee(model_referee.ModelReferee):
-        def evaluate(self, code, **kw):
-            evaluated.append(kw.get("candidate_id"))
-            return super().evaluate(code, **kw)
-
+    Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
         base = archive.add(task.base_code, mutator="base")

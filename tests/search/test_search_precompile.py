@@ -22,16 +22,30 @@ def reference(out, x):
 """
 
 
-def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypatch):
-    cache = tmp_path / "triton-cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+
+def _demo_silu_task(tmp_path):
+    """The demo's silu_and_mul with the tiny HARNESS above."""
     yaml = tmp_path / "t.yaml"
     (tmp_path / "h.py").write_text(HARNESS)
     yaml.write_text(
         "repo: a/b\noperators:\n  - name: silu\n    file: miniserve/kernels/silu_and_mul.py\n"
         "    entry: silu_and_mul\n    harness: h.py\n"
     )
-    task = make_task(load_target(yaml), "silu", ROOT / "examples" / "miniserve", "0" * 40)
+    return make_task(load_target(yaml), "silu", ROOT / "examples" / "miniserve", "0" * 40)
+
+
+def _repo_task(tmp_path, op: str, rel_file: str, harness: str):
+    """Operator `op` (entry of the same name) of the file at tmp_path/repo/rel_file."""
+    (tmp_path / "h.py").write_text(harness)
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text(f"repo: a/b\noperators:\n  - name: {op}\n    file: {rel_file}\n"
+                    f"    entry: {op}\n    harness: h.py\n")
+    return make_task(load_target(yaml), op, tmp_path / "repo", "0" * 40)
+
+def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypatch):
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    task = _demo_silu_task(tmp_path)
     pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
     try:
         pc.submit(7, task.base_code.replace("BLOCK = 64", "BLOCK = 1024"))
@@ -110,11 +124,7 @@ def test_launchers_that_ask_torch_about_the_gpu_compile_ahead_too(tmp_path, monk
         init.write_text("raise ImportError('the package __init__ must not run')\n")
     (pkg / "utils.py").write_text(UTILS)
     (pkg / "scale.py").write_text(OPERATOR)
-    (tmp_path / "h.py").write_text(SCALE_HARNESS)
-    yaml = tmp_path / "t.yaml"
-    yaml.write_text("repo: a/b\noperators:\n  - name: scale\n    file: eng/kernels/scale.py\n"
-                    "    entry: scale\n    harness: h.py\n")
-    task = make_task(load_target(yaml), "scale", tmp_path / "repo", "0" * 40)
+    task = _repo_task(tmp_path, "scale", "eng/kernels/scale.py", SCALE_HARNESS)
     facts = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "NVIDIA H200",
              "total_memory": 150 << 30}
     replies = {}
@@ -147,17 +157,10 @@ def double(x, out):
     return out
 """
 
-POW2_HARNESS = """
-import torch
-SHAPES = [{"n": 64, "dtype": "float16"}]
-VARY = {"n": [100, 300, 700]}
-OUTPUTS = ["out"]
-def make_inputs(shape, device, seed):
-    x = torch.randn(shape["n"]).to(device=device, dtype=getattr(torch, shape["dtype"]))
-    return {"x": x, "out": torch.empty_like(x)}
-def reference(x, out):
-    return x * 2
-"""
+POW2_HARNESS = SCALE_HARNESS.replace(
+    'SHAPES = [{"n": 1000, "dtype": "float16"}]',
+    'SHAPES = [{"n": 64, "dtype": "float16"}]\nVARY = {"n": [100, 300, 700]}',
+)
 
 
 def test_the_fresh_shapes_the_referee_will_draw_compile_ahead_too(tmp_path, monkeypatch):
@@ -170,11 +173,7 @@ def test_the_fresh_shapes_the_referee_will_draw_compile_ahead_too(tmp_path, monk
     pkg = tmp_path / "repo" / "eng"
     pkg.mkdir(parents=True)
     (pkg / "double.py").write_text(POW2_OPERATOR)
-    (tmp_path / "h.py").write_text(POW2_HARNESS)
-    yaml = tmp_path / "t.yaml"
-    yaml.write_text("repo: a/b\noperators:\n  - name: double\n    file: eng/double.py\n"
-                    "    entry: double\n    harness: h.py\n")
-    task = make_task(load_target(yaml), "double", tmp_path / "repo", "0" * 40)
+    task = _repo_task(tmp_path, "double", "eng/double.py", POW2_HARNESS)
     fresh = fresh_shapes_for(task.harness, "cuda", 5, 11)
     assert len(fresh) == 3 and all(s["n"] in (100, 300, 700) for s in fresh)
     pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work", seed=5)
@@ -195,13 +194,7 @@ def test_a_compile_past_the_limit_is_stopped_and_its_slot_refilled(tmp_path, mon
     import time
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    yaml = tmp_path / "t.yaml"
-    (tmp_path / "h.py").write_text(HARNESS)
-    yaml.write_text(
-        "repo: a/b\noperators:\n  - name: silu\n    file: miniserve/kernels/silu_and_mul.py\n"
-        "    entry: silu_and_mul\n    harness: h.py\n"
-    )
-    task = make_task(load_target(yaml), "silu", ROOT / "examples" / "miniserve", "0" * 40)
+    task = _demo_silu_task(tmp_path)
     pc = Precompiler(task, ("cuda", 90, 32), 2, tmp_path / "work")
     try:
         pc.submit(5, task.base_code)
