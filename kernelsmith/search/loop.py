@@ -418,6 +418,8 @@ def optimize(config: SearchConfig) -> dict:
         # One compile process per candidate that can be in flight (PIPELINE generations of a batch).
         precompiler = Precompiler.maybe(search.task, workers=PIPELINE * search.batch, workdir=workdir,
                                         seed=search.seed)
+        if precompiler is not None:
+            precompiler.calibrate(search.task.base_code)
     evaluator = Evaluator(
         search.task,
         search.archive,

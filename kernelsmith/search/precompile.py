@@ -25,6 +25,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 JOB_TIMEOUT_S = 180.0
+BASE_JOB = 0  # the base's own compile job (archive ids start at 1): how long an honest job takes
+LIMIT_OVER_BASE = 4.0  # a compile limit never cuts a job shorter than this many base jobs
 
 
 def device_facts() -> dict | None:
@@ -125,6 +127,7 @@ class Precompiler:
         self.lock = threading.Lock()
         self.futures: dict[int, Future] = {}
         self.running: dict[int, tuple[_Child, float]] = {}  # cid -> (its child, when it started)
+        self.base_s: float | None = None  # seconds of the base's job, once calibrate() ran it
         self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
         # Started now: each child imports torch and Triton while the GPUs boot and time the base.
         self.children = [_Child(self.spec) for _ in range(workers)]
@@ -163,6 +166,8 @@ class Precompiler:
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
             self.stats["seconds"] += time.monotonic() - start
+            if cid == BASE_JOB and reply.get("ok"):
+                self.base_s = time.monotonic() - start
             if child.alive():
                 self.children.append(child)
         return reply
@@ -174,6 +179,12 @@ class Precompiler:
 
         return fresh_shapes_for(self.harness, "cuda", self.seed, cid)
 
+    def calibrate(self, base_code: str) -> None:
+        """Compile the base as a job of its own: its time floors the compile limit (a launcher
+        that does slow CPU work per call, or a big kernel, is not a slow candidate), and its
+        kernels land in the cache the GPU workers read."""
+        self.submit(BASE_JOB, base_code)
+
     def submit(self, cid: int, code: str) -> None:
         """Start compiling candidate `cid` in the background."""
         if cid not in self.futures:
@@ -182,7 +193,7 @@ class Precompiler:
     def wait(self, cid: int, timeout: float, limit: float | None = None) -> float | None:
         """Wait (at most `timeout` s) for candidate `cid`'s compile job, since compiling it again
         would take as long. Returns the job's seconds when it ran past `limit` seconds of its own
-        (the job is then killed), else None."""
+        (never less than LIMIT_OVER_BASE base jobs; the job is then killed), else None."""
         fut = self.futures.pop(cid, None)
         if fut is None or fut.cancel():  # not started yet: the worker compiles it itself
             return None
@@ -197,6 +208,8 @@ class Precompiler:
                 return None
             with self.lock:
                 child, start = self.running.get(cid, (None, 0.0))
+                if limit and self.base_s:
+                    limit = max(limit, LIMIT_OVER_BASE * self.base_s)
             now = time.monotonic()
             if child is not None and limit and now - start > limit:
                 child.kill()  # its reply thread sees the process end and drops it

@@ -216,3 +216,43 @@ def test_a_compile_past_the_limit_is_stopped_and_its_slot_refilled(tmp_path, mon
         assert reply["ok"] and reply["pid"] in warm_pids and reply["pid"] != fresh_pid, reply
     finally:
         pc.close()
+
+
+SLOW_LAUNCHER = POW2_OPERATOR.replace(
+    "def double(x, out):\n",
+    "def double(x, out):\n    import time\n    time.sleep(1.0)  # CPU work per call\n",
+)
+
+
+def test_the_compile_limit_is_floored_by_the_bases_own_job(tmp_path, monkeypatch):
+    """A launcher that is slow on the CPU makes every job slow, the base's too: the limit is then
+    at least LIMIT_OVER_BASE base jobs, so honest candidates are not cut; without the base's
+    time the same limit cuts them."""
+    import time
+
+    from kernelsmith.search.precompile import LIMIT_OVER_BASE
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    pkg = tmp_path / "repo" / "eng"
+    pkg.mkdir(parents=True)
+    (pkg / "double.py").write_text(SLOW_LAUNCHER)
+    task = _repo_task(tmp_path, "double", "eng/double.py", POW2_HARNESS.replace("VARY", "_VARY"))
+    candidate = task.base_code.replace("x.numel(), BLOCK=", "x.numel(), num_warps=2, BLOCK=")
+
+    def run(calibrated: bool):
+        pc = Precompiler(task, ("cuda", 90, 32), 2, tmp_path / f"work{calibrated}")
+        try:
+            if calibrated:
+                pc.calibrate(task.base_code)
+                pc.futures[0].result(timeout=120)
+            pc.submit(2, candidate)
+            while 2 not in pc.running:
+                time.sleep(0.01)
+            return pc.wait(2, timeout=120, limit=0.5), pc.base_s
+        finally:
+            pc.close()
+
+    over, base_s = run(calibrated=False)
+    assert over is not None and base_s is None
+    over, base_s = run(calibrated=True)
+    assert over is None and 1.0 < base_s and LIMIT_OVER_BASE * base_s > 0.5
