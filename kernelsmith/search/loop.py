@@ -415,8 +415,9 @@ def optimize(config: SearchConfig) -> dict:
         from .precompile import Precompiler
 
         workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
-        # One compile process per candidate that can be in flight (PIPELINE generations of a batch).
-        precompiler = Precompiler.maybe(search.task, workers=PIPELINE * search.batch, workdir=workdir,
+        # One compile process per candidate that can be in flight (PIPELINE generations of a batch),
+        # and one for the base's calibration job at start.
+        precompiler = Precompiler.maybe(search.task, workers=PIPELINE * search.batch + 1, workdir=workdir,
                                         seed=search.seed)
         if precompiler is not None:
             precompiler.calibrate(search.task.base_code)

@@ -60,6 +60,7 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         cmd = [*netns_prefix(), sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)]
         self.killed = False
+        self.ready = False
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -71,10 +72,19 @@ class _Child:
             start_new_session=True,
         )
 
-    def run(self, path: str, fresh: list[dict], timeout: float) -> dict:
+    def run(self, path: str, fresh: list[dict], timeout: float, started=None) -> dict:
+        """Compile one candidate file; `started()` is called when the process takes the job (after
+        its imports and inputs, which a compile limit must not count)."""
         result: dict = {}
 
         def talk():
+            if not self.ready:  # the process says once that its imports and inputs are done
+                if not self.proc.stdout.readline():
+                    result.update({"ok": False, "error": "compile process exited"})
+                    return
+                self.ready = True
+            if started is not None:
+                started()
             self.proc.stdin.write(json.dumps({"path": path, "fresh": fresh}) + "\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
@@ -126,7 +136,8 @@ class Precompiler:
         self.children: list[_Child] = []
         self.lock = threading.Lock()
         self.futures: dict[int, Future] = {}
-        self.running: dict[int, tuple[_Child, float]] = {}  # cid -> (its child, when it started)
+        # cid -> (its child, when the child took the job; None while it still imports or makes inputs)
+        self.running: dict[int, tuple[_Child, float | None]] = {}
         self.base_s: float | None = None  # seconds of the base's job, once calibrate() ran it
         self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
         # Started now: each child imports torch and Triton while the GPUs boot and time the base.
@@ -157,17 +168,23 @@ class Precompiler:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code)
         child = self._child()
-        start = time.monotonic()
         with self.lock:
-            self.running[cid] = (child, start)
-        reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S)
+            self.running[cid] = (child, None)
+        began = [time.monotonic()]
+
+        def started():
+            with self.lock:
+                began[0] = time.monotonic()
+                self.running[cid] = (child, began[0])
+
+        reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S, started)
         with self.lock:
             self.running.pop(cid, None)
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
-            self.stats["seconds"] += time.monotonic() - start
+            self.stats["seconds"] += time.monotonic() - began[0]
             if cid == BASE_JOB and reply.get("ok"):
-                self.base_s = time.monotonic() - start
+                self.base_s = time.monotonic() - began[0]
             if child.alive():
                 self.children.append(child)
         return reply
@@ -207,11 +224,14 @@ class Precompiler:
             except Exception:
                 return None
             with self.lock:
-                child, start = self.running.get(cid, (None, 0.0))
+                child, start = self.running.get(cid, (None, None))
                 if limit and self.base_s:
                     limit = max(limit, LIMIT_OVER_BASE * self.base_s)
+                base = self.futures.get(BASE_JOB)
+                # No cut while the job has not begun, or before the base's own time is in.
+                can_cut = start is not None and limit and not (base is not None and not base.done())
             now = time.monotonic()
-            if child is not None and limit and now - start > limit:
+            if can_cut and now - start > limit:
                 child.kill()  # its reply thread sees the process end and drops it
                 with self.lock:
                     # Starts now, at the back: the next job takes a warm process first (a new one
@@ -317,6 +337,8 @@ def _main(spec: dict) -> None:
             inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
         except Exception:  # the job that needs them reports it
             break
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
     for n, line in enumerate(sys.stdin):
         job = json.loads(line)
         start = time.monotonic()

@@ -256,3 +256,28 @@ def test_the_compile_limit_is_floored_by_the_bases_own_job(tmp_path, monkeypatch
     assert over is not None and base_s is None
     over, base_s = run(calibrated=True)
     assert over is None and 1.0 < base_s and LIMIT_OVER_BASE * base_s > 0.5
+
+
+def test_a_compile_limit_counts_the_job_not_the_process_start(tmp_path, monkeypatch):
+    """A new compile process first imports torch and makes the listed shapes' inputs (20 s for a
+    big sampler); only the job itself counts against the limit, so a slow start cuts nobody."""
+    import time
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    pkg = tmp_path / "repo" / "eng"
+    pkg.mkdir(parents=True)
+    (pkg / "double.py").write_text(POW2_OPERATOR)
+    slow_inputs = POW2_HARNESS.replace(
+        "def make_inputs(shape, device, seed):\n",
+        "def make_inputs(shape, device, seed):\n    import time\n    time.sleep(3.0)\n",
+    )
+    task = _repo_task(tmp_path, "double", "eng/double.py", slow_inputs)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    try:
+        pc.submit(2, task.base_code)
+        while 2 not in pc.running:  # taken by the pool (a job still queued is left to the worker)
+            time.sleep(0.01)
+        assert pc.wait(2, timeout=120, limit=2.0) is None  # 3 s of inputs + a compile: not cut
+    finally:
+        pc.close()
+    assert pc.stats["ok"] == 1 and pc.stats["seconds"] < 3.0  # the job's own time
