@@ -323,6 +323,11 @@ def _main(spec: dict) -> None:
     from ..harness import load_harness
     from ..loader import load_operator_module
 
+    # The protocol gets its own copy of stdout; file descriptor 1 goes to stderr (discarded), so
+    # what a candidate prints (from Python or C) cannot pass for a reply.
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     _install_fake_driver(spec["target"])
     if spec.get("device"):
         _install_device_facts(spec["device"])
@@ -337,8 +342,8 @@ def _main(spec: dict) -> None:
             inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
         except Exception:  # the job that needs them reports it
             break
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")
-    sys.stdout.flush()
+    protocol.write(json.dumps({"ready": True}) + "\n")
+    protocol.flush()
     for n, line in enumerate(sys.stdin):
         job = json.loads(line)
         start = time.monotonic()
@@ -365,8 +370,8 @@ def _main(spec: dict) -> None:
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         reply["s"] = round(time.monotonic() - start, 3)
         reply["pid"] = os.getpid()
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        protocol.write(json.dumps(reply) + "\n")
+        protocol.flush()
 
 
 if __name__ == "__main__":

@@ -281,3 +281,21 @@ def test_a_compile_limit_counts_the_job_not_the_process_start(tmp_path, monkeypa
     finally:
         pc.close()
     assert pc.stats["ok"] == 1 and pc.stats["seconds"] < 3.0  # the job's own time
+
+
+def test_what_a_candidate_prints_is_not_taken_for_a_reply(tmp_path, monkeypatch):
+    """Candidate code that prints (at import, per call, from C through fd 1) leaves the compile
+    process's replies in step: each job still gets its own."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+    chatty = (
+        'import os\nprint("{\\"ok\\": true}")\nos.write(1, b"{\\"ok\\": true}\\n")\n' + task.base_code
+    )
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    try:
+        pc.submit(2, chatty)
+        pc.submit(3, "this is not python")
+        replies = [pc.futures[c].result(timeout=120) for c in (2, 3)]
+    finally:
+        pc.close()
+    assert replies[0]["ok"] and not replies[1]["ok"] and "NameError" in replies[1]["error"], replies
