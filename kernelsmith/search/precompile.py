@@ -125,7 +125,7 @@ class Precompiler:
             "target": list(target),
             "workdir": str(workdir),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
-            "threads": max(1, (os.cpu_count() or 2) // (2 * max(1, workers))),
+            "threads": max(2, (os.cpu_count() or 2) // (2 * max(1, workers))),
         }
         # The referee's run seed: with it each candidate's fresh shapes are known here. Only the
         # shapes reach the child (never the seed: the inputs' values stay unknown to candidate code).
