@@ -217,8 +217,8 @@ class Evaluator:
             t0 = time.monotonic()
             # A slow compile (a huge block on one warp: a minute on the H200 host) must not keep
             # the run past its time budget.
-            limit = 120.0 if self.deadline is None else max(0.0, min(120.0, self.deadline - time.time()))
-            over = self.precompiler.wait(row["id"], timeout=limit, limit=self.compile_limit)
+            wait_s = 120.0 if self.deadline is None else max(0.0, min(120.0, self.deadline - time.time()))
+            over = self.precompiler.wait(row["id"], timeout=wait_s, limit=self.compile_limit)
             if st is not None:
                 st["compile_wait_s"] += time.monotonic() - t0
             if over is not None:
