@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import git, make_target, write
+from targets_fixtures import git, make_target, write
 
 from kernelsmith.checkout import Checkout, prepare_checkout, tree_hash
 from kernelsmith.cli import main

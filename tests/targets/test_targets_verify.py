@@ -4,7 +4,7 @@ import json
 import shutil
 
 import pytest
-from conftest import OPS, git, make_run, make_target, write
+from targets_fixtures import OPS, git, make_run, make_target, write
 
 from kernelsmith.checkout import prepare_checkout, tree_hash
 from kernelsmith.cli import main
