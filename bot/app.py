@@ -139,7 +139,7 @@ class Bot:
         for name in sorted(set(repos) - self._pulled):
             try:
                 repo = self.auth.repo(name)
-                issue = dashboard.find_dashboard(repo)
+                issue = dashboard.find_dashboard(repo, self.auth.identity(name))
             except Exception as e:  # an unreachable repo must not stop the other targets
                 self.log(f"cannot read the dashboard of {name}: {e}")
                 continue
@@ -162,7 +162,8 @@ class Bot:
         for name in sorted(repos):
             ts = [t for t in all_targets if t.repo == name]
             scans = {t.name: self.scans[t.name] for t in ts if t.name in self.scans}
-            dashboard.sync(self.auth.repo(name), ts, self.state, scans, self.env.run_url)
+            dashboard.sync(self.auth.repo(name), ts, self.state, scans, self.env.run_url,
+                           self.auth.identity(name))
 
     # ------------------------------------------------------------------ entry
     def event(self) -> dict:
@@ -391,7 +392,8 @@ class Bot:
     # ------------------------------------------------------------------ publish stage
     def finish(self, item: WorkItem, run_dir: Path) -> bool:
         """Stage 3 for one item: publish if verified, record state, answer; False on failure."""
-        from kernelsmith.rundir import load_run
+        from .artifact import load_evidence
+        from .publish import publish_spec
 
         reply = self._reply_for(item)
         ok, status, text = True, "", ""
@@ -400,18 +402,20 @@ class Bot:
             if not (run_dir / "run.json").is_file():
                 raise PublishError(f"optimize wrote no run directory for {item.target}/{item.op}; "
                                    "see the workflow log")
-            rd = load_run(run_dir)
-            if rebase and not (rd.result or {}).get("winner"):
+            # Trusted: the work item (target, op, repo) and the target yaml; the run dir is evidence only.
+            spec = publish_spec(item.target, item.op, str(self.targets_dir), repo=item.repo)
+            ev = load_evidence(run_dir)
+            if rebase and not ev.winner:
                 # Nothing was searched: the state keeps the last real run of this operator.
-                status, text = self._replay_lost(item, rd)
+                status, text = self._replay_lost(item, ev)
             else:
-                self._record_run(item, rd)
-                outcome = self._publish(rd)
+                self._record_run(item, ev, run_dir)
+                outcome = self._publish(spec, run_dir)
                 self._record_outcome(item, outcome)
                 if outcome.action == "declined":
                     status = f"⚪ **no PR**: {outcome.message}"
                 elif rebase:
-                    status = f"✅ **rebased** onto {self._base_of(item, rd)}: {self._remeasured(rd)}; " \
+                    status = f"✅ **rebased** onto {self._base_of(item, ev)}: {self._remeasured(ev)}; " \
                              f"{outcome.message}"
                 else:
                     status = f"✅ **done**: {outcome.message}"
@@ -429,10 +433,12 @@ class Bot:
             reply.set(status, text)
         return ok
 
-    def _record_run(self, item: WorkItem, rd) -> None:
-        src = item.source_hash or rd.run.get("source_hash") or (rd.result or {}).get("source_sha256") or ""
-        record_run(self.state, item.target, item.op, source_hash=src, result=rd.result,
-                   run_dir=rd.path, verify_status=(rd.verify or {}).get("status"))
+    def _record_run(self, item: WorkItem, ev, run_dir: Path) -> None:
+        # The source hash comes from the gate's scan (or stays as recorded); publishing then records
+        # the hash of the base file itself. The run directory's own claims are not used.
+        src = item.source_hash or entry(self.state, item.target, item.op).get("source_hash") or ""
+        record_run(self.state, item.target, item.op, source_hash=src, result=ev.summary(),
+                   run_dir=run_dir, verify_status=ev.verify_status)
 
     def _record_outcome(self, item: WorkItem, outcome) -> None:
         """The PR (open, or closed unmerged when publishing was declined) and the source it was made at."""
@@ -440,25 +446,27 @@ class Bot:
             self.state["operators"][op_key(item.target, item.op)]["source_hash"] = outcome.source_hash
         prs.record_outcome(self.state, item.target, item.op, outcome)
 
-    def _base_of(self, item: WorkItem, rd) -> str:
-        sha = (rd.result or {}).get("base_sha") or rd.run.get("base_sha") or ""
-        return f"`{self.target(item.target).base}` ({sha[:12]})"
+    def _base_of(self, item: WorkItem, ev) -> str:
+        return f"`{self.target(item.target).base}` ({(ev.base_sha or 'unknown')[:12]})"
 
     @staticmethod
-    def _remeasured(rd) -> str:
-        g = (rd.result or {}).get("geomean_speedup")
+    def _remeasured(ev) -> str:
+        g = ev.geomean
         return (f"the winner re-applied, re-measured at {g:.2f}x geomean and verified" if g is not None
                 else "the winner re-applied and verified (not timed: no GPU)")
 
-    def _replay_lost(self, item: WorkItem, rd) -> tuple[str, str]:
+    def _replay_lost(self, item: WorkItem, ev) -> tuple[str, str]:
         """The reply when a rebase found no winner: no longer applies, rejected, or no longer faster."""
-        where = self._base_of(item, rd)
+        from .prbody import fence
+
+        where = self._base_of(item, ev)
         again = f"run `/kernelsmith optimize {item.op}` for a new search on it."
-        rep = (rd.result or {}).get("replay")
-        if rd.result is None or rep is None:
+        rep = ev.replay
+        if not ev.finished or rep is None:
             return (f"❌ **rebase failed**: the replay on {where} did not finish; see the workflow log. "
                     f"Or {again}", "")
-        detail = f"Details: {rep.get('error')}" if rep.get("error") else ""
+        # The error text comes from the run directory: shown only inside a code block.
+        detail = f"Details:\n\n{fence(rep['error'])}" if rep.get("error") else ""
         if not rep.get("applied"):
             return f"⚠️ **the winner no longer applies to {where}**: {again}", detail
         if not rep.get("accepted"):
@@ -466,14 +474,13 @@ class Bot:
                     f"(`{rep.get('reason')}`); {again}", detail)
         return f"⚠️ **the winner is no longer faster on {where}**: {again}", detail
 
-    def _publish(self, rd):
+    def _publish(self, spec, run_dir: Path):
         from .publish import dry_run
         from .remote import publish_remote
 
         if self.dry_run:
-            return dry_run(rd, str(self.targets_dir), self.env.step_summary)
-        return publish_remote(rd, self.auth, self.env.server_url, targets=str(self.targets_dir),
-                              summary=self.env.step_summary)
+            return dry_run(spec, run_dir, self.env.step_summary)
+        return publish_remote(spec, run_dir, self.auth, self.env.server_url, summary=self.env.step_summary)
 
     def publish_stage(self, items: list[WorkItem]) -> int:
         """Stage 3 for the work list of the gate job (run dirs under runs_dir/<target>-<op>)."""
