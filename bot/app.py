@@ -261,13 +261,14 @@ class Bot:
             return []
         repo_name = (payload.get("repository") or {}).get("full_name") or self.env.repository
         repo = self.auth.repo(repo_name)
+        login = user.get("login", "")
+        # The permission is asked first: nothing is written for anyone before it is known.
+        role = self.role(repo, login)
         number = (payload.get("issue") or {}).get("number")
         issue = repo.get_issue(number)
         gh_comment = issue.get_comment(comment["id"])
         gh_comment.create_reaction("eyes")
-        login = user.get("login", "")
         reply = Reply(issue, f"> `{_quote_cmd(comment.get('body'))}` — @{login}")
-        role = self.role(repo, login)
         if role not in ALLOWED_ROLES:
             reply.set(f"🚫 **refused**: kernelsmith commands need write, maintain or admin permission on "
                       f"`{repo_name}`; @{login} has `{role}`.")
