@@ -114,6 +114,16 @@ def test_escaping_helpers():
     text = safe_text("<b>hi</b> @user #12 gh-3 a|b `c`")
     assert "<" not in text and "@u" not in text and "#1" not in text and "gh-3" not in text
     assert "\\|" in text and "`" not in text
+    link = safe_text("[click](https://evil.example) www.evil.example ![i](x)")
+    assert "](" not in link and "https://" not in link and "www.e" not in link and "![" not in link
+
+
+def test_the_work_item_repo_must_match_the_target_yaml(gh):
+    from bot.publish import PublishError, publish_spec
+
+    assert publish_spec("demo", "rms_norm", str(gh.targets), repo="kernelsmith/demo").file == OP_FILE
+    with pytest.raises(PublishError, match="names repository victim/other"):
+        publish_spec("demo", "rms_norm", str(gh.targets), repo="victim/other")
 
 
 @pytest.mark.parametrize("attack", ["symlink_winner", "hardlink_winner", "symlink_result", "symlink_dir"])
