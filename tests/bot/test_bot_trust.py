@@ -228,3 +228,34 @@ def test_staging_uploads_plain_files_only(tmp_path):
     copied = stage_plain_files(src, dest, log=lambda _: None)
     assert sorted(copied) == ["result.json", "winner/k.py"]
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == copied
+
+
+def _commit_to_main(gh, tmp_path, rel: str, text: str) -> str:
+    work = tmp_path / "maint"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(gh.repo.bare), str(work)], check=True)
+    (work / rel).write_text(text)
+    ident = ["-c", "user.name=M", "-c", "user.email=m@example.com"]
+    subprocess.run(["git", *ident, "add", rel], cwd=work, check=True)
+    subprocess.run(["git", *ident, "commit", "-qm", f"add {rel}"], cwd=work, check=True)
+    subprocess.run(["git", "push", "-q", "origin", "main"], cwd=work, check=True)
+    return gh.repo.branch_sha("main")
+
+
+def test_an_operator_of_the_repos_kernelsmith_yml_is_read_from_its_base_branch(gh, tmp_path):
+    sha = _commit_to_main(gh, tmp_path, ".kernelsmith.yml",
+                          "operators:\n  - name: fused_silu\n    file: miniserve/kernels/silu_and_mul.py\n"
+                          "    entry: silu_and_mul\n    harness: h.py\n    min_speedup: 1.01\n")
+    run = saved_run(gh, tmp_path / "run", base_sha=sha)
+    base = gh.repo.git("show", f"{sha}:miniserve/kernels/silu_and_mul.py") + "\n"
+    (run / "winner" / "silu_and_mul.py").write_text(base + "# faster\n")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run.rename(runs / "demo-fused_silu")
+    bot = Bot(ActionsEnv.from_env(), GitHubAuth.from_env(), None, runs_dir=runs)
+    assert bot.publish_stage([WorkItem("demo", "fused_silu", repo="kernelsmith/demo")]) == 0
+    assert _changed_paths(gh, "kernelsmith/demo/fused_silu") == ["miniserve/kernels/silu_and_mul.py"]
+    # An operator in neither the yaml nor the base branch's .kernelsmith.yml publishes nothing.
+    saved_run(gh, runs / "demo-nosuch", base_sha=sha)
+    assert bot.publish_stage([WorkItem("demo", "nosuch", repo="kernelsmith/demo")]) == 0
+    assert gh.repo.branch_sha("kernelsmith/demo/nosuch") is None
+    assert "neither in demo.yaml nor in the .kernelsmith.yml" in gh.summary.read_text()

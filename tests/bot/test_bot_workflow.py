@@ -143,7 +143,8 @@ def test_the_gate_asks_the_permission_before_installing_or_answering(wf, tmp_pat
         out = tmp_path / "out.txt"
         out.write_text("")
         env = {"PATH": f"{fake}:{os.environ['PATH']}", "GITHUB_OUTPUT": str(out), "EVENT": event,
-               "REPO": "o/r", "LOGIN": "someone", "FAKE_PERMISSION": permission}
+               "REPO": "o/r", "LOGIN": "someone", "FAKE_PERMISSION": permission,
+               "SERVER": "https://github.com"}
         subprocess.run(["bash", "-e", "-c", first["run"]], env=env, check=True, capture_output=True)
         assert out.read_text() == f"allowed={allowed}\n", (event, permission)
 
