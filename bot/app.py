@@ -1,13 +1,13 @@
 """`kernelsmith-bot run`: the GitHub Actions entry for schedule, workflow_dispatch and issue_comment.
 
 One run goes through up to three stages, which the workflow puts in separate jobs:
-- gate (hosted runner, write token, runs no target code): read the event; for a comment, react,
-  check the commenter's permission through the API, parse the command and answer it; for a
+- gate (hosted runner, write token, runs no target code): read the event; for a comment, check
+  the commenter's permission through the API first, then react, parse the command and answer it; for a
   schedule, scan the targets and pick the stale operators within the per-run budget. Its output is
   the work list (target, op, budget, minutes, reply comment).
 - optimize (GPU runner, no write token): `kernelsmith optimize` + `kernelsmith verify` per entry.
 - publish (hosted runner, write token, runs no target or candidate code): publish each verified
-  run, record the state, edit the reply comment, refresh the dashboard.
+  run, record the state, edit the reply comment, refresh the dashboard (bot/stage_publish.py).
 `--stage all` runs the three in one process, with optimize and verify in token-free subprocesses.
 """
 
@@ -17,24 +17,20 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from kernelsmith.config import Target, load_target, targets_dir
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.state import entry, load_state, op_key, record_run, save_state, set_ignored, staleness
+from kernelsmith.state import entry, load_state, save_state, set_ignored, staleness
 
 from . import dashboard, prs
 from .commands import HELP, CommandError, parse_command
-from .publish import BRANCH_PREFIX, PublishError, read_marker, write_summary
+from .rebase import RebaseCommand
+from .stage_publish import PublishStage
 
 DEFAULT_OP_MINUTES = 30.0
 DEFAULT_RUN_MINUTES = 60.0
 ALLOWED_ROLES = {"write", "maintain", "admin"}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -101,7 +97,7 @@ class WorkItem:
         return f"{self.target}-{self.op}"
 
 
-class Bot:
+class Bot(RebaseCommand, PublishStage):
     """Handles one Actions event; every remote call goes through `auth` (none at all in dry-run)."""
 
     def __init__(self, env: ActionsEnv, auth, engine, *, targets: str | None = None,
@@ -139,7 +135,7 @@ class Bot:
         for name in sorted(set(repos) - self._pulled):
             try:
                 repo = self.auth.repo(name)
-                issue = dashboard.find_dashboard(repo)
+                issue = dashboard.find_dashboard(repo, self.auth.identity(name))
             except Exception as e:  # an unreachable repo must not stop the other targets
                 self.log(f"cannot read the dashboard of {name}: {e}")
                 continue
@@ -162,7 +158,8 @@ class Bot:
         for name in sorted(repos):
             ts = [t for t in all_targets if t.repo == name]
             scans = {t.name: self.scans[t.name] for t in ts if t.name in self.scans}
-            dashboard.sync(self.auth.repo(name), ts, self.state, scans, self.env.run_url)
+            dashboard.sync(self.auth.repo(name), ts, self.state, scans, self.env.run_url,
+                           self.auth.identity(name))
 
     # ------------------------------------------------------------------ entry
     def event(self) -> dict:
@@ -260,13 +257,14 @@ class Bot:
             return []
         repo_name = (payload.get("repository") or {}).get("full_name") or self.env.repository
         repo = self.auth.repo(repo_name)
+        login = user.get("login", "")
+        # The permission is asked first: nothing is written for anyone before it is known.
+        role = self.role(repo, login)
         number = (payload.get("issue") or {}).get("number")
         issue = repo.get_issue(number)
         gh_comment = issue.get_comment(comment["id"])
         gh_comment.create_reaction("eyes")
-        login = user.get("login", "")
         reply = Reply(issue, f"> `{_quote_cmd(comment.get('body'))}` — @{login}")
-        role = self.role(repo, login)
         if role not in ALLOWED_ROLES:
             reply.set(f"🚫 **refused**: kernelsmith commands need write, maintain or admin permission on "
                       f"`{repo_name}`; @{login} has `{role}`.")
@@ -311,50 +309,6 @@ class Bot:
         return [WorkItem(target.name, op.name, cmd.budget, cmd.minutes, target.repo,
                          dict(reply.ref(), repo=repo_name))]
 
-    def _rebase_pr(self, repo, issue, reply: Reply):
-        """(pull request, marker, target name, op) of the open bot PR a rebase was asked on, else
-        None after answering. Only a PR from a kernelsmith/<target>/<op> branch qualifies; the
-        operator comes from its hidden marker, or from the branch name when the body lost it."""
-        pr = repo.get_pull(issue.number) if issue.pull_request is not None else None
-        ref = pr.head.ref if pr is not None else ""
-        target = op = None
-        marker: dict = {}
-        if ref.startswith(BRANCH_PREFIX) and ref.count("/") == 2:
-            marker = read_marker(pr.body) or {}
-            target, op = ref[len(BRANCH_PREFIX):].split("/")
-            target, op = marker.get("target") or target, marker.get("op") or op
-        if not op:
-            reply.set("❓ `rebase` works on a kernelsmith pull request (this is not one).", HELP)
-            return None
-        if pr.state != "open":
-            how = "merged" if pr.merged_at is not None else "closed"
-            reply.set(f"🚫 **not rebased**: PR #{pr.number} is {how}; `rebase` works on an open kernelsmith "
-                      f"pull request. `/kernelsmith optimize {op}` starts a new search.")
-            return None
-        return pr, marker, target, op
-
-    def _queue_rebase(self, reply: Reply, repo_name: str, target: Target, op, pr, marker: dict):
-        """Read the PR's winner (its diff against the base it was made on) and queue its replay."""
-        from .gitops import GitError
-        from .remote import winner_diff
-
-        if pr.head.repo is None or pr.head.repo.full_name != (target.fork or target.repo):
-            reply.set(f"🚫 **not rebased**: PR #{pr.number} does not come from the bot's branch in "
-                      f"`{target.fork or target.repo}`.")
-            return []
-        try:
-            diff, head = winner_diff(self.auth, self.env.server_url, target, pr.head.ref, op.file,
-                                     marker.get("base_sha"))
-        except (PublishError, GitError) as e:
-            reply.set(f"❌ **cannot rebase**: {e}")
-            return []
-        reply.set(f"⏳ **queued**: rebase of PR #{pr.number} (`{target.name}/{op.name}`): its winner "
-                  f"({head[:12]}) re-applied to the current `{target.base}`, re-measured and verified"
-                  + self._run_link())
-        self._replies[(target.name, op.name)] = reply
-        return [WorkItem(target.name, op.name, None, None, target.repo, dict(reply.ref(), repo=repo_name),
-                         notes=[f"rebase of PR #{pr.number}"], replay=diff, pr=pr.number)]
-
     def role(self, repo, login: str) -> str:
         """The commenter's role on the repo, asked through the API (not author_association)."""
         from github import GithubException
@@ -387,100 +341,6 @@ class Bot:
             header = comment.body.split("\n\n", 1)[0]
             self._replies[key] = Reply(issue, header, comment)
         return self._replies[key]
-
-    # ------------------------------------------------------------------ publish stage
-    def finish(self, item: WorkItem, run_dir: Path) -> bool:
-        """Stage 3 for one item: publish if verified, record state, answer; False on failure."""
-        from kernelsmith.rundir import load_run
-
-        reply = self._reply_for(item)
-        ok, status, text = True, "", ""
-        rebase = item.replay is not None
-        try:
-            if not (run_dir / "run.json").is_file():
-                raise PublishError(f"optimize wrote no run directory for {item.target}/{item.op}; "
-                                   "see the workflow log")
-            rd = load_run(run_dir)
-            if rebase and not (rd.result or {}).get("winner"):
-                # Nothing was searched: the state keeps the last real run of this operator.
-                status, text = self._replay_lost(item, rd)
-            else:
-                self._record_run(item, rd)
-                outcome = self._publish(rd)
-                self._record_outcome(item, outcome)
-                if outcome.action == "declined":
-                    status = f"⚪ **no PR**: {outcome.message}"
-                elif rebase:
-                    status = f"✅ **rebased** onto {self._base_of(item, rd)}: {self._remeasured(rd)}; " \
-                             f"{outcome.message}"
-                else:
-                    status = f"✅ **done**: {outcome.message}"
-        except PublishError as e:
-            status = f"⚪ **{'PR not updated' if rebase else 'no PR'}**: {e}"
-        except Exception as e:  # reported on the dashboard and in the reply, never as a traceback there
-            ok = False
-            message = str(e).splitlines()[0] if str(e) else type(e).__name__
-            dashboard.record_error(self.state, item.target, item.op, message, _now())
-            status = f"❌ **failed**: {message}"
-            self.log(f"{item.target}/{item.op}: {type(e).__name__}: {message}")
-        self.log(f"{item.target}/{item.op}: {status}")
-        write_summary(self.env.step_summary, f"**kernelsmith** `{item.target}/{item.op}`: {status}")
-        if reply:
-            reply.set(status, text)
-        return ok
-
-    def _record_run(self, item: WorkItem, rd) -> None:
-        src = item.source_hash or rd.run.get("source_hash") or (rd.result or {}).get("source_sha256") or ""
-        record_run(self.state, item.target, item.op, source_hash=src, result=rd.result,
-                   run_dir=rd.path, verify_status=(rd.verify or {}).get("status"))
-
-    def _record_outcome(self, item: WorkItem, outcome) -> None:
-        """The PR (open, or closed unmerged when publishing was declined) and the source it was made at."""
-        if outcome.source_hash:  # hashed from the base commit itself: the exact source of this run
-            self.state["operators"][op_key(item.target, item.op)]["source_hash"] = outcome.source_hash
-        prs.record_outcome(self.state, item.target, item.op, outcome)
-
-    def _base_of(self, item: WorkItem, rd) -> str:
-        sha = (rd.result or {}).get("base_sha") or rd.run.get("base_sha") or ""
-        return f"`{self.target(item.target).base}` ({sha[:12]})"
-
-    @staticmethod
-    def _remeasured(rd) -> str:
-        g = (rd.result or {}).get("geomean_speedup")
-        return (f"the winner re-applied, re-measured at {g:.2f}x geomean and verified" if g is not None
-                else "the winner re-applied and verified (not timed: no GPU)")
-
-    def _replay_lost(self, item: WorkItem, rd) -> tuple[str, str]:
-        """The reply when a rebase found no winner: no longer applies, rejected, or no longer faster."""
-        where = self._base_of(item, rd)
-        again = f"run `/kernelsmith optimize {item.op}` for a new search on it."
-        rep = (rd.result or {}).get("replay")
-        if rd.result is None or rep is None:
-            return (f"❌ **rebase failed**: the replay on {where} did not finish; see the workflow log. "
-                    f"Or {again}", "")
-        detail = f"Details: {rep.get('error')}" if rep.get("error") else ""
-        if not rep.get("applied"):
-            return f"⚠️ **the winner no longer applies to {where}**: {again}", detail
-        if not rep.get("accepted"):
-            return (f"⚠️ **the winner fails on {where}**: the referee rejects it "
-                    f"(`{rep.get('reason')}`); {again}", detail)
-        return f"⚠️ **the winner is no longer faster on {where}**: {again}", detail
-
-    def _publish(self, rd):
-        from .publish import dry_run
-        from .remote import publish_remote
-
-        if self.dry_run:
-            return dry_run(rd, str(self.targets_dir), self.env.step_summary)
-        return publish_remote(rd, self.auth, self.env.server_url, targets=str(self.targets_dir),
-                              summary=self.env.step_summary)
-
-    def publish_stage(self, items: list[WorkItem]) -> int:
-        """Stage 3 for the work list of the gate job (run dirs under runs_dir/<target>-<op>)."""
-        self.pull_state({i.repo for i in items if i.repo})
-        failures = sum(not self.finish(item, self.runs_dir / item.slug) for item in items)
-        self.push_state({i.repo for i in items if i.repo})
-        return 1 if failures else 0
 
 
 def parse_command_safe(body: str | None):

@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from kernelsmith.errors import KernelsmithError
 
 DEFAULT_API_URL = "https://api.github.com"
+# Installation tokens are minted with only what the stage needs (GitHub narrows an App token to
+# the permissions asked for). The gate answers comments and reads PRs; publish writes.
+GATE_PERMISSIONS = {"metadata": "read", "contents": "read", "issues": "write", "pull_requests": "read"}
+PUBLISH_PERMISSIONS = {"metadata": "read", "contents": "write", "issues": "write", "pull_requests": "write",
+                       "checks": "write", "statuses": "write"}
+ACTIONS_BOT = "github-actions[bot]"
 
 
 class AuthError(KernelsmithError):
@@ -34,20 +40,24 @@ class GitHubAuth:
     token: str | None = None
     app_id: str | None = None
     private_key: str | None = None
+    permissions: dict | None = None
+    _identity: str | None = field(default=None, repr=False)
     _clients: dict = field(default_factory=dict, repr=False)
     _installations: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_env(cls, env=None) -> GitHubAuth:
-        """Read KERNELSMITH_APP_ID + KERNELSMITH_APP_PRIVATE_KEY (preferred) or KERNELSMITH_TOKEN."""
+    def from_env(cls, env=None, permissions: dict | None = None) -> GitHubAuth:
+        """Read KERNELSMITH_APP_ID + KERNELSMITH_APP_PRIVATE_KEY (preferred) or KERNELSMITH_TOKEN.
+        `permissions` narrows the App's installation tokens (a plain token is what it is)."""
         env = os.environ if env is None else env
         api = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
         app_id, key = env.get("KERNELSMITH_APP_ID"), env.get("KERNELSMITH_APP_PRIVATE_KEY")
         if app_id and key:
-            return cls(api_url=api, app_id=app_id, private_key=key.replace("\\n", "\n"))
+            return cls(api_url=api, app_id=app_id, private_key=key.replace("\\n", "\n"),
+                       permissions=dict(permissions) if permissions else None)
         token = env.get("KERNELSMITH_TOKEN")
         if token:
-            return cls(api_url=api, token=token)
+            return cls(api_url=api, token=token, _identity=env.get("KERNELSMITH_BOT_LOGIN") or None)
         raise AuthError("no GitHub credentials: set KERNELSMITH_APP_ID and KERNELSMITH_APP_PRIVATE_KEY "
                         "(a GitHub App) or KERNELSMITH_TOKEN")
 
@@ -77,7 +87,8 @@ class GitHubAuth:
                 raise AuthError(f"the GitHub App {self.app_id} is not installed on {full_name} "
                                 f"({e.status})") from None
             # Kept per owner: the token object refreshes itself shortly before it expires.
-            self._installations[owner] = app_auth.get_installation_auth(inst.id)
+            self._installations[owner] = app_auth.get_installation_auth(inst.id,
+                                                                        token_permissions=self.permissions)
         return self._installations[owner]
 
     def client(self, full_name: str):
@@ -100,3 +111,25 @@ class GitHubAuth:
             return self.token
         self.client(full_name)
         return self._installations[full_name.split("/", 1)[0]].token
+
+    def identity(self, full_name: str) -> str:
+        """The login the bot acts as: `<app slug>[bot]` for an App, else the token's user. Only
+        issues it authored count as its dashboard."""
+        if self._identity is not None:
+            return self._identity
+        from github import Auth, GithubException, GithubIntegration
+
+        if self.is_app:
+            app_auth = Auth.AppAuth(self.app_id, self.private_key)
+            integration = GithubIntegration(auth=app_auth, **self._kwargs())
+            self._identity = f"{integration.get_app().slug}[bot]"
+            return self._identity
+        try:
+            self._identity = self.client(full_name).get_user().login
+        except GithubException as e:
+            if e.status != 403:
+                raise
+            # An installation token (Actions' own GITHUB_TOKEN) cannot ask who it is; it acts as
+            # github-actions[bot] (KERNELSMITH_BOT_LOGIN names another installation's bot).
+            self._identity = ACTIONS_BOT
+        return self._identity

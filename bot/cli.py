@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     pub = sub.add_parser("publish", help="open or update the PR for a verified run directory")
     pub.add_argument("run_dir")
+    # Never read from the run directory: what code under test wrote there must not pick the repo or file.
+    pub.add_argument("--target", required=True, help="target name (or yaml path)")
+    pub.add_argument("--op", required=True, help="the operator (in the yaml, or the repo's .kernelsmith.yml)")
     pub.add_argument("--dry-run", action="store_true",
                      help="write title, body and diff to the step summary and RUN_DIR/pr-preview.md only")
     pub.set_defaults(func=cmd_publish)
@@ -50,7 +53,7 @@ def _write_output(path: str | None, name: str, value: str) -> None:
 def cmd_run(args) -> int:
     """Handle one Actions event."""
     from .app import ActionsEnv, Bot, WorkItem
-    from .auth import GitHubAuth
+    from .auth import GATE_PERMISSIONS, PUBLISH_PERMISSIONS, GitHubAuth
     from .engine import Engine
     from .publish import write_summary
 
@@ -59,7 +62,7 @@ def cmd_run(args) -> int:
     if env.event_name == "workflow_dispatch" and env.event_path and Path(env.event_path).is_file():
         inputs = json.loads(Path(env.event_path).read_text()).get("inputs") or {}
         dry = dry or _truthy(inputs.get("dry_run"))
-    auth = GitHubAuth.from_env()
+    auth = GitHubAuth.from_env(permissions=GATE_PERMISSIONS if args.stage == "gate" else PUBLISH_PERMISSIONS)
     from kernelsmith.config import targets_dir
 
     engine = Engine(targets_dir(args.targets))
@@ -81,17 +84,15 @@ def cmd_run(args) -> int:
 
 def cmd_publish(args) -> int:
     """Publish one run directory (or preview it with --dry-run)."""
-    from kernelsmith.rundir import load_run
+    from .publish import PublishError, dry_run, publish_spec
 
-    from .publish import PublishError, dry_run
-
-    rd = load_run(args.run_dir)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     try:
+        spec = publish_spec(args.target, args.op, args.targets, allow_path=True)
         if args.dry_run:
-            outcome = dry_run(rd, args.targets, summary)
+            outcome = dry_run(spec, Path(args.run_dir), summary)
         else:
-            outcome = _publish_and_record(rd, args.targets, summary)
+            outcome = _publish_and_record(spec, Path(args.run_dir), summary)
     except PublishError as e:
         print(f"kernelsmith-bot: not published: {e}", file=sys.stderr)
         return 1
@@ -99,28 +100,27 @@ def cmd_publish(args) -> int:
     return 0
 
 
-def _publish_and_record(rd, targets, summary):
+def _publish_and_record(spec, run_dir: Path, summary):
     from kernelsmith.state import load_state, save_state
 
     from . import dashboard, prs
     from .app import ActionsEnv
-    from .auth import GitHubAuth
-    from .publish import find_target
+    from .auth import PUBLISH_PERMISSIONS, GitHubAuth
     from .remote import publish_remote
 
     env = ActionsEnv.from_env()
-    auth = GitHubAuth.from_env()
-    outcome = publish_remote(rd, auth, env.server_url, targets=targets, summary=summary)
-    target = find_target(rd, targets)
+    auth = GitHubAuth.from_env(permissions=PUBLISH_PERMISSIONS)
+    outcome = publish_remote(spec, run_dir, auth, env.server_url, summary=summary)
+    target = spec.target
     repo = auth.repo(target.repo)
     state = load_state()
-    issue = dashboard.find_dashboard(repo)
+    issue = dashboard.find_dashboard(repo, auth.identity(target.repo))
     if issue is not None:
         dashboard.merge_into(state, dashboard.read_block(issue.body))
     prs.refresh(state, repo, dashboard.repo_keys([target]))
     prs.record_outcome(state, outcome.target, outcome.op, outcome)
     save_state(state)
-    dashboard.sync(repo, [target], state, None, env.run_url)
+    dashboard.sync(repo, [target], state, None, env.run_url, auth.identity(target.repo))
     return outcome
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 PREFIX = "/kernelsmith"
 MAX_BUDGET = 2000
 MAX_MINUTES = 360.0
-_OP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_OP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 
 HELP = f"""\
 **kernelsmith** commands (first line of a comment; needs write, maintain or admin permission):

@@ -23,10 +23,12 @@ LABEL = "kernelsmith"
 _BLOCK_RE = re.compile(r"<!-- kernelsmith-state\n(.*?)\n-->", re.S)
 
 
-def find_dashboard(repo):
-    """The open dashboard issue of a PyGithub repository (pull requests filtered out), or None."""
-    for issue in repo.get_issues(state="open", labels=[LABEL]):
-        if issue.pull_request is None and issue.title == TITLE:
+def find_dashboard(repo, bot_login: str):
+    """The open dashboard issue of a PyGithub repository, or None: an issue (not a PR) with the
+    title and label, authored by the bot itself. Anyone can open an issue with that title and label;
+    its body must never become the bot's state."""
+    for issue in repo.get_issues(state="open", labels=[LABEL], creator=bot_login):
+        if issue.pull_request is None and issue.title == TITLE and issue.user.login == bot_login:
             return issue
     return None
 
@@ -127,10 +129,11 @@ def _pr_cell(pr: dict) -> str:
     return f"{link} {how}" if how else link
 
 
-def sync(repo, targets: list[Target], state: dict, scans: dict | None = None, run_url: str | None = None):
-    """Create or update the repo's dashboard issue from the state; returns the issue."""
+def sync(repo, targets: list[Target], state: dict, scans: dict | None = None, run_url: str | None = None,
+         bot_login: str = ""):
+    """Create or update the repo's (bot-authored) dashboard issue from the state; returns the issue."""
     body = render(repo.full_name, targets, state, scans, run_url)
-    issue = find_dashboard(repo)
+    issue = find_dashboard(repo, bot_login)
     if issue is None:
         return repo.create_issue(title=TITLE, body=body, labels=[LABEL])
     if issue.body != body:

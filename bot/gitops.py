@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith.checkout import BOT_AUTHOR
 from kernelsmith.errors import KernelsmithError
+
+_SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
 
 
 class GitError(KernelsmithError):
@@ -70,19 +73,34 @@ class Publisher:
             err = (e.stderr or "").strip().replace("\n", " ")[-400:]
             raise GitError(f"git {args[0]} failed: {err}") from None
 
-    def fetch_base(self, base_branch: str, base_sha: str) -> None:
-        """Fetch the base branch (commits and trees only) and make sure `base_sha` is there."""
+    def fetch_base(self, base_branch: str, base_sha: str | None = None) -> str:
+        """Fetch the base branch (commits and trees only); returns its tip. With `base_sha`, require
+        that commit to be on the branch: any other commit the server would hand out by id (a fork's
+        PR head, say) would bring its whole tree into the bot's branch as the commit's parent."""
         # Blobs are left out (a partial clone): the commit only needs the base's trees.
         self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base",
                   f"+refs/heads/{base_branch}:refs/remotes/base/{base_branch}", remote="base")
-        if not self._has_commit(base_sha):
-            try:  # a base that is no longer on the branch (force-pushed upstream): ask for it by id
-                self._run("fetch", "--quiet", "--filter=blob:none", "--no-tags", "base", base_sha,
-                          remote="base")
+        tip = self._run("rev-parse", f"refs/remotes/base/{base_branch}^{{commit}}")
+        if base_sha is not None:
+            self.require_on_branch(base_sha, base_branch)
+        return tip
+
+    def require_on_branch(self, sha: str, base_branch: str) -> None:
+        """GitError unless `sha` is a commit of the fetched base branch (the tip or an ancestor)."""
+        ok = bool(_SHA_RE.match(sha or "")) and self._has_commit(sha)
+        if ok:
+            try:
+                self._run("merge-base", "--is-ancestor", sha, f"refs/remotes/base/{base_branch}")
             except GitError:
-                pass
-        if not self._has_commit(base_sha):
-            raise GitError(f"the run's base commit {base_sha} is not in {self.base_url} ({base_branch})")
+                ok = False
+        if not ok:
+            raise GitError(f"the run's base commit {str(sha)[:40]} is not on `{base_branch}` of "
+                           f"{self.names['base']}; refused (the bot commits only on top of its base branch)")
+
+    def mode_at(self, rev: str, file_rel: str) -> str | None:
+        """The git mode of `file_rel` at `rev` (100644, 100755, 120000 for a symlink...), None if absent."""
+        listing = self._run("ls-tree", rev, "--", file_rel)
+        return listing.split()[0] if listing else None
 
     def _has_commit(self, sha: str) -> bool:
         try:

@@ -5,17 +5,24 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .artifact import load_evidence, read_winner
 from .auth import GitHubAuth
 from .gitops import Publisher
+from .prbody import with_marker
 from .publish import (
     BRANCH_PREFIX,
+    REPO_CONFIG,
     Outcome,
     PublishError,
+    PublishSpec,
     PullRequestDraft,
+    check_publishable,
     commit_message,
     draft,
     marker,
     read_marker,
+    unified_diff,
+    with_repo_config,
     write_summary,
 )
 
@@ -43,37 +50,49 @@ def _open_bot_prs(repo, d: PullRequestDraft) -> int:
     return sum(1 for pr in repo.get_pulls(state="open") if pr.head.ref.startswith(BRANCH_PREFIX))
 
 
-def publish_remote(rd, auth: GitHubAuth, server_url: str, *, targets: str | None = None,
+def publish_remote(spec: PublishSpec, run_dir: Path, auth: GitHubAuth, server_url: str, *,
                    summary: str | None = None, workdir: Path | None = None,
                    max_open_prs: int | None = None) -> Outcome:
-    """Push the bot branch and open or update its PR; never more than one PR per operator."""
+    """Push the bot branch and open or update its PR; never more than one PR per operator.
+
+    The base file, the diff and the commit's parent come from the base branch itself: the run's
+    base_sha must be on it, and the file to replace must be a plain file there."""
     from github import GithubException
 
-    from kernelsmith.config import load_target, resolve_target
     from kernelsmith.state import source_hash
 
-    d = draft(rd, targets)
-    repo = auth.repo(d.repo)
-    existing = _find_pr(repo, d)
-    if existing is None:
-        if max_open_prs is None:
-            recorded = (rd.result or {}).get("target") or rd.run.get("target")
-            path = recorded if Path(recorded).is_file() else resolve_target(Path(recorded).stem, targets)
-            max_open_prs = load_target(path).max_open_prs
-        open_now = _open_bot_prs(repo, d)
-        if open_now >= max_open_prs:
-            msg = (f"{d.repo} already has {open_now} open kernelsmith PRs (max_open_prs {max_open_prs}); "
-                   f"not opening one for {d.op}")
-            write_summary(summary, f"**kernelsmith**: {msg}")
-            return Outcome("capped", msg, d.target, d.op)
-
+    run_dir = Path(run_dir)
+    ev = load_evidence(run_dir)
+    if spec.file is not None:  # refuse what is not publishable before any request
+        check_publishable(ev, read_winner(run_dir, spec.file), spec.min_speedup)
     tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-publish-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir
     try:
-        pub = Publisher(root / "git", server_url, d.repo, d.push_repo, token_fn=auth.push_token)
-        pub.fetch_base(d.base, d.base_sha)
-        base_code = pub.file_at(d.base_sha, d.file)
-        src = source_hash(base_code) if base_code is not None else None
+        pub = Publisher(root / "git", server_url, spec.repo, spec.target.fork or spec.repo,
+                        token_fn=auth.push_token)
+        tip = pub.fetch_base(spec.target.base)
+        if spec.file is None:
+            config = pub.file_at(tip, REPO_CONFIG)
+            spec = with_repo_config(spec, config.decode("utf-8", "replace") if config is not None else None)
+        winner = read_winner(run_dir, spec.file)
+        check_publishable(ev, winner, spec.min_speedup)
+        pub.require_on_branch(ev.base_sha, spec.target.base)
+        if pub.mode_at(ev.base_sha, spec.file) not in ("100644", "100755"):
+            raise PublishError(f"`{spec.file}` is not a plain file at the run's base {ev.base_sha[:12]}; "
+                               "publishing only replaces an existing file")
+        base_code = pub.file_at(ev.base_sha, spec.file)
+        src = source_hash(base_code)
+        d = draft(spec, ev, winner, unified_diff(base_code.decode("utf-8", "replace"), winner, spec.file))
+        repo = auth.repo(d.repo)
+        existing = _find_pr(repo, d)
+        if existing is None:
+            cap = spec.target.max_open_prs if max_open_prs is None else max_open_prs
+            open_now = _open_bot_prs(repo, d)
+            if open_now >= cap:
+                msg = (f"{d.repo} already has {open_now} open kernelsmith PRs (max_open_prs {cap}); "
+                       f"not opening one for {d.op}")
+                write_summary(summary, f"**kernelsmith**: {msg}")
+                return Outcome("capped", msg, d.target, d.op)
         closed = _declined_pr(repo, d, src) if existing is None else None
         if closed is not None:
             # A maintainer said no to this operator at this source: no new PR, no push, no reopen.
@@ -88,7 +107,7 @@ def publish_remote(rd, auth: GitHubAuth, server_url: str, *, targets: str | None
         if tmp:
             tmp.cleanup()
 
-    body = d.body.rstrip() + "\n\n" + marker(d.target, d.op, src, d.base_sha) + "\n"
+    body = with_marker(d.body, marker(d.target, d.op, src, d.base_sha))
     if update.action == "blocked":
         msg = (f"`{d.branch}` has commits by others ({', '.join(c[:8] for c in update.foreign)}); "
                f"kernelsmith does not force-push over them. A newer verified winner "
@@ -127,8 +146,6 @@ def winner_diff(auth: GitHubAuth, server_url: str, target, branch: str, file_rel
                 base_sha: str | None) -> tuple[str, str]:
     """(unified diff of `file_rel` from the PR's base commit to its branch head, head sha): the
     winner a `/kernelsmith rebase` replays. Read with git from the push repo; nothing is executed."""
-    from kernelsmith.search.edits import unified_diff
-
     push_repo = target.fork or target.repo
     with tempfile.TemporaryDirectory(prefix="kernelsmith-rebase-") as tmp:
         pub = Publisher(Path(tmp) / "git", server_url, target.repo, push_repo, token_fn=auth.push_token)

@@ -13,8 +13,8 @@ from .errors import ConfigError
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\Z")
 
 _TARGET_KEYS = {
     "repo", "clone_url", "fork", "base", "setup", "labels", "operators", "checked", "stubs",

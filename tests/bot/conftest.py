@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_RUN = ROOT / "tests" / "data" / "example_run"
 MINISERVE = ROOT / "examples" / "miniserve"
 OP_FILE = "miniserve/kernels/rms_norm.py"
+# `kernelsmith-bot publish` names target and operator itself (never read from the run directory).
+PUB = ["--target", "demo", "--op", "rms_norm"]
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -235,14 +235,49 @@ def access_token(ctx, inst, payload):
     info = ctx.state.installations.get(int(inst))
     if info is None or info["app_id"] != auth["app_id"]:
         raise HTTPError(404, "Not Found")
+    # A token may be narrowed to a subset of the installation's permissions, never widened.
+    asked = (payload or {}).get("permissions")
+    for key, level in (asked or {}).items():
+        if INSTALLATION_PERMISSIONS.get(key) not in (level, "write") or level not in ("read", "write"):
+            raise HTTPError(422, "The permissions requested are not granted to this installation.")
     token = "ghs_" + secrets.token_hex(16)
     expires = time.time() + ctx.state.token_ttl
     slug = ctx.state.apps[auth["app_id"]]["slug"]
     ctx.state.tokens[token] = {"login": f"{slug}[bot]", "kind": "installation", "expires": expires,
-                               "installation": int(inst)}
+                               "installation": int(inst), "permissions": dict(asked) if asked else None}
     return 201, {"token": token, "expires_at": _iso(expires), "repository_selection": "selected",
-                 "permissions": {"contents": "write", "pull_requests": "write", "issues": "write",
-                                 "checks": "write", "statuses": "write"}}, []
+                 "permissions": dict(asked or INSTALLATION_PERMISSIONS)}, []
+
+
+def get_app(ctx, payload):
+    auth = _need(ctx, "jwt")
+    slug = ctx.state.apps[auth["app_id"]]["slug"]
+    return 200, {"id": int(auth["app_id"]), "slug": slug, "name": slug,
+                 "html_url": f"{ctx.base}/apps/{slug}"}, []
+
+
+INSTALLATION_PERMISSIONS = {"metadata": "read", "contents": "write", "pull_requests": "write",
+                            "issues": "write", "checks": "write", "statuses": "write"}
+# What a narrowed installation token needs for each route (GitHub's permission names).
+NEEDS = {
+    "list_issues": ("issues", "read"), "get_issue": ("issues", "read"), "list_comments": ("issues", "read"),
+    "get_comment": ("issues", "read"), "create_issue": ("issues", "write"), "edit_issue": ("issues", "write"),
+    "add_labels": ("issues", "write"), "create_comment": ("issues", "write"),
+    "edit_comment": ("issues", "write"), "add_reaction": ("issues", "write"),
+    "list_pulls": ("pull_requests", "read"), "get_pull": ("pull_requests", "read"),
+    "create_pull": ("pull_requests", "write"), "edit_pull": ("pull_requests", "write"),
+    "merge_pull": ("contents", "write"), "create_ref": ("contents", "write"),
+    "get_branch": ("contents", "read"), "get_commit": ("contents", "read"),
+    "create_status": ("statuses", "write"), "create_check_run": ("checks", "write"),
+}
+
+
+def token_allows(info: dict | None, permission: str, level: str) -> bool:
+    """Whether a token may do `level` (read/write) on `permission`; only narrowed tokens are limited."""
+    if not info or info.get("kind") != "installation" or info.get("permissions") is None:
+        return True
+    have = info["permissions"].get(permission)
+    return have == "write" or have == level
 
 
 def get_repo(ctx, owner, name, payload):
@@ -570,6 +605,7 @@ def get_user(ctx, payload):
 _S = r"([^/]+)"
 ROUTES = [
     ("GET", r"/user", get_user),
+    ("GET", r"/app", get_app),
     ("GET", rf"/repos/{_S}/{_S}/installation", app_installation),
     ("POST", rf"/app/installations/{_S}/access_tokens", access_token),
     ("GET", rf"/repos/{_S}/{_S}", get_repo),
@@ -607,6 +643,9 @@ def route(ctx: Context, method: str, path: str, payload):
         if match:
             matched_path = True
             if m == method:
+                need = NEEDS.get(fn.__name__)
+                if need and not token_allows(ctx.auth, *need):
+                    raise HTTPError(403, "Resource not accessible by integration")
                 return fn(ctx, *match.groups(), payload)
     if matched_path:
         raise HTTPError(405, "Method Not Allowed")

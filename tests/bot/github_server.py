@@ -222,6 +222,11 @@ def _make_handler(state: GitHubState):
                 return
             with state.lock:
                 state.requests.append((method, path, "git"))
+                info = state.tokens.get(basic_token(self.headers.get("Authorization")) or "")
+            pushing = "git-receive-pack" in path or "git-receive-pack" in query
+            if pushing and not github_api.token_allows(info, "contents", "write"):
+                self._send(403, b"Write access to repository not granted.", [("Content-Type", "text/plain")])
+                return
             status, headers, out = run_http_backend(state.root, path, method, query, self.headers, body, user)
             self._send(status, out, headers)
 

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import saved_run
+from conftest import PUB, saved_run
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import GithubException
@@ -29,7 +29,7 @@ def test_403_with_retry_after_and_502_are_retried(gh):
 
 def test_post_502_is_retried_once_and_creates_one_pr(gh, tmp_path):
     gh.state.fail_next("POST", r"/pulls$", 502, message="Bad Gateway")
-    assert main(["publish", str(saved_run(gh, tmp_path / "run"))]) == 0
+    assert main(["publish", *PUB, str(saved_run(gh, tmp_path / "run"))]) == 0
     assert len(gh.state.pulls("kernelsmith/demo")) == 1
 
 
@@ -77,7 +77,7 @@ def _app(gh, monkeypatch):
 
 def test_app_publishes_with_installation_token_and_a_check_run(gh, tmp_path, monkeypatch):
     _app(gh, monkeypatch)
-    assert main(["publish", str(saved_run(gh, tmp_path / "run"))]) == 0
+    assert main(["publish", *PUB, str(saved_run(gh, tmp_path / "run"))]) == 0
     pr = gh.state.pulls("kernelsmith/demo")[0]
     assert pr["user"] == "kernelsmith[bot]"
     (check,) = gh.repo.check_runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import OP_FILE, SavedRunEngine, event, saved_run
+from conftest import OP_FILE, PUB, SavedRunEngine, event, saved_run
 
 from bot.app import ActionsEnv, Bot
 from bot.auth import GitHubAuth
@@ -34,7 +34,9 @@ def test_schedule_run_opens_a_pr_and_the_second_updates_it(gh, tmp_path, monkeyp
     pr = pulls[0]
     assert pr["pr"]["head"] == "kernelsmith/demo/rms_norm" and pr["pr"]["base"] == "main"
     assert pr["title"].startswith("kernelsmith: rms_norm 1.37x faster on NVIDIA H200")
-    assert "| shape | base (µs) |" in pr["body"] and "<!-- kernelsmith:pr " in pr["body"]
+    # Rendered by publish from the validated numbers (report.md is not pasted), the marker last.
+    assert "| shape | base ms | winner ms | speedup |" in pr["body"]
+    assert pr["body"].rstrip().splitlines()[-1].startswith("<!-- kernelsmith:pr ")
     assert sorted(pr["labels"]) == ["kernelsmith", "performance"]
     # One commit on top of the run's base, authored by the bot, holding exactly the winner.
     (sha, parent, email), = _branch_log(gh)
@@ -82,16 +84,16 @@ def test_unchanged_operator_is_not_optimized_again(gh, tmp_path, monkeypatch):
 
 def test_publish_cli_updates_in_place_and_never_duplicates(gh, tmp_path, capsys):
     run = saved_run(gh, tmp_path / "run")
-    assert main(["publish", str(run)]) == 0
+    assert main(["publish", *PUB, str(run)]) == 0
     assert "opened PR #" in capsys.readouterr().out
     head1 = gh.repo.branch_sha("kernelsmith/demo/rms_norm")
-    assert main(["publish", str(run)]) == 0                       # same winner: nothing to push
+    assert main(["publish", *PUB, str(run)]) == 0                       # same winner: nothing to push
     assert "unchanged PR #" in capsys.readouterr().out
     assert gh.repo.branch_sha("kernelsmith/demo/rms_norm") == head1
     faster = saved_run(gh, tmp_path / "run2", geomean_scale=1.1)
     code = faster / "winner" / "rms_norm.py"
     code.write_text(code.read_text().replace("num_warps = 8 if", "num_warps = 16 if"))
-    assert main(["publish", str(faster)]) == 0
+    assert main(["publish", *PUB, str(faster)]) == 0
     assert "updated PR #" in capsys.readouterr().out
     pulls = gh.state.pulls("kernelsmith/demo")
     assert len(pulls) == 1 and "1.51x" in pulls[0]["title"]
@@ -100,7 +102,7 @@ def test_publish_cli_updates_in_place_and_never_duplicates(gh, tmp_path, capsys)
 
 def test_foreign_commit_blocks_force_push_and_comments(gh, tmp_path, capsys):
     run = saved_run(gh, tmp_path / "run")
-    assert main(["publish", str(run)]) == 0
+    assert main(["publish", *PUB, str(run)]) == 0
     # A maintainer pushes a fix-up commit onto the bot's branch.
     work = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "-b", "kernelsmith/demo/rms_norm", str(gh.repo.bare), str(work)],
@@ -114,7 +116,7 @@ def test_foreign_commit_blocks_force_push_and_comments(gh, tmp_path, capsys):
     faster = saved_run(gh, tmp_path / "run2", geomean_scale=1.1)
     code = faster / "winner" / "rms_norm.py"
     code.write_text(code.read_text().replace("num_warps = 8 if", "num_warps = 16 if"))
-    assert main(["publish", str(faster)]) == 0
+    assert main(["publish", *PUB, str(faster)]) == 0
     assert gh.repo.branch_sha("kernelsmith/demo/rms_norm") == head   # not overwritten
     pr = gh.state.pulls("kernelsmith/demo")[0]
     comments = [c["body"] for c in gh.state.comments.values() if c["issue"] == pr["number"]]
@@ -128,23 +130,23 @@ def test_cap_on_open_bot_prs(gh, tmp_path, capsys):
     subprocess.run(["git", "branch", "kernelsmith/demo/other", "main"], cwd=other.bare, check=True)
     auth = GitHubAuth.from_env()
     auth.repo("kernelsmith/demo").create_pull(base="main", head="kernelsmith/demo/other", title="x", body="y")
-    assert main(["publish", str(saved_run(gh, tmp_path / "run"))]) == 0
+    assert main(["publish", *PUB, str(saved_run(gh, tmp_path / "run"))]) == 0
     assert "max_open_prs 1" in capsys.readouterr().out
     assert len(gh.state.pulls("kernelsmith/demo")) == 1
     assert gh.repo.branch_sha("kernelsmith/demo/rms_norm") is None
 
 
 def test_unverified_or_slow_runs_are_not_published(gh, tmp_path, capsys):
-    assert main(["publish", str(saved_run(gh, tmp_path / "r1", status="regression"))]) == 1
+    assert main(["publish", *PUB, str(saved_run(gh, tmp_path / "r1", status="regression"))]) == 1
     assert "verify status is 'regression'" in capsys.readouterr().err
-    assert main(["publish", str(saved_run(gh, tmp_path / "r2", geomean_scale=0.75))]) == 1
+    assert main(["publish", *PUB, str(saved_run(gh, tmp_path / "r2", geomean_scale=0.75))]) == 1
     assert "below min_speedup 1.05x" in capsys.readouterr().err
     assert gh.state.writes() == [] and gh.state.pulls("kernelsmith/demo") == []
 
 
 def test_dry_run_touches_nothing_remote(gh, tmp_path, capsys):
     run = saved_run(gh, tmp_path / "run")
-    assert main(["publish", str(run), "--dry-run"]) == 0
+    assert main(["publish", *PUB, str(run), "--dry-run"]) == 0
     assert gh.state.requests == []                                # not even a read
     preview = (run / "pr-preview.md").read_text()
     assert preview.startswith("# Dry run: kernelsmith: rms_norm 1.37x faster")

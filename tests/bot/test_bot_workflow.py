@@ -100,3 +100,66 @@ def test_no_expression_is_interpolated_into_a_shell_line(wf):
             assert "${{" not in step.get("run", ""), f"{name}: {step.get('name')}: use env, not ${{{{ }}}}"
     text = WORKFLOW.read_text()
     assert "github.event.comment.body" not in re.sub(r"(?m)^\s*if:.*$|^\s+\(startsWith.*$", "", text)
+
+
+# ---------------------------------------------------------------- issue 13: the workflow's trust
+
+_SHA = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+
+
+def test_actions_are_pinned_by_commit(wf):
+    uses = [s["uses"] for job in wf["jobs"].values() for s in job["steps"] if "uses" in s]
+    assert uses and all(_SHA.match(u) for u in uses), uses
+
+
+def test_python_packages_are_pinned_by_the_constraints_file(wf):
+    pins = [line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert all(len(p) == 2 and p[1] for p in pins)
+    named = {p[0].lower() for p in pins}
+    assert {"pyyaml", "rich", "gitpython", "pygithub", "pyjwt", "cryptography", "setuptools"} <= named
+    for name, job in wf["jobs"].items():
+        for step in job["steps"]:
+            if "pip install" in step.get("run", ""):
+                # PIP_CONSTRAINT also reaches pip's isolated build environments (setuptools).
+                assert step.get("env", {}).get("PIP_CONSTRAINT") == "constraints.txt", (name, step)
+
+
+def test_the_gate_asks_the_permission_before_installing_or_answering(wf, tmp_path):
+    steps = wf["jobs"]["gate"]["steps"]
+    first = steps[0]
+    assert first["id"] == "allowed" and "uses" not in first and "pip" not in first["run"]
+    assert first["env"]["GH_TOKEN"] == "${{ github.token }}"
+    for step in steps[1:]:
+        assert step["if"] == "steps.allowed.outputs.allowed == 'true'", step
+    # The step itself, with a stand-in `gh` that answers as the API would.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "gh").write_text('#!/bin/sh\n[ -n "$FAKE_PERMISSION" ] || exit 1\necho "$FAKE_PERMISSION"\n')
+    (fake / "gh").chmod(0o755)
+    for event, permission, allowed in [("issue_comment", "write", "true"), ("issue_comment", "admin", "true"),
+                                       ("issue_comment", "read", "false"), ("issue_comment", "", "false"),
+                                       ("schedule", "", "true")]:
+        out = tmp_path / "out.txt"
+        out.write_text("")
+        env = {"PATH": f"{fake}:{os.environ['PATH']}", "GITHUB_OUTPUT": str(out), "EVENT": event,
+               "REPO": "o/r", "LOGIN": "someone", "FAKE_PERMISSION": permission,
+               "SERVER": "https://github.com"}
+        subprocess.run(["bash", "-e", "-c", first["run"]], env=env, check=True, capture_output=True)
+        assert out.read_text() == f"allowed={allowed}\n", (event, permission)
+
+
+def test_the_gpu_job_runs_in_a_fresh_container_and_uploads_plain_files(wf):
+    opt = wf["jobs"]["optimize"]
+    assert "--gpus all" in opt["container"]["options"] and opt["container"]["image"]
+    steps = {s.get("name") or s.get("uses"): s for s in opt["steps"]}
+    stage = steps["Stage the run directory as plain files"]
+    assert "python -m bot.artifact stage" in stage["run"]
+    upload = next(s for s in opt["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["path"].startswith("staged/")
+    verify = steps["Verify (upstream tests on base and winner)"]
+    assert "LLM" not in yaml.safe_dump(verify) and "kernelsmith verify" in verify["run"]
+    pub = wf["jobs"]["publish"]
+    step = next(s for s in pub["steps"] if "kernelsmith-bot run" in s.get("run", ""))
+    # The work list is the gate's decision, never the artifact's.
+    assert step["env"]["KERNELSMITH_WORK"] == "${{ needs.gate.outputs.work }}"
