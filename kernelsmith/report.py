@@ -120,14 +120,16 @@ def search_stats(rows: list[dict], result: dict) -> str:
     if final:
         lines += [
             "",
-            "Finalists re-measured with new input seeds (the winner: the smallest change within 1% of "
-            "the fastest):",
+            "Finalists re-measured with new input seeds (the winner: among measured wins, whose geomean "
+            "95% CI lies above 1.0 and no shape is slower than 0.98x beyond its CI, the smallest change "
+            "within 1% of the fastest):",
             "",
             "| candidate | search geomean | re-measured geomean | changed lines | outcome |",
             "|---|---:|---:|---:|---|",
         ]
         for f in final:
             outcome = "accepted" if f.get("accepted") else f"rejected ({f.get('reason')})"
+            outcome += ", not a measured win" if f.get("accepted") and f.get("measured_win") is False else ""
             outcome += " (noisy)" if f.get("noisy") else ""
             outcome += ", **winner**" if f.get("chosen") else ""
             lines.append(
@@ -196,6 +198,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     else:
         out.append(f"## kernelsmith: `{run['op']}`: no faster candidate found")
     out.append("")
+    if not winner and result.get("no_winner_reason"):
+        out += [f"**No winner:** {result['no_winner_reason']}.", ""]
     if not timed:
         out += [f"**{NO_TIMING}** No speedup is claimed.", ""]
     out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
@@ -209,9 +213,12 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     if shapes:
         out += ["### Per shape", "", shape_table(shapes, timed), ""]
         if timed:
+            gci = result.get("geomean_ci95")
+            gci_text = f" (95% CI {gci[0]:.2f}–{gci[1]:.2f})" if gci else ""
             out += [
-                f"Geomean speedup: **{g:.2f}x**. 95% CIs are bootstrapped over interleaved base/winner "
-                "pairs; % roofline is the winner against the measured copy bandwidth (or matmul rate).",
+                f"Geomean speedup: **{g:.2f}x**{gci_text}. 95% CIs are bootstrapped over interleaved "
+                "base/winner pairs (the geomean's over every shape's pairs at once); % roofline is the "
+                "winner against the measured copy bandwidth (or matmul rate).",
                 "",
             ]
             slower = slower_shapes(shapes)
