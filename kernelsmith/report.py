@@ -154,6 +154,8 @@ def repro(run: dict, rd_path: Path) -> str:
         "--device",
         run.get("device", "auto"),
     ]
+    if run.get("command") == "sweep":  # the grid: no mutator or budget to choose
+        cmd[1], cmd[6:8] = "sweep", []
     if run.get("budget") is not None:
         cmd += ["--budget", str(run["budget"])]
     if run.get("minutes") is not None:
@@ -177,6 +179,24 @@ def slower_shapes(shapes: list[dict]) -> list[str]:
         if s.get("speedup") is not None and ci[1] is not None and ci[1] < 1.0:
             out.append(f"{_shape(s.get('shape') or {})} {s['speedup']:.2f}x [{ci[0]:.2f}–{ci[1]:.2f}]")
     return out
+
+
+def sweep_section(sweep: dict) -> str:
+    """The grid sweep's numbers (`kernelsmith sweep`): size, coverage, best single and per-shape bests."""
+    done = "the whole grid" if sweep.get("complete") else "cut short by the time budget"
+    sizes = " x ".join(str(len(d)) for d in sweep["knobs"].values())
+    lines = [
+        f"- grid: {sweep['grid_size']} configurations ({sizes} values), {sweep['evaluated']} evaluated "
+        f"({done})"
+        + (", a uniform sample of a larger grid" if sweep.get("sampled") else ""),
+        f"- best single configuration: {_f(sweep.get('best_single_geomean'), '.2f')}x (candidate "
+        f"#{sweep.get('best_single_id')})",
+        f"- a configuration per shape (the best measured on each shape): "
+        f"{_f(sweep.get('per_shape_best_geomean'), '.2f')}x; a per-shape table "
+        + ("beats the best single configuration by the params mutator's margin"
+           if sweep.get("per_shape_table_beats_single") else "does not pay by the params mutator's margin"),
+    ]
+    return "\n".join(lines)
 
 
 def render_report(rd: RunDir, rows: list[dict]) -> str:
@@ -242,6 +262,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         "",
     ]
     out += ["### Search", "", search_stats(rows, result), ""]
+    if result.get("sweep"):
+        out += ["### Sweep", "", sweep_section(result["sweep"]), ""]
     out += ["### Reproduce", "", repro(run, rd.path), ""]
     if winner and winner.get("diff"):
         out += [

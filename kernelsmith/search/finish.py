@@ -210,6 +210,11 @@ def finish(search, evaluator, started: float) -> dict:
     }
     if search.run.get("replay"):
         result["replay"] = _replay_summary(search.run["replay"], rows)
+    if search.run.get("command") == "sweep":
+        from .sweep import summary
+
+        result["command"] = "sweep"
+        result["sweep"] = summary(search, rows)
     write_json(path / "result.json", result)
     render_all(load_run(path))
     return result
