@@ -15,6 +15,7 @@ import torch
 
 from kernelsmith.cli import main
 from kernelsmith.search.archive import Archive
+from kernelsmith.search.compare import compare_runs
 from kernelsmith.search.loop import SearchConfig, optimize
 from kernelsmith.search.sweep import SweepGrid
 from kernelsmith.task import load_task
@@ -97,6 +98,15 @@ def test_sweep_visits_the_whole_grid_once_and_reports_single_and_per_shape_bests
     assert "### Sweep" in report
     assert "- grid: 66 configurations (11 x 6 values), 65 evaluated (the whole grid)" in report
     assert "kernelsmith sweep " in report and "--mutator" not in report
+    # The comparison the GPU step prints: a params search against this sweep.
+    params = optimize(SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "params"), budget=12,
+                                   mutator="params", device="cuda", gpus=[0], progress=False,
+                                   targets=str(ROOT / "targets"), precompile=False,
+                                   referee_factory=model_referee.ModelReferee))
+    data = compare_runs([out, tmp_path / "params"])
+    assert data["reference"] == pytest.approx(sweep["per_shape_best_geomean"], abs=1e-4)
+    assert [r["kind"] for r in data["runs"]] == ["sweep", "optimize --mutator params"]
+    assert data["runs"][1]["evaluations"] == params["evaluations"] and data["runs"][0]["evaluations"] == 65
 
 
 def test_a_sweep_cut_short_resumes_where_it_stopped(tmp_path, fake_gpu):
