@@ -185,12 +185,15 @@ def sweep_section(sweep: dict) -> str:
     """The grid sweep's numbers (`kernelsmith sweep`): size, coverage, best single and per-shape bests."""
     done = "the whole grid" if sweep.get("complete") else "cut short by the time budget"
     sizes = " x ".join(str(len(d)) for d in sweep["knobs"].values())
+    grid = (f"- grid: {sweep['grid_size']} configurations ({sizes} values), {sweep['evaluated']} evaluated "
+            f"({done})" + (", a uniform sample of a larger grid" if sweep.get("sampled") else ""))
+    if sweep.get("best_single_geomean") is None:
+        return grid + "\n- no timing: every configuration was checked for correctness only"
+    best_id = sweep.get("best_single_id")
     lines = [
-        f"- grid: {sweep['grid_size']} configurations ({sizes} values), {sweep['evaluated']} evaluated "
-        f"({done})"
-        + (", a uniform sample of a larger grid" if sweep.get("sampled") else ""),
-        f"- best single configuration: {_f(sweep.get('best_single_geomean'), '.2f')}x (candidate "
-        f"#{sweep.get('best_single_id')})",
+        grid,
+        f"- best single configuration: {sweep['best_single_geomean']:.2f}x "
+        + (f"(candidate #{best_id})" if best_id is not None else "(the base: none was faster)"),
         f"- a configuration per shape (the best measured on each shape): "
         f"{_f(sweep.get('per_shape_best_geomean'), '.2f')}x; a per-shape table "
         + ("beats the best single configuration by the params mutator's margin"

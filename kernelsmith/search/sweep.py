@@ -107,4 +107,7 @@ def summary(search, rows: list[dict]) -> dict:
     }
     # What a search is measured against: the per-shape bests where a table pays, else the best single.
     out["target_geomean"] = out["per_shape_best_geomean"] if per_shape_wins else out["best_single_geomean"]
+    if not search.timed:  # the interpreter: correctness only, no speed to report
+        out.update(best_single_geomean=None, best_single_id=None, per_shape_best_geomean=None,
+                   per_shape_best=[], target_geomean=None)
     return out
