@@ -4,10 +4,12 @@
 The reference is the sweep's per-shape-best geomean (result.json `sweep.per_shape_best_geomean`:
 the best measured config on each shape); `--reference X` sets it by hand, and without a sweep
 among the runs the best search geomean is used (said so). For each run: GPU-seconds until its best
-full, non-noisy measurement reached 50/90/95% of the reference, its final (re-measured winner's)
-geomean, evaluations, and evaluations per held GPU-minute; then the best speedup each run had
-reached at fractions of the sweep's GPU-seconds. GPU-seconds are referee seconds summed in
-evaluation order (efficiency.py); held GPU time is wall time times GPUs.
+full measurement that is a measured win (evidence.py: the rule a winner must pass, so a fast
+candidate that loses a shape counts for nothing; `--any` counts every full, non-noisy one) reached
+50/90/95% of the reference, its final (re-measured winner's) geomean, evaluations, and evaluations
+per held GPU-minute; then the best speedup each run had reached at fractions of the sweep's
+GPU-seconds. GPU-seconds are referee seconds summed in evaluation order (efficiency.py); held GPU
+time is wall time times GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .efficiency import best_at, candidate_rows, curve, run_summary, time_to
+from .evidence import ci_seed, judge
 
 FRACTIONS = (0.5, 0.9, 0.95)
 CHECKPOINTS = (0.1, 0.25, 0.5, 0.75, 1.0)  # of the sweep's GPU-seconds
@@ -29,10 +32,21 @@ def _load(run_dir: Path) -> tuple[dict, dict]:
     return run, result
 
 
-def compare_runs(run_dirs: list[Path], reference: float | None = None) -> dict:
+def win_curve(rows: list[dict], seed: int) -> list[tuple[float, float]]:
+    """efficiency.curve counting only full measurements that are measured wins."""
+    def claimable(r: dict) -> dict:
+        full = r["timing"] == "full" and r["accepted"]
+        if full and not judge(r["verdict"] or {}, ci_seed(seed, r["id"]))["win"]:
+            return {**r, "accepted": 0}
+        return r
+    return curve([claimable(r) for r in rows])
+
+
+def compare_runs(run_dirs: list[Path], reference: float | None = None, wins_only: bool = True) -> dict:
     """The comparison as data: reference, per-run rows and the speedup-vs-GPU-seconds table."""
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
-    curves = {str(d): curve(candidate_rows(d)) for d, _, _ in loaded}
+    curves = {str(d): (win_curve(candidate_rows(d), run.get("seed") or 0) if wins_only
+                       else curve(candidate_rows(d))) for d, run, _ in loaded}
     sweeps = [(d, res["sweep"]) for d, run, res in loaded
               if run.get("command") == "sweep" and res.get("sweep")]
     source = "--reference"
@@ -68,6 +82,7 @@ def compare_runs(run_dirs: list[Path], reference: float | None = None) -> dict:
         for f in CHECKPOINTS
     ]
     return {"reference": round(reference, 4), "reference_source": source, "runs": runs,
+            "counted": "measured wins" if wins_only else "every full, non-noisy measurement",
             "reference_gpu_s": horizon, "speedup_vs_gpu_s": table}
 
 
@@ -78,7 +93,8 @@ def _f(x, fmt: str) -> str:
 def render(data: dict) -> str:
     """The comparison as two markdown tables."""
     ref = data["reference"]
-    out = [f"Reference: {ref:.3f}x ({data['reference_source']}).", "",
+    out = [f"Reference: {ref:.3f}x ({data['reference_source']}); a run's best counts "
+           f"{data['counted']}.", "",
            "| run | kind | GPUs | GPU-s | held GPU-s | GPU-s to 50% | to 90% | to 95% | search best "
            "| final geomean | evaluations | evals / held GPU-min |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -107,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="+", type=Path, help="run directories (a sweep and the searches)")
     p.add_argument("--reference", type=float, help="the geomean the fractions are of (default: the sweep's)")
     p.add_argument("--json", action="store_true", help="JSON instead of markdown tables")
+    p.add_argument("--any", action="store_true",
+                   help="count every full, non-noisy measurement, not only measured wins")
     args = p.parse_args(argv)
     missing = [str(r) for r in args.runs
                if not (r / "result.json").is_file() or not (r / "run.json").is_file()]
@@ -114,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: not a finished run directory (no run.json/result.json): {', '.join(missing)}",
               file=sys.stderr)
         return 2
-    data = compare_runs(args.runs, args.reference)
+    data = compare_runs(args.runs, args.reference, wins_only=not args.any)
     print(json.dumps(data, indent=2) if args.json else render(data))
     return 0
 

@@ -9,9 +9,17 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs, main
 
 
+def shapes(speeds: list[float]) -> list[dict]:
+    """Verdict shapes at these speedups, with tight interleaved samples (base 1 ms)."""
+    return [{"shape": {"n": i}, "speedup": s, "candidate_ms": 1 / s, "ci95": [s * 0.99, s * 1.01],
+             "samples_ms": {"base": [1.0, 1.01, 0.99, 1.0, 1.0], "candidate": [1 / s] * 5}}
+            for i, s in enumerate(speeds)]
+
+
 def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str, mutator: str, wall_s: float,
              gpus: list[int], sweep: dict | None = None, final: float | None = None) -> Path:
-    """A run directory whose archive holds the base and `evals` [(eval_s, geomean, timing)] in order."""
+    """A run directory whose archive holds the base and `evals` [(eval_s, geomean, timing)] in order;
+    timing "lossy" is a full measurement at that geomean that is 0.9x on one of its two shapes."""
     path.mkdir(parents=True)
     with Archive(path / "archive.sqlite") as a:
         base = a.add("base", mutator="base")
@@ -20,10 +28,13 @@ def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str,
         for i, (seconds, g, timing) in enumerate(evals):
             cid = a.add(f"code {i}", mutator=mutator, parent_id=base)
             accepted = timing != "rejected"
+            full = timing in ("full", "lossy")
+            speeds = [g * g / 0.9, 0.9] if timing == "lossy" else [g, g]
             verdict = {"accepted": accepted, "timed": accepted, "geomean_speedup": g if accepted else None,
                        "eval_s": seconds, "reason": None if accepted else "incorrect",
-                       "timing": {"aa_ratio": 1.0 if timing == "full" else None, "noisy": False}}
-            a.set_verdict(cid, verdict, "", timing="none" if timing == "rejected" else timing)
+                       "shapes": shapes(speeds) if accepted else [],
+                       "timing": {"aa_ratio": 1.0 if full else None, "noisy": False}}
+            a.set_verdict(cid, verdict, "", timing={"rejected": "none", "lossy": "full"}.get(timing, timing))
     (path / "run.json").write_text(json.dumps({"target": "t.yaml", "op": "op", "file": "f.py", "gpus": gpus,
                                                "mutator": mutator, "command": command}))
     result = {"op": "op", "mutator": mutator, "proposals": len(evals), "evaluations": len(evals),
@@ -40,12 +51,14 @@ def _runs(tmp_path: Path) -> tuple[Path, Path]:
                                           (2.0, 5.0, "full"), (2.0, 0.0, "rejected")],
                      command="sweep", mutator="grid", wall_s=30.0, gpus=[0],
                      sweep={"per_shape_best_geomean": 6.0, "best_single_geomean": 5.0}, final=4.9)
-    search = make_run(tmp_path / "params", [(1.0, 2.0, "full"), (1.0, 5.5, "full"), (1.0, 5.8, "full")],
+    search = make_run(tmp_path / "params", [(1.0, 2.0, "full"), (1.0, 5.5, "full"), (1.0, 5.8, "full"),
+                                             (1.0, 7.0, "lossy")],
                       command="optimize", mutator="params", wall_s=60.0, gpus=[0, 1], final=None)
     return sweep, search
 
 
 def test_gpu_seconds_to_fractions_of_the_sweeps_per_shape_best(tmp_path):
+    """(The search's last candidate, 7.0x but 0.9x on a shape, is no measured win: it counts for nothing.)"""
     sweep, search = _runs(tmp_path)
     data = compare_runs([sweep, search])
     assert data["reference"] == 6.0 and data["reference_source"].startswith("per-shape best of sweep")
@@ -57,7 +70,8 @@ def test_gpu_seconds_to_fractions_of_the_sweeps_per_shape_best(tmp_path):
     assert s["evals_per_held_gpu_minute"] == 10.0
     # The search: 50% and 90% (5.4x) at its second evaluation, 95% (5.7x) at its third.
     assert p["kind"] == "optimize --mutator params" and p["gpu_s_to"] == {"50%": 2.0, "90%": 2.0, "95%": 3.0}
-    assert p["final_geomean"] is None and p["held_gpu_s"] == 120.0 and p["evals_per_held_gpu_minute"] == 1.5
+    assert p["final_geomean"] is None and p["held_gpu_s"] == 120.0 and p["evals_per_held_gpu_minute"] == 2.0
+    assert p["search_best"] == 5.8 and p["gpu_s"] == 4.0
     # Best reached at fractions of the sweep's 10 GPU-seconds.
     assert data["reference_gpu_s"] == 10.0
     assert [(r["gpu_s"], r[str(sweep)], r[str(search)]) for r in data["speedup_vs_gpu_s"]] == [
@@ -69,14 +83,19 @@ def test_the_cli_prints_the_tables_and_refuses_unfinished_runs(tmp_path, capsys)
     assert main([str(sweep), str(search)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Reference: 6.000x (per-shape best of sweep ")
-    row = ("| params | optimize --mutator params | 2 | 3.0 | 120.0 | 2.0 | 2.0 | 3.0 | 5.800x | no winner "
-           "| 3 | 1.5 |")
+    assert "a run's best counts measured wins." in text
+    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 5.800x | no winner "
+           "| 4 | 2.0 |")
     assert row in text
     assert "| sweep | sweep | 1 | 10.0 | 30.0 | 4.0 | never | never | 5.000x | 4.900 | 5 | 10.0 |" in text
     assert "| 5.0 | 3.000x | 5.800x |" in text
     assert main([str(sweep), str(search), "--json", "--reference", "5.0"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["reference"] == 5.0 and data["runs"][0]["gpu_s_to"]["95%"] == 8.0
+    # --any: the lossy 7.0x counts too.
+    assert main([str(sweep), str(search), "--json", "--any"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"][1]["search_best"] == 7.0 and data["counted"] == "every full, non-noisy measurement"
     (tmp_path / "half").mkdir()
     assert main([str(sweep), str(tmp_path / "half")]) == 2
     assert "not a finished run directory" in capsys.readouterr().err
