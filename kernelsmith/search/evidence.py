@@ -14,7 +14,7 @@ import hashlib
 import numpy as np
 
 SLOWEST_SHAPE = 0.98  # a shape whose CI lies entirely below this disqualifies the candidate
-RESAMPLES = 2000
+RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
 
 
 def _roof_ms(shape: dict) -> float:

@@ -129,3 +129,46 @@ def test_a_run_without_a_measured_win_exits_1_and_says_why(tmp_path, fake_gpu, c
     assert "accepted, not a measured win" in report
     assert f"no winner: {reason}" in capsys.readouterr().err
     assert not (out / "winner" / "winner.diff").exists()
+
+
+def test_finalists_that_already_pass_the_rule_are_re_measured_first(tmp_path):
+    """With one re-measurement to spend, a faster candidate that loses a shape must not take it from
+    a slower one that is a measured win."""
+    from types import SimpleNamespace
+
+    from kernelsmith.search.archive import Archive
+    from kernelsmith.search.finish import no_winner_reason, pick_winner
+
+    verdicts = {
+        "lossy": verdict([shape(3.0 * 3.0 / 0.9, 0.01, 0), shape(0.9, 0.01, 1, ci=[0.89, 0.91])]),
+        "clean": verdict([shape(1.5, 0.01, 0), shape(1.5, 0.01, 1)]),
+    }
+    with Archive(tmp_path / "a.sqlite") as archive:
+        bid = archive.add("base", mutator="base")
+        ids = {}
+        for name, v in verdicts.items():
+            ids[name] = archive.add(f"code {name}", mutator="params", parent_id=bid)
+            archive.set_verdict(ids[name], v, "", timing="full")
+        remeasured = []
+
+        def remeasure(row, seed):
+            remeasured.append(row["id"])
+            return row["verdict"]
+
+        def search(k):
+            return SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=k), seed=0, timed=True,
+                                   progress=SimpleNamespace(note=lambda *a: None),
+                                   task=SimpleNamespace(base_code="base"))
+
+        row, _, measured = pick_winner(search(1), SimpleNamespace(remeasure=remeasure))
+        assert remeasured == [ids["clean"]] and row["id"] == ids["clean"]
+        assert measured[0]["measured_win"] and measured[0]["final_ci95"][0] > 1.4
+        # Both re-measured: the lossy one is refused on its own re-measurement, the reason kept.
+        archive.set_meta("final", {})
+        remeasured.clear()
+        row, _, measured = pick_winner(search(2), SimpleNamespace(remeasure=remeasure))
+        assert remeasured == [ids["clean"], ids["lossy"]] and row["id"] == ids["clean"]
+        lossy = next(m for m in measured if m["id"] == ids["lossy"])
+        assert lossy["measured_win"] is False and "slower than 0.98x beyond the CI" in lossy["not_a_win"]
+        assert no_winner_reason(search(2), [lossy]).startswith(
+            f"none of the 1 re-measured finalist(s) is a measured win: #{ids['lossy']}: 1 shape(s) slower")
