@@ -62,7 +62,9 @@ import math, sys
 total, overhead, rounds, serial = map(float, sys.argv[1:])
 per_run = total / rounds / serial - overhead
 print(max(0.25, math.floor(per_run / 60 * 4) / 4))" "$TOTAL" "$OVERHEAD" "$rounds" "$runs_per_round")}
-LIMIT=$(python3 -c "import sys; print(int(float(sys.argv[1]) * 60 + 2 * float(sys.argv[2])))" "$MIN" "$OVERHEAD")
+# A run is killed after its minutes plus twice the overhead, and never runs past the step's total.
+LIMIT=$(python3 -c "import sys; m, o, t = map(float, sys.argv[1:]); print(int(min(m * 60 + 2 * o, t + 20)))" \
+  "$MIN" "$OVERHEAD" "$TOTAL")
 EXPECT=$(python3 -c "import sys; print(int(float(sys.argv[1]) * 60 + float(sys.argv[2])))" "$MIN" "$OVERHEAD")
 {
   echo "# sweep vs optimize --mutator params ($(date -u +%FT%TZ))"
