@@ -120,14 +120,16 @@ def search_stats(rows: list[dict], result: dict) -> str:
     if final:
         lines += [
             "",
-            "Finalists re-measured with new input seeds (the winner: the smallest change within 1% of "
-            "the fastest):",
+            "Finalists re-measured with new input seeds (the winner: among measured wins, whose geomean "
+            "95% CI lies above 1.0 and no shape is slower than 0.98x beyond its CI, the smallest change "
+            "within 1% of the fastest):",
             "",
             "| candidate | search geomean | re-measured geomean | changed lines | outcome |",
             "|---|---:|---:|---:|---|",
         ]
         for f in final:
             outcome = "accepted" if f.get("accepted") else f"rejected ({f.get('reason')})"
+            outcome += ", not a measured win" if f.get("accepted") and f.get("measured_win") is False else ""
             outcome += " (noisy)" if f.get("noisy") else ""
             outcome += ", **winner**" if f.get("chosen") else ""
             lines.append(
@@ -152,6 +154,8 @@ def repro(run: dict, rd_path: Path) -> str:
         "--device",
         run.get("device", "auto"),
     ]
+    if run.get("command") == "sweep":  # the grid: no mutator or budget to choose
+        cmd[1], cmd[6:8] = "sweep", []
     if run.get("budget") is not None:
         cmd += ["--budget", str(run["budget"])]
     if run.get("minutes") is not None:
@@ -177,6 +181,27 @@ def slower_shapes(shapes: list[dict]) -> list[str]:
     return out
 
 
+def sweep_section(sweep: dict) -> str:
+    """The grid sweep's numbers (`kernelsmith sweep`): size, coverage, best single and per-shape bests."""
+    done = "the whole grid" if sweep.get("complete") else "cut short by the time budget"
+    sizes = " x ".join(str(len(d)) for d in sweep["knobs"].values())
+    grid = (f"- grid: {sweep['grid_size']} configurations ({sizes} values), {sweep['evaluated']} evaluated "
+            f"({done})" + (", a uniform sample of a larger grid" if sweep.get("sampled") else ""))
+    if sweep.get("best_single_geomean") is None:
+        return grid + "\n- no timing: every configuration was checked for correctness only"
+    best_id = sweep.get("best_single_id")
+    lines = [
+        grid,
+        f"- best single configuration: {sweep['best_single_geomean']:.2f}x "
+        + (f"(candidate #{best_id})" if best_id is not None else "(the base: none was faster)"),
+        f"- a configuration per shape (the best measured on each shape): "
+        f"{_f(sweep.get('per_shape_best_geomean'), '.2f')}x; a per-shape table "
+        + ("beats the best single configuration by the params mutator's margin"
+           if sweep.get("per_shape_table_beats_single") else "does not pay by the params mutator's margin"),
+    ]
+    return "\n".join(lines)
+
+
 def render_report(rd: RunDir, rows: list[dict]) -> str:
     """The report.md text for a run directory."""
     run, result = rd.run, rd.result or {}
@@ -196,6 +221,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     else:
         out.append(f"## kernelsmith: `{run['op']}`: no faster candidate found")
     out.append("")
+    if not winner and result.get("no_winner_reason"):
+        out += [f"**No winner:** {result['no_winner_reason']}.", ""]
     if not timed:
         out += [f"**{NO_TIMING}** No speedup is claimed.", ""]
     out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
@@ -209,9 +236,12 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     if shapes:
         out += ["### Per shape", "", shape_table(shapes, timed), ""]
         if timed:
+            gci = result.get("geomean_ci95")
+            gci_text = f" (95% CI {gci[0]:.2f}–{gci[1]:.2f})" if gci else ""
             out += [
-                f"Geomean speedup: **{g:.2f}x**. 95% CIs are bootstrapped over interleaved base/winner "
-                "pairs; % roofline is the winner against the measured copy bandwidth (or matmul rate).",
+                f"Geomean speedup: **{g:.2f}x**{gci_text}. 95% CIs are bootstrapped over interleaved "
+                "base/winner pairs (the geomean's over every shape's pairs at once); % roofline is the "
+                "winner against the measured copy bandwidth (or matmul rate).",
                 "",
             ]
             slower = slower_shapes(shapes)
@@ -235,6 +265,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         "",
     ]
     out += ["### Search", "", search_stats(rows, result), ""]
+    if result.get("sweep"):
+        out += ["### Sweep", "", sweep_section(result["sweep"]), ""]
     out += ["### Reproduce", "", repro(run, rd.path), ""]
     if winner and winner.get("diff"):
         out += [

@@ -1,11 +1,13 @@
 """The end of a search: re-measure the best candidates with new seeds, pick the winner, and write
 winner/, result.json, report.md, speedup.png and benchmark.json.
 
-With timing, the winner is, among the re-measured candidates whose geomean beats the base (> 1.0)
-on a measurement that is not noisy, the smallest change (fewest changed lines against the base)
-within 1% of the fastest: a reviewer should not get a size table for a difference the measurement
-cannot tell apart. Without timing (interpreter), it is the latest accepted candidate
-that differs from the base and passes again on new inputs; its geomean is null.
+With timing, the winner is, among the re-measured candidates whose re-measurement is a measured
+win (evidence.py: the geomean's 95% CI above 1.0, no shape slower than 0.98x beyond its CI, not
+noisy), the smallest change (fewest changed lines against the base) within 1% of the fastest: a
+reviewer should not get a size table for a difference the measurement cannot tell apart. When no
+finalist is a measured win the run ends without a winner and result.json's `no_winner_reason`
+says why. Without timing (interpreter), it is the latest accepted candidate that differs from the
+base and passes again on new inputs; its geomean is null.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from ..rundir import write_json, write_text
 from .archive import rejected_counts
 from .edits import unified_diff
+from .evidence import ci_seed, judge
 from .loop import FINAL_SEED_OFFSET
 
 SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
@@ -43,7 +46,16 @@ def _finalists(search, rows: list[dict]) -> list[dict]:
         for r in accepted
         if r["timing"] == "full" and (r["speedup"] or 0) > 1.0 and not _noisy(r["verdict"])
     ]
-    return sorted(full, key=lambda r: (-r["speedup"], r["id"]))[: search.config.final_k]
+    # Candidates whose search measurement already is a measured win go first: a faster one that
+    # loses a shape would fail the same rule again on re-measurement and crowd out one that passes.
+    # Judged fastest first, only until enough pass (a bootstrap costs a fraction of a second).
+    k = search.config.final_k
+    passed, failed = [], []
+    for r in sorted(full, key=lambda r: (-r["speedup"], r["id"])):
+        if len(passed) == k:
+            break
+        (passed if judge(r["verdict"], ci_seed(search.seed, r["id"]))["win"] else failed).append(r)
+    return (passed + failed)[:k]
 
 
 def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]]:
@@ -75,13 +87,14 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
             return row, v, measured  # latest first: the first that passes again wins
     if not search.timed:
         return None, None, measured
-    good = [
-        (final[str(r["id"])]["geomean_speedup"], r)
-        for r in finalists
-        if final[str(r["id"])].get("accepted")
-        and not _noisy(final[str(r["id"])])
-        and (final[str(r["id"])].get("geomean_speedup") or 0) > 1.0
-    ]
+    good = []
+    for m, r in zip(measured, finalists, strict=True):
+        verdict = final[str(r["id"])]
+        evidence = judge(verdict, ci_seed(search.seed + FINAL_SEED_OFFSET, r["id"]))
+        m["final_ci95"], m["measured_win"], m["not_a_win"] = (
+            evidence["geomean_ci95"], evidence["win"], evidence["reason"])
+        if evidence["win"]:
+            good.append((verdict["geomean_speedup"], r))
     if not good:
         return None, None, measured
     size = {r["id"]: changed_lines(search.task.base_code, r["code"]) for r in finalists}
@@ -91,6 +104,20 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
     for m in measured:
         m["changed_lines"], m["chosen"] = size[m["id"]], m["id"] == row["id"]
     return row, final[str(row["id"])], measured
+
+
+def no_winner_reason(search, measured: list[dict]) -> str:
+    """Why the run ends without a winner, in one sentence for result.json, report.md and the console."""
+    if not measured:
+        if search.timed:
+            return ("no accepted candidate was measured faster than the base (geomean > 1.0 on a full, "
+                    "non-noisy measurement), so none was re-measured")
+        return "no accepted candidate differs from the base"
+    if not search.timed:
+        return "no accepted candidate passed again on new inputs: " + "; ".join(
+            f"#{m['id']}: {m.get('reason')}" for m in measured)
+    return f"none of the {len(measured)} re-measured finalist(s) is a measured win: " + "; ".join(
+        f"#{m['id']}: {m.get('not_a_win')}" for m in measured)
 
 
 def _shapes(verdict: dict | None) -> list[dict]:
@@ -151,6 +178,13 @@ def finish(search, evaluator, started: float) -> dict:
     else:
         for stale in (winner_dir / name, winner_dir / "winner.diff"):
             stale.unlink(missing_ok=True)
+    reason = None if winner is not None else no_winner_reason(search, measured)
+    win_ci = next((m.get("final_ci95") for m in measured if winner and m["id"] == winner["id"]), None)
+    if reason is not None:
+        search.progress.note(f"no winner: {reason}")
+    elif search.timed:
+        ci = f" (95% CI {win_ci[0]:.3f}-{win_ci[1]:.3f})" if win_ci else ""
+        search.progress.note(f"winner: #{winner['id']}, geomean {verdict['geomean_speedup']:.3f}x{ci}")
     wall = search.prior_wall + time.time() - started  # every invocation of this run, resumes included
     archive.set_meta("wall_s", wall)
     result = {
@@ -167,6 +201,8 @@ def finish(search, evaluator, started: float) -> dict:
         "winner": winner_json,
         "shapes": _shapes(verdict) if winner is not None else [],
         "geomean_speedup": verdict.get("geomean_speedup") if winner is not None and search.timed else None,
+        "geomean_ci95": win_ci,
+        "no_winner_reason": reason,
         "timed": search.timed,
         "run_id": path.name,
         "seed": search.seed,
@@ -180,6 +216,11 @@ def finish(search, evaluator, started: float) -> dict:
     }
     if search.run.get("replay"):
         result["replay"] = _replay_summary(search.run["replay"], rows)
+    if search.run.get("command") == "sweep":
+        from .sweep import summary
+
+        result["command"] = "sweep"
+        result["sweep"] = summary(search, rows)
     write_json(path / "result.json", result)
     render_all(load_run(path))
     return result

@@ -56,6 +56,7 @@ class SearchConfig:
     # rejected as a timeout; None: no limit. On the H200 host, a huge block on one warp took 27 to
     # over 60 s and stalled the search; upstream kernels compile in 1-3 s.
     compile_limit: float | None = 20.0
+    command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
 
@@ -77,6 +78,9 @@ def _resolve(config: SearchConfig):
             raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
         rd = load_run(out)
         run = rd.run
+        if run.get("command", "optimize") != config.command:
+            raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
+                              f"that command, not {config.command}", "command")
         task = load_task(run["target"], run["op"], checkout=run["checkout"])
         if task.base_sha != run["base_sha"]:
             raise ConfigError(
@@ -111,6 +115,8 @@ def _resolve(config: SearchConfig):
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
     budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
+    if config.command == "sweep":
+        budget = config.budget  # None: until the grid is done (or --minutes)
     replay = None
     if config.replay is not None:
         from .mutators.replay import load_replay
@@ -126,6 +132,7 @@ def _resolve(config: SearchConfig):
         gpus=gpus,
         argv=config.argv,
     )
+    run["command"] = config.command
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
@@ -133,10 +140,19 @@ def _resolve(config: SearchConfig):
     return task, out.resolve(), run, device, gpus
 
 
-def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None) -> list:
-    """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings)."""
+def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
+                   sweep_seed: int | None = None) -> list:
+    """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
+    the grid of `kernelsmith sweep`, every point once in that seed's order."""
     from .mutators.llm import LLMMutator, llm_settings
     from .mutators.params import GridMutator, ParamsMutator
+
+    if sweep_seed is not None:
+        from .sweep import SweepGrid
+
+        grid = SweepGrid(task, device=device, seed=sweep_seed, budget_hint=budget_hint)
+        note(f"sweep: {grid.describe_grid()}")
+        return [grid]
 
     if name == "replay":
         from .mutators.replay import ReplayMutator
@@ -179,10 +195,14 @@ class Search:
         self.batch = config.batch or max(2, len(self.gpus))
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
+        self.command = self.run.get("command", "optimize")
+        sweep = self.command == "sweep"
         self.mutators = build_mutators(
-            self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay")
+            self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay"),
+            sweep_seed=self.seed if sweep else None,
         )
-        self.stagnation = config.stagnation or max(12, (3 * hint) // 4)
+        # A sweep visits the whole grid: no stagnation stop.
+        self.stagnation = float("inf") if sweep else config.stagnation or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 

@@ -38,6 +38,7 @@ def test_params_search_on_gpu(tmp_path):
     assert result["timed"] and rc == (0 if result["winner"] else 1)
     # num_warps alone is worth ~1.5x on the large shapes of this kernel (DESIGN.md, measured).
     assert result["winner"] and result["geomean_speedup"] > 1.05
+    assert result["geomean_ci95"][0] > 1.0 and result["no_winner_reason"] is None  # a measured win
     with Archive(out / "archive.sqlite") as a:
         rows = a.all()
     assert rows[0]["timing"] == "full" and all(

@@ -538,8 +538,12 @@ def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, si
         search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=3), seed=0, timed=True,
                                  progress=SimpleNamespace(note=lambda *a: None),
                                  task=SimpleNamespace(base_code=base))
+        # Re-measured as clear wins (the winner rule asks for the geomean's CI above 1.0).
         evaluator = SimpleNamespace(remeasure=lambda row, seed: {
-            "accepted": True, "geomean_speedup": row["speedup"], "timing": {"noisy": False}})
+            "accepted": True, "geomean_speedup": row["speedup"], "timing": {"noisy": False},
+            "shapes": [{"shape": {"n": 1}, "speedup": row["speedup"], "candidate_ms": 1 / row["speedup"],
+                        "ci95": [row["speedup"] * 0.99, row["speedup"] * 1.01],
+                        "samples_ms": {"base": [1.0, 1.01, 0.99], "candidate": [1 / row["speedup"]] * 3}}]})
         row, _, measured = pick_winner(search, evaluator)
     assert row["id"] == ids[winner]
     assert changed_lines(base, codes["simple"]) == 2 and changed_lines(base, codes["table"]) > 2

@@ -1,0 +1,145 @@
+"""Search runs against a `kernelsmith sweep` of the same operator:
+`python -m kernelsmith.search.compare RUN_DIR RUN_DIR... [--json]`.
+
+The reference is the sweep's per-shape-best geomean (result.json `sweep.per_shape_best_geomean`:
+the best measured config on each shape); `--reference X` sets it by hand, and without a sweep
+among the runs the best search geomean is used (said so). For each run: GPU-seconds until its best
+full measurement that is a measured win (evidence.py: the rule a winner must pass, so a fast
+candidate that loses a shape counts for nothing; `--any` counts every full, non-noisy one) reached
+50/90/95% of the reference, its final (re-measured winner's) geomean, evaluations, and evaluations
+per held GPU-minute; then the best speedup each run had reached at fractions of the sweep's
+GPU-seconds. GPU-seconds are referee seconds summed in evaluation order (efficiency.py); held GPU
+time is wall time times GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .efficiency import best_at, candidate_rows, curve, run_summary, time_to
+from .evidence import ci_seed, judge
+
+FRACTIONS = (0.5, 0.9, 0.95)
+CHECKPOINTS = (0.1, 0.25, 0.5, 0.75, 1.0)  # of the sweep's GPU-seconds
+
+
+def _load(run_dir: Path) -> tuple[dict, dict]:
+    run = json.loads((run_dir / "run.json").read_text())
+    result = json.loads((run_dir / "result.json").read_text())
+    return run, result
+
+
+def win_curve(rows: list[dict], seed: int) -> list[tuple[float, float]]:
+    """efficiency.curve counting only full measurements that are measured wins."""
+    best, claimable = 1.0, []
+    for r in rows:
+        faster = r["timing"] == "full" and r["accepted"] and (r["speedup"] or 0.0) > best
+        # Judged only where it would raise the best so far (a bootstrap costs a fraction of a second).
+        if faster and judge(r["verdict"] or {}, ci_seed(seed, r["id"]))["win"]:
+            best = r["speedup"]
+        elif r["accepted"] and r["timing"] == "full":
+            r = {**r, "accepted": 0}
+        claimable.append(r)
+    return curve(claimable)
+
+
+def compare_runs(run_dirs: list[Path], reference: float | None = None, wins_only: bool = True) -> dict:
+    """The comparison as data: reference, per-run rows and the speedup-vs-GPU-seconds table."""
+    loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
+    curves = {str(d): (win_curve(candidate_rows(d), run.get("seed") or 0) if wins_only
+                       else curve(candidate_rows(d))) for d, run, _ in loaded}
+    sweeps = [(d, res["sweep"]) for d, run, res in loaded
+              if run.get("command") == "sweep" and res.get("sweep")]
+    source = "--reference"
+    if reference is None and sweeps:
+        reference = sweeps[0][1].get("per_shape_best_geomean") or sweeps[0][1].get("best_single_geomean")
+        source = f"per-shape best of sweep {sweeps[0][0]}"
+    if reference is None:
+        reference = max([pts[-1][1] for pts in curves.values() if pts] + [1.0])
+        source = "best search geomean (no sweep among the runs)"
+    runs = []
+    for d, run, res in loaded:
+        pts, summary = curves[str(d)], run_summary(d)
+        gpu_s = pts[-1][0] if pts else 0.0
+        reached = {f"{int(f * 100)}%": time_to(pts, f * reference) for f in FRACTIONS}
+        runs.append({
+            "run": str(d),
+            "kind": "sweep" if run.get("command") == "sweep" else f"optimize --mutator {run.get('mutator')}",
+            "gpus": summary["gpus"],
+            "gpu_s": round(gpu_s, 2),
+            "held_gpu_s": round(summary["gpus"] * (res.get("wall_s") or 0.0), 1),
+            "gpu_s_to": {k: (round(v, 2) if v is not None else None) for k, v in reached.items()},
+            "search_best": round(pts[-1][1], 4) if pts else 1.0,
+            "final_geomean": res.get("geomean_speedup"),
+            "no_winner_reason": res.get("no_winner_reason"),
+            "evaluations": res.get("evaluations"),
+            "evals_per_held_gpu_minute": summary["evals_per_held_gpu_minute"],
+        })
+    longest = max([r["gpu_s"] for r in runs] + [0.0])
+    horizon = next((r["gpu_s"] for r in runs if r["kind"] == "sweep"), longest)
+    table = [
+        {"gpu_s": round(f * horizon, 2), **{str(d): round(best_at(curves[str(d)], f * horizon), 4)
+                                            for d, _, _ in loaded}}
+        for f in CHECKPOINTS
+    ]
+    return {"reference": round(reference, 4), "reference_source": source, "runs": runs,
+            "counted": "measured wins" if wins_only else "every full, non-noisy measurement",
+            "reference_gpu_s": horizon, "speedup_vs_gpu_s": table}
+
+
+def _f(x, fmt: str) -> str:
+    return "never" if x is None else format(x, fmt)
+
+
+def render(data: dict) -> str:
+    """The comparison as two markdown tables."""
+    ref = data["reference"]
+    out = [f"Reference: {ref:.3f}x ({data['reference_source']}); a run's best counts "
+           f"{data['counted']}.", "",
+           "| run | kind | GPUs | GPU-s | held GPU-s | GPU-s to 50% | to 90% | to 95% | search best "
+           "| final geomean | evaluations | evals / held GPU-min |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in data["runs"]:
+        to = r["gpu_s_to"]
+        final = _f(r["final_geomean"], ".3f") if r["final_geomean"] is not None else "no winner"
+        out.append(
+            f"| {Path(r['run']).name} | {r['kind']} | {r['gpus']} | {r['gpu_s']:.1f} | {r['held_gpu_s']:.1f} "
+            f"| {_f(to['50%'], '.1f')} | {_f(to['90%'], '.1f')} | {_f(to['95%'], '.1f')} "
+            f"| {r['search_best']:.3f}x | {final} | {r['evaluations']} "
+            f"| {_f(r['evals_per_held_gpu_minute'], '.1f')} |"
+        )
+    names = [r["run"] for r in data["runs"]]
+    out += ["", "Best speedup reached by GPU-seconds (fractions of the reference run's GPU-seconds):", "",
+            "| GPU-s | " + " | ".join(Path(n).name for n in names) + " |",
+            "|---:|" + "---:|" * len(names)]
+    for row in data["speedup_vs_gpu_s"]:
+        out.append(f"| {row['gpu_s']:.1f} | " + " | ".join(f"{row[n]:.3f}x" for n in names) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the comparison of run directories (markdown, or JSON with --json)."""
+    p = argparse.ArgumentParser(prog="python -m kernelsmith.search.compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", type=Path, help="run directories (a sweep and the searches)")
+    p.add_argument("--reference", type=float, help="the geomean the fractions are of (default: the sweep's)")
+    p.add_argument("--json", action="store_true", help="JSON instead of markdown tables")
+    p.add_argument("--any", action="store_true",
+                   help="count every full, non-noisy measurement, not only measured wins")
+    args = p.parse_args(argv)
+    missing = [str(r) for r in args.runs
+               if not (r / "result.json").is_file() or not (r / "run.json").is_file()]
+    if missing:
+        print(f"compare: not a finished run directory (no run.json/result.json): {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    data = compare_runs(args.runs, args.reference, wins_only=not args.any)
+    print(json.dumps(data, indent=2) if args.json else render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

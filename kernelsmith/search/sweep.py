@@ -1,0 +1,113 @@
+"""`kernelsmith sweep`: the exhaustive grid over the knobs the params mutator finds, the baseline every
+search claim is compared with.
+
+The grid is the full cartesian product of the discovered tunables' domains (the GridMutator's
+space: single configurations, no per-shape tables), every point judged by the same evaluator and
+referee as a search's candidates and stored in a normal run directory (run.json: mutator "grid",
+command "sweep"). Points are visited in a random order fixed by `--seed`, so a sweep cut short by
+`--minutes` is a uniform sample of the grid rather than its lexicographic corner (the first
+knob's smallest values). A grid over GRID_CAP points is sampled down to GRID_CAP (result.json
+says so). The sweep's result adds, from the verdicts' per-shape speedups, the geomean a config
+chosen per shape would reach, and whether the params mutator's own table rule would adopt such a
+table over the best single config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from statistics import geometric_mean
+
+from .mutators.params import GridMutator
+from .mutators.tunables import label
+
+GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
+
+
+class SweepGrid(GridMutator):
+    """The GridMutator's space, every point once, in a seeded random order (see module docstring)."""
+
+    name = "grid"
+
+    def __init__(self, task, *, device: str, seed: int, budget_hint: int = 40, cap: int = GRID_CAP):
+        super().__init__(task, device=device, budget_hint=budget_hint)
+        self.domains = [list(t.domain) for t in self.tunables]
+        self.size = math.prod(len(d) for d in self.domains)
+        self.cap = cap
+        self._grid = self._points(random.Random(f"sweep/{seed}"))
+
+    def _points(self, rng: random.Random):
+        """Every point of the grid (or GRID_CAP of them, drawn without replacement), shuffled."""
+        for index in rng.sample(range(self.size), min(self.size, self.cap)):
+            combo = []
+            for dom in reversed(self.domains):  # mixed-radix digits, the last knob fastest
+                index, digit = divmod(index, len(dom))
+                combo.append(dom[digit])
+            yield tuple(reversed(combo))
+
+    def describe_grid(self) -> str:
+        """The grid's size and knobs in words (printed when a sweep starts)."""
+        knobs = " x ".join(f"{label(t)} ({len(t.domain)})" for t in self.tunables) or "no knobs"
+        sampled = f"; more than {self.cap}: a uniform sample of {self.cap} is swept" * (self.size > self.cap)
+        return f"grid of {self.size} configurations: {knobs}{sampled}"
+
+
+def _per_shape(row: dict, index: dict[str, int], n: int) -> list[float | None]:
+    """Per-shape speedups of an accepted, timed, non-noisy row (screen or full), in shape order."""
+    v = row.get("verdict") or {}
+    out: list[float | None] = [None] * n
+    if not (row.get("accepted") and v.get("timed")) or (v.get("timing") or {}).get("noisy"):
+        return out
+    for s in v.get("shapes") or []:
+        i = index.get(json.dumps(s.get("shape"), sort_keys=True))
+        if i is not None and s.get("speedup"):
+            out[i] = float(s["speedup"])
+    return out
+
+
+def summary(search, rows: list[dict]) -> dict:
+    """result.json's `sweep` block: grid size, points evaluated, best single config, per-shape bests."""
+    grid = next(m for m in search.mutators if isinstance(m, SweepGrid))
+    shapes = grid.shapes
+    index = {json.dumps(s, sort_keys=True): i for i, s in enumerate(shapes)}
+    points = [r for r in rows if r["mutator"] == "grid"]
+    evaluated = [r for r in points if r["status"] == "evaluated" and r.get("reason") != "malformed_proposal"]
+    single = [(r["speedup"], r) for r in evaluated if r["accepted"] and r["timing"] == "full"
+              and r["speedup"] and not ((r["verdict"] or {}).get("timing") or {}).get("noisy")]
+    best_single, best_row = max(single, key=lambda x: (x[0], -x[1]["id"]), default=(1.0, None))
+    # The base is a point of the grid too (1.0 on every shape).
+    best = [(1.0, None) for _ in shapes]
+    for r in evaluated:
+        for i, sp in enumerate(_per_shape(r, index, len(shapes))):
+            if sp is not None and sp > best[i][0]:
+                best[i] = (sp, r)
+    per_shape = geometric_mean([b for b, _ in best]) if shapes else None
+    # The params mutator's own rule (and margin) for adopting a per-shape table over the best single config.
+    grid.sync(rows)
+    table = grid._table_proposal()
+    per_shape_wins = table is not None
+    out = {
+        "grid_size": grid.size,
+        "knobs": {t.key: t.domain for t in grid.tunables},
+        "sampled": grid.size > grid.cap,
+        "proposed": len(points),
+        "evaluated": len(evaluated),
+        "complete": (search.stop_reason or "").startswith("search space exhausted"),
+        "best_single_geomean": round(best_single, 4),
+        "best_single_id": best_row["id"] if best_row else None,
+        "per_shape_best_geomean": round(per_shape, 4) if per_shape else None,
+        "per_shape_best": [
+            {"shape": s, "speedup": round(b, 4), "id": r["id"] if r else None,
+             "values": (r.get("params") or {}).get("values") if r else None}
+            for s, (b, r) in zip(shapes, best, strict=True)
+        ],
+        "per_shape_table_beats_single": per_shape_wins,
+        "table_predicted_geomean": table.get("predicted") if table else None,
+    }
+    # What a search is measured against: the per-shape bests where a table pays, else the best single.
+    out["target_geomean"] = out["per_shape_best_geomean"] if per_shape_wins else out["best_single_geomean"]
+    if not search.timed:  # the interpreter: correctness only, no speed to report
+        out.update(best_single_geomean=None, best_single_id=None, per_shape_best_geomean=None,
+                   per_shape_best=[], target_geomean=None)
+    return out

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# GPU step (issue 11 "Show"): `kernelsmith sweep` and `kernelsmith optimize --mutator params` side by
+# side on real operators, from checkout folders carried in, then
+# `python -m kernelsmith.search.compare SWEEP PARAMS` per operator (GPU-seconds to 50/90/95% of the
+# sweep's per-shape-best geomean, final geomean, evaluations, evaluations per held GPU-minute, best
+# speedup by GPU-seconds). Results under $OUT/sweep-vs-search/.
+#   LMDEPLOY_CHECKOUT=/path SGLANG_CHECKOUT=/path bash scripts/gpu.d/25-sweep-vs-search.sh
+# SVS_OPS: target:operator pairs (default below); an operator whose checkout variable is unset is
+#   skipped, saying so.
+# Scheduling: with two or more GPUs, each operator's sweep and search run at once, one GPU each
+#   (a lane is a pair of GPUs; operators are dealt round-robin over the lanes); with one GPU, one
+#   after the other on it.
+# SVS_MINUTES: each run's --minutes. Default: what fits the whole step into SVS_TOTAL_S (default 540 s,
+#   one 10-minute device command with room for the start) given the rounds the lanes need and
+#   SVS_OVERHEAD_S (default 60 s per run: start, base calibration, final re-measurement), in steps of
+#   0.25 min. 5 operators: 1 GPU 0.25 min (too short to mean much: use SVS_OPS for fewer operators),
+#   2 GPUs 0.75 min, 4 GPUs 2 min, 8 GPUs 3.5 min; one operator on 2 GPUs 8 min.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+D="$OUT/sweep-vs-search"
+rm -rf "$D"
+mkdir -p "$D"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export KERNELSMITH_TARGETS="$PWD/targets"
+KS="python3 -m kernelsmith"
+OPS=${SVS_OPS:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router lmdeploy:rms_norm sglang:gelu_and_mul sglang:fused_rmsnorm"}
+TOTAL=${SVS_TOTAL_S:-540}
+OVERHEAD=${SVS_OVERHEAD_S:-60}
+SUMMARY="$D/summary.md"
+status=0
+start=$SECONDS
+
+checkout_for() {
+  case "$1" in
+    lmdeploy) echo "${LMDEPLOY_CHECKOUT:-}" ;;
+    sglang) echo "${SGLANG_CHECKOUT:-}" ;;
+  esac
+}
+
+todo=()
+for pair in $OPS; do
+  target=${pair%%:*}
+  co=$(checkout_for "$target")
+  if [ -z "$co" ] || [ ! -d "$co" ]; then
+    echo "25-sweep-vs-search: ${target^^}_CHECKOUT not set or missing: skipping $pair" | tee -a "$SUMMARY"
+    continue
+  fi
+  todo+=("$pair")
+done
+[ "${#todo[@]}" -gt 0 ] || { echo "25-sweep-vs-search: no operator to run"; exit 0; }
+
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+[ "$gpus" -ge 1 ] || { echo "25-sweep-vs-search: no CUDA device"; exit 1; }
+lanes=$((gpus / 2))
+paired=1
+[ "$lanes" -ge 1 ] || { lanes=1; paired=0; }
+rounds=$(((${#todo[@]} + lanes - 1) / lanes))
+runs_per_round=$((paired ? 1 : 2))  # runs one after the other in a lane per operator
+MIN=${SVS_MINUTES:-$(python3 -c "
+import math, sys
+total, overhead, rounds, serial = map(float, sys.argv[1:])
+per_run = total / rounds / serial - overhead
+print(max(0.25, math.floor(per_run / 60 * 4) / 4))" "$TOTAL" "$OVERHEAD" "$rounds" "$runs_per_round")}
+# A run is killed after its minutes plus twice the overhead, and never runs past the step's total.
+LIMIT=$(python3 -c "import sys; m, o, t = map(float, sys.argv[1:]); print(int(min(m * 60 + 2 * o, t + 20)))" \
+  "$MIN" "$OVERHEAD" "$TOTAL")
+EXPECT=$(python3 -c "import sys; print(int(float(sys.argv[1]) * 60 + float(sys.argv[2])))" "$MIN" "$OVERHEAD")
+{
+  echo "# sweep vs optimize --mutator params ($(date -u +%FT%TZ))"
+  echo
+  echo "GPUs: $gpus; lanes: $lanes ($([ $paired = 1 ] && echo 'sweep and search at once, one GPU each' || echo 'one GPU: sweep, then search')); operators: ${todo[*]}; --minutes $MIN per run (kill after $LIMIT s)"
+} >> "$SUMMARY"
+tail -n 1 "$SUMMARY"
+
+one() {  # name gpu command... : one run on one GPU, its exit code in $D/name.rc
+  local name=$1 gpu=$2
+  shift 2
+  local t0=$SECONDS
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$LIMIT" "$@" --out "$D/$name" --device cuda --gpus 0 --seed 0 \
+    --minutes "$MIN" --no-progress > "$D/$name.log" 2>&1
+  local rc=$?
+  echo "$rc" > "$D/$name.rc"
+  echo "$name: exit $rc in $((SECONDS - t0)) s on GPU $gpu ($(tail -n 1 "$D/$name.log"))"
+}
+
+operator() {  # target:op lane
+  local target=${1%%:*} op=${1#*:} lane=$2 co g0 g1
+  co=$(checkout_for "$target")
+  g0=$((paired ? 2 * lane : 0))
+  g1=$((paired ? 2 * lane + 1 : 0))
+  local sweep=(${KS} sweep "$target" "$op" --checkout "$co")
+  local search=(${KS} optimize "$target" "$op" --checkout "$co" --mutator params)
+  [ -n "${SVS_STAGNATION:-}" ] && search+=(--stagnation "$SVS_STAGNATION")
+  if [ "$paired" = 1 ]; then
+    one "$target-$op-sweep" "$g0" "${sweep[@]}" &
+    one "$target-$op-params" "$g1" "${search[@]}" &
+    wait
+  else
+    one "$target-$op-sweep" "$g0" "${sweep[@]}"
+    one "$target-$op-params" "$g1" "${search[@]}"
+  fi
+  local runs=()
+  for kind in sweep params; do
+    [ -f "$D/$target-$op-$kind/result.json" ] && runs+=("$D/$target-$op-$kind")
+    [ "$(cat "$D/$target-$op-$kind.rc" 2>/dev/null)" -le 1 ] 2>/dev/null || echo "FAILED" > "$D/$target-$op.failed"
+  done
+  if [ "${#runs[@]}" -gt 0 ]; then
+    python3 -m kernelsmith.search.compare "${runs[@]}" > "$D/$target-$op-compare.md" 2>&1 \
+      || echo "FAILED" > "$D/$target-$op.failed"
+    python3 -m kernelsmith.search.compare "${runs[@]}" --json > "$D/$target-$op-compare.json" 2>/dev/null
+  fi
+}
+
+for ((r = 0; r < rounds; r++)); do
+  if [ $((SECONDS - start + EXPECT * runs_per_round)) -gt "$((TOTAL + 30))" ]; then
+    echo "25-sweep-vs-search: out of time; skipping round $((r + 1)) of $rounds" | tee -a "$SUMMARY"
+    break
+  fi
+  for ((l = 0; l < lanes; l++)); do
+    i=$((r * lanes + l))
+    [ "$i" -lt "${#todo[@]}" ] && operator "${todo[$i]}" "$l" &
+  done
+  wait
+done
+
+for pair in "${todo[@]}"; do
+  target=${pair%%:*} op=${pair#*:}
+  [ -f "$D/$target-$op.failed" ] && status=1
+  [ -f "$D/$target-$op-compare.md" ] || continue
+  { echo; echo "## $target $op"; echo; cat "$D/$target-$op-compare.md"; } >> "$SUMMARY"
+  for kind in sweep params; do
+    python3 - "$D/$target-$op-$kind/result.json" "$kind" >> "$SUMMARY" 2>/dev/null <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r.get("sweep") or {}
+extra = (f"; grid {s['evaluated']}/{s['grid_size']} evaluated, best single {s['best_single_geomean']:.3f}x, "
+         f"per shape {s['per_shape_best_geomean']:.3f}x, table pays: {s['per_shape_table_beats_single']}") if s else ""
+g, ci = r.get("geomean_speedup"), r.get("geomean_ci95")
+won = f"winner {g:.3f}x, 95% CI {ci}" if g else f"no winner: {r.get('no_winner_reason')}"
+print(f"\n- {sys.argv[2]}: {won}{extra}")
+PY
+  done
+done
+echo "total: $((SECONDS - start)) s" >> "$SUMMARY"
+cat "$SUMMARY"
+exit $status

@@ -1,0 +1,108 @@
+"""`python -m kernelsmith.search.compare`: searches against a sweep, from synthetic archives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.compare import compare_runs, main
+
+
+def shapes(speeds: list[float]) -> list[dict]:
+    """Verdict shapes at these speedups, with tight interleaved samples (base 1 ms)."""
+    return [{"shape": {"n": i}, "speedup": s, "candidate_ms": 1 / s, "ci95": [s * 0.99, s * 1.01],
+             "samples_ms": {"base": [1.0, 1.01, 0.99, 1.0, 1.0], "candidate": [1 / s] * 5}}
+            for i, s in enumerate(speeds)]
+
+
+def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str, mutator: str, wall_s: float,
+             gpus: list[int], sweep: dict | None = None, final: float | None = None) -> Path:
+    """A run directory whose archive holds the base and `evals` [(eval_s, geomean, timing)] in order;
+    timing "lossy" is a full measurement at that geomean that is 0.9x on one of its two shapes."""
+    path.mkdir(parents=True)
+    with Archive(path / "archive.sqlite") as a:
+        base = a.add("base", mutator="base")
+        a.set_verdict(base, {"accepted": True, "timed": True, "geomean_speedup": 1.0, "eval_s": 3.0,
+                             "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
+        for i, (seconds, g, timing) in enumerate(evals):
+            cid = a.add(f"code {i}", mutator=mutator, parent_id=base)
+            accepted = timing != "rejected"
+            full = timing in ("full", "lossy")
+            speeds = [g * g / 0.9, 0.9] if timing == "lossy" else [g, g]
+            verdict = {"accepted": accepted, "timed": accepted, "geomean_speedup": g if accepted else None,
+                       "eval_s": seconds, "reason": None if accepted else "incorrect",
+                       "shapes": shapes(speeds) if accepted else [],
+                       "timing": {"aa_ratio": 1.0 if full else None, "noisy": False}}
+            a.set_verdict(cid, verdict, "", timing={"rejected": "none", "lossy": "full"}.get(timing, timing))
+    (path / "run.json").write_text(json.dumps({"target": "t.yaml", "op": "op", "file": "f.py", "gpus": gpus,
+                                               "mutator": mutator, "command": command}))
+    result = {"op": "op", "mutator": mutator, "proposals": len(evals), "evaluations": len(evals),
+              "wall_s": wall_s, "geomean_speedup": final, "shapes": [],
+              "no_winner_reason": None if final else "none of the finalists is a measured win"}
+    if sweep:
+        result.update(command="sweep", sweep=sweep)
+    (path / "result.json").write_text(json.dumps(result))
+    return path
+
+
+def _runs(tmp_path: Path) -> tuple[Path, Path]:
+    sweep = make_run(tmp_path / "sweep", [(2.0, 1.2, "full"), (2.0, 3.0, "full"), (2.0, 9.0, "screen"),
+                                          (2.0, 5.0, "full"), (2.0, 0.0, "rejected")],
+                     command="sweep", mutator="grid", wall_s=30.0, gpus=[0],
+                     sweep={"per_shape_best_geomean": 6.0, "best_single_geomean": 5.0}, final=4.9)
+    search = make_run(tmp_path / "params", [(1.0, 2.0, "full"), (1.0, 5.5, "full"), (1.0, 5.8, "full"),
+                                             (1.0, 7.0, "lossy")],
+                      command="optimize", mutator="params", wall_s=60.0, gpus=[0, 1], final=None)
+    return sweep, search
+
+
+def test_gpu_seconds_to_fractions_of_the_sweeps_per_shape_best(tmp_path):
+    """(The search's last candidate, 7.0x but 0.9x on a shape, is no measured win: it counts for nothing.)"""
+    sweep, search = _runs(tmp_path)
+    data = compare_runs([sweep, search])
+    assert data["reference"] == 6.0 and data["reference_source"].startswith("per-shape best of sweep")
+    s, p = data["runs"]
+    # The sweep: 3.0x after 4 GPU-s (its screened 9.0x and its rejection count time, not speed).
+    assert s["kind"] == "sweep" and s["gpu_s"] == 10.0 and s["search_best"] == 5.0
+    assert s["gpu_s_to"] == {"50%": 4.0, "90%": None, "95%": None}
+    assert s["final_geomean"] == 4.9 and s["evaluations"] == 5 and s["held_gpu_s"] == 30.0
+    assert s["evals_per_held_gpu_minute"] == 10.0
+    # The search: 50% and 90% (5.4x) at its second evaluation, 95% (5.7x) at its third.
+    assert p["kind"] == "optimize --mutator params" and p["gpu_s_to"] == {"50%": 2.0, "90%": 2.0, "95%": 3.0}
+    assert p["final_geomean"] is None and p["held_gpu_s"] == 120.0 and p["evals_per_held_gpu_minute"] == 2.0
+    assert p["search_best"] == 5.8 and p["gpu_s"] == 4.0
+    # Best reached at fractions of the sweep's 10 GPU-seconds.
+    assert data["reference_gpu_s"] == 10.0
+    assert [(r["gpu_s"], r[str(sweep)], r[str(search)]) for r in data["speedup_vs_gpu_s"]] == [
+        (1.0, 1.0, 2.0), (2.5, 1.2, 5.5), (5.0, 3.0, 5.8), (7.5, 3.0, 5.8), (10.0, 5.0, 5.8)]
+
+
+def test_the_cli_prints_the_tables_and_refuses_unfinished_runs(tmp_path, capsys):
+    sweep, search = _runs(tmp_path)
+    assert main([str(sweep), str(search)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Reference: 6.000x (per-shape best of sweep ")
+    assert "a run's best counts measured wins." in text
+    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 5.800x | no winner "
+           "| 4 | 2.0 |")
+    assert row in text
+    assert "| sweep | sweep | 1 | 10.0 | 30.0 | 4.0 | never | never | 5.000x | 4.900 | 5 | 10.0 |" in text
+    assert "| 5.0 | 3.000x | 5.800x |" in text
+    assert main([str(sweep), str(search), "--json", "--reference", "5.0"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["reference"] == 5.0 and data["runs"][0]["gpu_s_to"]["95%"] == 8.0
+    # --any: the lossy 7.0x counts too.
+    assert main([str(sweep), str(search), "--json", "--any"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"][1]["search_best"] == 7.0 and data["counted"] == "every full, non-noisy measurement"
+    (tmp_path / "half").mkdir()
+    assert main([str(sweep), str(tmp_path / "half")]) == 2
+    assert "not a finished run directory" in capsys.readouterr().err
+
+
+def test_without_a_sweep_the_best_search_is_the_reference(tmp_path):
+    _, search = _runs(tmp_path)
+    data = compare_runs([search])
+    assert data["reference"] == 5.8 and "no sweep" in data["reference_source"]
+    assert data["runs"][0]["gpu_s_to"] == {"50%": 2.0, "90%": 2.0, "95%": 3.0}  # 2.0 < 2.9; 5.5 < 0.95 * 5.8

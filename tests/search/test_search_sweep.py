@@ -1,0 +1,148 @@
+"""`kernelsmith sweep`: the whole grid of the params knobs through the same evaluator, as a run directory
+(the model referee stands in for the GPU)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import model_referee
+import pytest
+import torch
+
+from kernelsmith.cli import main
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.compare import compare_runs
+from kernelsmith.search.loop import SearchConfig, optimize
+from kernelsmith.search.sweep import SweepGrid
+from kernelsmith.task import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKS = [1 << k for k in range(4, 15)]  # the demo silu_and_mul's BLOCK domain: 16 .. 16384
+WARPS = [1, 2, 4, 8, 16, 32]
+WARPS_KEY = "silu_and_mul:_silu_and_mul_kernel.num_warps"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """One CUDA device as torch sees it; the model referee judges (nothing runs on a GPU)."""
+    import kernelsmith.referee as referee
+    import kernelsmith.referee.backend as backend
+    from kernelsmith.search.precompile import Precompiler
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(referee, "Referee", model_referee.ModelReferee)
+    monkeypatch.setattr(Precompiler, "maybe", staticmethod(lambda *a, **k: None))
+    model_referee.CALLS.clear()
+
+
+def _sweep(out: Path, *extra: str) -> int:
+    return main(["--targets", str(ROOT / "targets"), "sweep", "demo", "silu_and_mul", "--device", "cuda",
+                 "--out", str(out), "--no-progress", *extra])
+
+
+def _model_speedups(block: int, warps: int) -> list[float]:
+    """The model referee's per-shape speedups of one config, computed here independently of the run."""
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    ms = model_referee.model_ms
+    shapes = task.harness.shapes_for("cuda")
+    return [ms(s["tokens"], s["d"], 64, 1) / ms(s["tokens"], s["d"], block, warps) for s in shapes]
+
+
+def test_sweep_visits_the_whole_grid_once_and_reports_single_and_per_shape_bests(tmp_path, fake_gpu, capsys):
+    out = tmp_path / "sweep"
+    assert _sweep(out) == 0
+    io = capsys.readouterr()
+    assert "sweep: grid of 66 configurations: BLOCK (11) x num_warps (6)" in io.err
+    run = json.loads((out / "run.json").read_text())
+    result = json.loads((out / "result.json").read_text())
+    assert run["mutator"] == "grid" and run["command"] == "sweep" and run["budget"] is None
+    assert result["mutator"] == "grid" and result["command"] == "sweep"
+    assert result["stop_reason"].startswith("search space exhausted")
+    with Archive(out / "archive.sqlite") as a:
+        rows = a.all()
+    points = [(r["params"]["values"]["silu_and_mul:BLOCK"], r["params"]["values"][WARPS_KEY])
+              for r in rows if r["mutator"] == "grid"]
+    # Every point of the product once; the base's own point (64, 1) is the base row.
+    assert sorted(points) == sorted(set(itertools.product(BLOCKS, WARPS)) - {(64, 1)})
+    assert points != sorted(points)  # a shuffled order, not the lexicographic corner first
+    sweep = result["sweep"]
+    assert sweep["grid_size"] == 66 and sweep["proposed"] == 65 and sweep["evaluated"] == 65
+    assert sweep["complete"] and not sweep["sampled"]
+    assert sweep["knobs"] == {"silu_and_mul:BLOCK": BLOCKS, WARPS_KEY: WARPS}
+    # Independently of the run: the model's best single config and its best config per shape.
+    compiles = [(b, w) for b, w in itertools.product(BLOCKS, WARPS) if b <= 8192]
+    table = {c: _model_speedups(*c) for c in compiles}
+    geo = {c: math.exp(sum(map(math.log, v)) / len(v)) for c, v in table.items()}
+    per_shape = [max(1.0, *(v[i] for v in table.values())) for i in range(len(table[(64, 1)]))]
+    assert sweep["best_single_geomean"] == pytest.approx(max(geo.values()), rel=1e-3)
+    per_shape_geo = math.exp(sum(map(math.log, per_shape)) / len(per_shape))
+    assert sweep["per_shape_best_geomean"] == pytest.approx(per_shape_geo, rel=1e-3)
+    assert sweep["per_shape_best_geomean"] > 1.01 * sweep["best_single_geomean"]
+    assert sweep["per_shape_table_beats_single"]
+    assert sweep["target_geomean"] == sweep["per_shape_best_geomean"]
+    assert [s["speedup"] for s in sweep["per_shape_best"]] == pytest.approx(per_shape, rel=1e-3)
+    # The winner is a real measured grid point, re-measured, not the per-shape prediction; the fastest
+    # single config (4096, 32) is 0.71x on the one-token shape, so the measured-win rule passes it over
+    # for the fastest config that loses no shape (the model's CI is +-1%: at least 0.97x).
+    fair = max(g for c, g in geo.items() if min(table[c]) * 1.01 >= 0.98)
+    win = next(r for r in rows if r["id"] == result["winner"]["id"])
+    assert win["mutator"] == "grid" and result["geomean_speedup"] == pytest.approx(fair, rel=1e-3)
+    assert fair < 0.9 * max(geo.values()) and min(table[(4096, 32)]) < 0.75
+    assert f"sweep: 65 of 66 configurations evaluated; best single config {max(geo.values()):.3f}x" in io.out
+    report = (out / "report.md").read_text()
+    assert "### Sweep" in report
+    assert "- grid: 66 configurations (11 x 6 values), 65 evaluated (the whole grid)" in report
+    assert "kernelsmith sweep " in report and "--mutator" not in report
+    # The comparison the GPU step prints: a params search against this sweep.
+    params = optimize(SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "params"), budget=12,
+                                   mutator="params", device="cuda", gpus=[0], progress=False,
+                                   targets=str(ROOT / "targets"), precompile=False,
+                                   referee_factory=model_referee.ModelReferee))
+    data = compare_runs([out, tmp_path / "params"])
+    assert data["reference"] == pytest.approx(sweep["per_shape_best_geomean"], abs=1e-4)
+    assert [r["kind"] for r in data["runs"]] == ["sweep", "optimize --mutator params"]
+    assert data["runs"][1]["evaluations"] == params["evaluations"] and data["runs"][0]["evaluations"] == 65
+
+
+def test_a_sweep_cut_short_resumes_where_it_stopped(tmp_path, fake_gpu):
+    base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "s"), mutator="grid", command="sweep",
+                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
+                referee_factory=model_referee.ModelReferee, seed=5)
+    first = optimize(SearchConfig(**base, minutes=1e-4))
+    assert first["stop_reason"].startswith("time budget") and not first["sweep"]["complete"]
+    assert first["sweep"]["proposed"] < 65
+    with pytest.raises(Exception, match="is a sweep run; resume it with that command"):
+        optimize(SearchConfig(**{**base, "command": "optimize"}, resume=True))
+    done = optimize(SearchConfig(**base, resume=True, minutes=10))
+    assert done["sweep"]["complete"] and done["sweep"]["proposed"] == 65
+    with Archive(tmp_path / "s" / "archive.sqlite") as a:
+        codes = [r["code"] for r in a.all()]
+        evaluated = [r["id"] for r in a.all() if r["mutator"] == "grid" and r["status"] == "evaluated"]
+    assert len(codes) == len(set(codes)) == 66 and len(evaluated) == 65
+    screened = [c["cid"] for c in model_referee.CALLS if c["timing"] == "screen"]
+    assert len(screened) == len(set(screened)) == 65  # no point evaluated twice across the resume
+
+
+def test_the_order_is_fixed_by_the_seed_and_a_huge_grid_is_sampled():
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+
+    def order(seed, cap=1000):
+        return list(SweepGrid(task, device="cuda", seed=seed, cap=cap)._grid)
+
+    assert order(1) == order(1) != order(2)
+    assert sorted(order(1)) == sorted(itertools.product(BLOCKS, WARPS))
+    capped = SweepGrid(task, device="cuda", seed=0, cap=10)
+    points = list(capped._points(random.Random(0)))
+    assert len(points) == len(set(points)) == 10 and set(points) <= set(itertools.product(BLOCKS, WARPS))
+    assert "more than 10: a uniform sample of 10 is swept" in capped.describe_grid()
+
+
+def test_sweep_usage_errors_exit_2(tmp_path, capsys):
+    assert _sweep(tmp_path / "x", "--minutes", "0") == 2
+    assert "--minutes" in capsys.readouterr().err
+    assert _sweep(tmp_path / "y", "--resume") == 2  # nothing to resume there
