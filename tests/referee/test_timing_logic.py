@@ -11,6 +11,7 @@ from referee_helpers import ROOT
 from kernelsmith.harness import load_harness
 from kernelsmith.referee import timing
 from kernelsmith.referee.backend.base import Backend
+from kernelsmith.referee.input_cache import InputCache, listed_seed
 
 
 class FakeBackend(Backend):
@@ -54,6 +55,16 @@ class FakeSession:
         self.base_fn = _rms
         self._aa = lambda **kw: _rms(**kw)
         self.in_base_cache = False  # what Session.base_compiles() switches (compile_cache.py)
+        self.inputs = InputCache(1 << 20)
+
+    def timing_sets(self, shape, seed, count):
+        """As Session.timing_sets: the cached inputs and reference outputs of the first trials."""
+        out = []
+        for t in range(count):
+            s = listed_seed(seed, shape, t)
+            e = self.inputs.get(shape, s, lambda s=s: self.harness.make_inputs(shape, self.dev, s))
+            out.append((e.originals, self.inputs.expected(e, lambda i: self.expected(i))))
+        return out
 
     def aa_fn(self):
         return self._aa
