@@ -210,3 +210,46 @@ class InputCache:
         if total > self.budget and keep in self.entries:
             self.entries.pop(keep)  # the caller still holds it for this use; made again next time
             self.stats["evictions"] += 1
+
+
+class ListedInputs:
+    """The Session's access to its cache (`self.inputs`) for the listed shapes (a mixin: it uses the
+    Session's harness, device, reference, base and call)."""
+
+    def listed(self, shape: dict, seed: int, trial: int):
+        """The cache entry of a listed shape's trial for run seed `seed` (made on a miss)."""
+        s = listed_seed(seed, shape, trial)
+        return self.inputs.get(shape, s, lambda: self.harness.make_inputs(shape, self.dev, s))
+
+    def listed_expected(self, entry) -> tuple:
+        """The reference outputs of a cache entry (computed once per entry)."""
+        return self.inputs.expected(entry, lambda inputs: C.as_tuple(self.reference(**inputs)))
+
+    def listed_base(self, entry) -> tuple[tuple, list | None]:
+        """The trusted base's outputs on a cache entry and their mean error against the reference."""
+        expected = self.listed_expected(entry)
+
+        def error(base_outs):
+            # A pure-library base (KernelBench) is the reference itself, with zero error: no
+            # yardstick for the candidate's precision (the representability check still runs).
+            if getattr(self.harness.module, "LIBRARY_BASE", False):
+                return None
+            return [C.compare(b, e, self._tol(e), "base").mean_abs_err
+                    for b, e in zip(base_outs, expected, strict=False)]
+
+        # call() switches to the private base cache for the base (self.trusted).
+        def run_base(inputs):
+            return self.call(self.base_fn, inputs, float("nan"), None)
+
+        return self.inputs.base(entry, run_base, error)
+
+    def shape_size(self, shape: dict, seed: int) -> float:
+        """A shape's size for choosing representative shapes: bytes_moved, else its input bytes."""
+        if self.harness.bytes_moved:
+            return float(self.harness.bytes_moved(shape))
+        return float(_nbytes(list(C.tensors_of(self.listed(shape, seed, 0).originals).values())))
+
+    def timing_sets(self, shape: dict, seed: int, count: int) -> list[tuple[dict, tuple]]:
+        """(original inputs, reference outputs) of the first `count` trials: what timing runs on."""
+        entries = [self.listed(shape, seed, t) for t in range(count)]
+        return [(e.originals, self.listed_expected(e)) for e in entries]

@@ -25,7 +25,7 @@ from . import correctness as C
 from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
-from .input_cache import InputCache, default_budget, fresh_copy, listed_seed
+from .input_cache import InputCache, ListedInputs, default_budget, fresh_copy
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .snapshot import Snapshot
@@ -75,7 +75,7 @@ class PhaseClock:
         self._last = now
 
 
-class Session:
+class Session(ListedInputs):
     """One worker's state: the harness, the base module, the monitor and the backend."""
 
     def __init__(self, spec: dict):
@@ -179,45 +179,6 @@ class Session:
     def expected(self, inputs: dict) -> tuple:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
         return C.as_tuple(self.reference(**C.clone_inputs(inputs)))
-
-    # -- the listed shapes' cached inputs (input_cache.py) ------------------------------------
-    def listed(self, shape: dict, seed: int, trial: int):
-        """The cache entry of a listed shape's trial for run seed `seed` (made on a miss)."""
-        s = listed_seed(seed, shape, trial)
-        return self.inputs.get(shape, s, lambda: self.harness.make_inputs(shape, self.dev, s))
-
-    def listed_expected(self, entry) -> tuple:
-        """The reference outputs of a cache entry (computed once per entry)."""
-        return self.inputs.expected(entry, lambda inputs: C.as_tuple(self.reference(**inputs)))
-
-    def listed_base(self, entry) -> tuple[tuple, list | None]:
-        """The trusted base's outputs on a cache entry and their mean error against the reference."""
-        expected = self.listed_expected(entry)
-
-        def error(base_outs):
-            # A pure-library base (KernelBench) is the reference itself, with zero error: no
-            # yardstick for the candidate's precision (the representability check still runs).
-            if getattr(self.harness.module, "LIBRARY_BASE", False):
-                return None
-            return [C.compare(b, e, self._tol(e), "base").mean_abs_err
-                    for b, e in zip(base_outs, expected, strict=False)]
-
-        # call() switches to the private base cache for the base (self.trusted).
-        def run_base(inputs):
-            return self.call(self.base_fn, inputs, float("nan"), None)
-
-        return self.inputs.base(entry, run_base, error)
-
-    def shape_size(self, shape: dict, seed: int) -> float:
-        """A shape's size for choosing representative shapes: bytes_moved, else its input bytes."""
-        if self.harness.bytes_moved:
-            return float(self.harness.bytes_moved(shape))
-        return float(sum(_nbytes(C.tensors_of(self.listed(shape, seed, 0).originals).values())))
-
-    def timing_sets(self, shape: dict, seed: int, count: int) -> list[tuple[dict, tuple]]:
-        """(original inputs, reference outputs) of the first `count` trials: what timing runs on."""
-        entries = [self.listed(shape, seed, t) for t in range(count)]
-        return [(e.originals, self.listed_expected(e)) for e in entries]
 
     def base_profiles(self) -> dict:
         """The per-shape base profiles as plain data (for the parent to hand to later workers)."""
