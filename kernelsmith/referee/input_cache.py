@@ -76,16 +76,20 @@ def fingerprint(t: torch.Tensor) -> tuple:
     if flat.numel() == 0:
         return (0,)
     raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-    ints = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
+    if raw.storage_offset() % 4:
+        raw = raw.clone()  # a view starting mid-word cannot be read as int32
+    whole = raw.numel() // 4 * 4
+    tail = tuple(raw[whole:].tolist())  # the last 0-3 bytes, as they are
+    ints = raw[:whole].view(torch.int32)
     n = ints.numel() - ints.numel() % 64
-    total = int(ints.sum(dtype=torch.int64))
+    total = int(ints.sum(dtype=torch.int64)) if ints.numel() else 0
     if n == 0:
-        return (total, tuple(ints.tolist()))
+        return (total, tuple(ints.tolist()), tail)
     block = ints[:n].view(-1, 64)
     cols = tuple(block.sum(0, dtype=torch.int64).tolist())
     rows = block.sum(1, dtype=torch.int64)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
-    return (total, cols, int((rows * weights).sum()))
+    return (total, cols, int((rows * weights).sum()), tail)
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
