@@ -206,8 +206,10 @@ class Referee:
         re-measurement with new inputs needs no second Referee (and no second cold start).
         `fresh_compile`: compile the candidate in an empty Triton cache, never loading a binary
         found on disk (the final re-measurement of a winner).
-        `timing="staged"` (the search): a screen, then the full device-time measurement with its
-        A/A control in the same call when the screen geomean reaches `contender_at`.
+        `timing="staged"` (the search): a screen on representative shapes, then on every shape
+        for a candidate near `contender_at`, then the full device-time measurement with its A/A
+        control in the same call when the all-shape screen geomean reaches `contender_at`
+        (staging.py; `details.timing_depth` says how deep it went).
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
