@@ -189,7 +189,10 @@ def test_candidates_reuse_the_inputs_and_a_slow_harness_costs_them_nothing(wrapp
         listed = _count(calls, "make_inputs", "listed") + _count(calls, "reference", "listed")
         assert listed == made["make_inputs"] + made["reference"]
         assert _count(calls, "make_inputs", "fresh") == len(first.fresh_shapes) + len(second.fresh_shapes) > 0
-        phases[name] = second.details["phase_s"]["correctness"]
+        third = ref.evaluate(code, candidate_id=3, timing="none")
+        assert third.details["input_cache"]["make_inputs"] == 0
+        # The least of two candidates' phases: one slow moment of a loaded machine is not the harness.
+        phases[name] = min(v.details["phase_s"]["correctness"] for v in (second, third))
     # Uncached, the slow harness would add 2 shapes x 3 trials x (0.3 s + 0.3 s) = 3.6 s here.
     assert phases["slow"] < phases["fast"] + 1.0, phases
 
@@ -197,15 +200,20 @@ def test_candidates_reuse_the_inputs_and_a_slow_harness_costs_them_nothing(wrapp
 def test_the_final_remeasurement_draws_new_inputs(wrapped):
     ref, log = wrapped["fast"]
     code = OP_FILE.read_text()
-    ref.evaluate(code, candidate_id=3, timing="none")
-    search = {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
-    ref.evaluate(code, candidate_id=4, timing="none")  # a cache miss would log its seed here
-    search |= {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
-    final = ref.evaluate(code, candidate_id=3, timing="none", seed=77 + FINAL_SEED_OFFSET, fresh_compile=True)
-    made = {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
+    run_seeds = {IC.listed_seed(77, s, t) for s in ref.task.harness.shapes_for("interpret") for t in range(3)}
+
+    def listed_seeds():
+        return {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
+
+    ref.start()
+    for cid in (5, 6):  # search evaluations (and the boot, if it happens here): the run's seeds only
+        assert ref.evaluate(code, candidate_id=cid, timing="none").accepted
+        assert listed_seeds() <= run_seeds
+    # As Evaluator.remeasure does it: the run seed + FINAL_SEED_OFFSET, compiled afresh.
+    final = ref.evaluate(code, candidate_id=5, timing="none", seed=77 + FINAL_SEED_OFFSET, fresh_compile=True)
+    made = listed_seeds()
     assert final.accepted and final.details["input_cache"]["misses"] == 6 and len(made) == 6
-    expected = {IC.listed_seed(77, s, t) for s in ref.task.harness.shapes_for("interpret") for t in range(3)}
-    assert not made & (search | expected)
+    assert not made & run_seeds
 
 
 @pytest.mark.parametrize("cheat", ["rms_norm__input_mutation.py", "rms_norm__cache_by_pointer.py"])
