@@ -1,6 +1,7 @@
 """The search with multi-fidelity timing (referee/staging.py): candidates far behind the best on the
 representative shapes stop there, carry no all-shape geomean, count as not faster, and never
-reach the finalists; contenders still get the full measurement."""
+reach the finalists; contenders still get the full measurement. And the final re-measurement's
+seed differs from the search's (the referee caches the search's inputs per run seed)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,23 @@ def test_fitness_of_a_subset_verdict_is_capped_at_the_base():
     screened = {**row, "speedup": 1.4, "verdict": {**verdict, "geomean_speedup": 1.4,
                                                   "timing": {"mode": "screen"}, "details": {}}}
     assert fitness(screened) == pytest.approx(1.4) and timing_depth(screened["verdict"]) == "screen"
+
+
+def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
+    """The referee caches the search's inputs per run seed: re-measuring a winner on that seed
+    would judge it on the inputs it was selected on, so remeasure needs another seed."""
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.search.loop import FINAL_SEED_OFFSET
+    from kernelsmith.task import load_task
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5,
+                       referee_factory=model_referee.ModelReferee)
+        with pytest.raises(ValueError, match="seed other than the search's"):
+            ev.remeasure(archive.get(cid), 5)
+        assert ev.remeasure(archive.get(cid), 5 + FINAL_SEED_OFFSET)["accepted"]
+        last = model_referee.CALLS[-1]
+        assert last["seed"] == 5 + FINAL_SEED_OFFSET and last["fresh_compile"]
+        ev.close()
