@@ -38,7 +38,7 @@ class Referee:
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None, network: bool = False,
-                 prefork: bool | None = None, zygote: bool = True):
+                 prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None):
         try:
             self.device = resolve_device(device)
         except ValueError as e:
@@ -60,6 +60,9 @@ class Referee:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.network = network
+        # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
+        # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
+        self.input_cache_bytes = input_cache_bytes
         self.device_info: dict | None = None
         self._base_profiles: dict = {}
         # Device numbers measured by the first worker before any candidate ran in it; later workers
@@ -87,7 +90,7 @@ class Referee:
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
-                "base_cache_seed": self._base_seed or {}}
+                "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()

@@ -124,7 +124,8 @@ class Session(ListedInputs):
         # compile them after candidate code has run in this process.
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
-        self.inputs = InputCache(spec.get("input_cache_bytes") or default_budget(self.device))
+        budget = spec.get("input_cache_bytes")
+        self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
             self.base_profile(shape, si, warm=self.backend.compiles)

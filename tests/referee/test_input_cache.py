@@ -225,3 +225,22 @@ def test_cheats_are_caught_on_cached_inputs(referees, cheat):
     assert expected_outcome(path) in v.violations, (v.violations, v.details.get("messages"))
     stats = v.details["input_cache"]
     assert stats["hits"] > 0 and stats["make_inputs"] == 0
+
+
+def test_a_cache_too_small_for_anything_still_judges_on_the_run_inputs(tmp_path):
+    """Every entry evicted at once: the inputs are made again each time, on the same seeds, and the
+    verdicts are the same (a cheat is still caught)."""
+    from kernelsmith.referee import Referee
+
+    task, log = _wrapped_task(tmp_path / "tiny", 0.0)
+    with Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False, input_cache_bytes=0) as ref:
+        ref.start()
+        _calls(log)
+        v = ref.evaluate(OP_FILE.read_text(), candidate_id=1, timing="none")
+        stats = v.details["input_cache"]
+        assert v.accepted and stats["hits"] == 0 and stats["misses"] == 6 and stats["entries"] == 0
+        seeds = {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
+        shapes = task.harness.shapes_for("interpret")
+        assert seeds == {IC.listed_seed(77, s, t) for s in shapes for t in range(3)}
+        cheat = CORPUS / "cheats" / "rms_norm__input_mutation.py"
+        assert "input_mutation" in ref.evaluate(cheat.read_text(), candidate_id=2, timing="none").violations
