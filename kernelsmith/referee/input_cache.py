@@ -79,17 +79,18 @@ def fingerprint(t: torch.Tensor) -> tuple:
     if raw.storage_offset() % 4:
         raw = raw.clone()  # a view starting mid-word cannot be read as int32
     whole = raw.numel() // 4 * 4
-    tail = tuple(raw[whole:].tolist())  # the last 0-3 bytes, as they are
+    tail = tuple(raw[whole:].tolist()) if whole < raw.numel() else ()  # the last 0-3 bytes
     ints = raw[:whole].view(torch.int32)
     n = ints.numel() - ints.numel() % 64
-    total = int(ints.sum(dtype=torch.int64)) if ints.numel() else 0
     if n == 0:
-        return (total, tuple(ints.tolist()), tail)
+        return (tuple(ints.tolist()), tail)
     block = ints[:n].view(-1, 64)
-    cols = tuple(block.sum(0, dtype=torch.int64).tolist())
     rows = block.sum(1, dtype=torch.int64)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
-    return (total, cols, int((rows * weights).sum()), tail)
+    # One device-to-host copy: the total, the 64 column sums and the position-weighted row sums.
+    sums = torch.cat([ints.sum(dtype=torch.int64).view(1), block.sum(0, dtype=torch.int64),
+                      (rows * weights).sum().view(1)])
+    return (tuple(sums.tolist()), tail)
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
