@@ -38,7 +38,7 @@ class Referee:
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None, network: bool = False,
-                 prefork: bool | None = None, zygote: bool = True):
+                 prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None):
         try:
             self.device = resolve_device(device)
         except ValueError as e:
@@ -60,6 +60,9 @@ class Referee:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.network = network
+        # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
+        # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
+        self.input_cache_bytes = input_cache_bytes
         self.device_info: dict | None = None
         self._base_profiles: dict = {}
         # Device numbers measured by the first worker before any candidate ran in it; later workers
@@ -87,7 +90,7 @@ class Referee:
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
-                "base_cache_seed": self._base_seed or {}}
+                "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()
@@ -206,8 +209,10 @@ class Referee:
         re-measurement with new inputs needs no second Referee (and no second cold start).
         `fresh_compile`: compile the candidate in an empty Triton cache, never loading a binary
         found on disk (the final re-measurement of a winner).
-        `timing="staged"` (the search): a screen, then the full device-time measurement with its
-        A/A control in the same call when the screen geomean reaches `contender_at`.
+        `timing="staged"` (the search): a screen on representative shapes, then on every shape
+        for a candidate near `contender_at`, then the full device-time measurement with its A/A
+        control in the same call when the all-shape screen geomean reaches `contender_at`
+        (staging.py; `details.timing_depth` says how deep it went).
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")

@@ -14,7 +14,8 @@ _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3
 
 
 def derive_seed(run_seed: int, candidate_id: int, *parts) -> int:
-    """A 31-bit seed from the run seed, the candidate id and the trial (differs across candidates)."""
+    """A 31-bit seed from the run seed, a candidate id (or another tag, such as "listed" for the
+    per-run inputs of input_cache.py) and further parts such as the trial."""
     text = ":".join(str(p) for p in (run_seed, candidate_id, *parts))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
 

@@ -25,6 +25,7 @@ from . import correctness as C
 from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
+from .input_cache import InputCache, ListedInputs, default_budget, fresh_copy
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .snapshot import Snapshot
@@ -74,7 +75,7 @@ class PhaseClock:
         self._last = now
 
 
-class Session:
+class Session(ListedInputs):
     """One worker's state: the harness, the base module, the monitor and the backend."""
 
     def __init__(self, spec: dict):
@@ -122,12 +123,21 @@ class Session:
         # Where kernels compile, base and A/A are compiled now too, so the timed shapes never
         # compile them after candidate code has run in this process.
         self._profile_seed = int(spec.get("seed", 0))
+        # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
+        budget = spec.get("input_cache_bytes")
+        self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
             self.base_profile(shape, si, warm=self.backend.compiles)
         clock.mark("base_compile_and_profile")
+        # The run's inputs, reference and base outputs for every listed shape and trial, made now,
+        # before any candidate code has run in this process (input_cache.py): the base outputs
+        # come from an untouched process, and the first candidate finds everything made.
+        for shape in self.harness.shapes_for(self.device):
+            for t in range(TRIALS):
+                self.listed_base(self.listed(shape, self._profile_seed, t))
+        clock.mark("input_cache")
         self.boot_phases = clock.phases
-        self.trial_sets: dict[int, list[dict]] = {}
 
     def _peak_dtypes(self) -> list[str]:
         """The dtypes whose matmul rate the flops roofline needs (none without `flops`)."""
@@ -189,7 +199,8 @@ class Session:
         """
         key = json.dumps(shape, sort_keys=True)
         if key not in self._profiles or warm:
-            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(self._profile_seed, "base", si))
+            # The run's first trial inputs: the first candidate's check of this shape finds them made.
+            inputs = fresh_copy(self.listed(shape, self._profile_seed, 0).originals)
             self.call(self.base_fn, inputs, float("nan"), None)  # compile outside the profile
             if key not in self._profiles:
                 rec = Record()
@@ -220,22 +231,24 @@ class Session:
 
     def check_shape(self, fn, shape: dict, si: int, cid: int, seed: int, rec: Record) -> dict:
         """Trials on one listed shape: reference match, poisoning, inputs unchanged, determinism,
-        bitwise identity to the base, precision, and pointer-reuse caching."""
+        bitwise identity to the base, precision, and pointer-reuse caching.
+
+        The trials' inputs, reference and base outputs come from the worker's cache (the same for
+        every candidate of the run: seeds per run seed, shape and trial); the candidate gets clones.
+        """
         where = "shape " + ",".join(f"{k}={v}" for k, v in shape.items())
         protected = set(self.harness.outputs or []) | set(self.harness.inplace)
         arena, prev_outs, identical, max_err = None, None, True, 0.0
         for t in range(TRIALS):
-            inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, cid, si, t))
+            entry = self.listed(shape, seed, t)
+            # `originals` and `expected` are the cache's own: read here, never handed to the candidate.
+            originals, expected = entry.originals, self.listed_expected(entry)
+            inputs = fresh_copy(originals)
             if t == 1 and arena:
                 # Same storage, new values: a result cached by data_ptr shows up as stale output.
                 for name, buf in arena.items():
                     buf.copy_(inputs[name])
                 inputs = {**inputs, **arena}
-            originals = C.clone_inputs(inputs)
-            if self.backend.timed:
-                # The timing pass reuses these (already made) inputs: big inputs are slow to make.
-                self.trial_sets.setdefault(si, []).append(originals)
-            expected = self.expected(originals)
             sizes = _nbytes(expected)
             outs = self.call(fn, inputs, float("nan"), rec, sizes)
             try:
@@ -264,16 +277,9 @@ class Session:
                                    "(uninitialised memory or a race)")
             base_err = None
             if fn is not self.base_fn:
-                for name, orig in C.tensors_of(originals).items():
-                    inputs[name].copy_(orig)
-                base_outs = self.call(self.base_fn, inputs, float("nan"), None)
+                base_outs, base_err = self.listed_base(entry)
                 same = all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
                 identical = identical and same
-                # A pure-library base (KernelBench) is the reference itself, with zero error: no
-                # yardstick for the candidate's precision (the representability check still runs).
-                if not getattr(self.harness.module, "LIBRARY_BASE", False):
-                    base_err = [C.compare(b, e, self._tol(e), "base").mean_abs_err
-                                for b, e in zip(base_outs, expected, strict=False)]
             for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
                 msg = C.precision_downgrade(o, e, chk.mean_abs_err, base_err[i] if base_err else None)
                 if msg:
@@ -335,8 +341,9 @@ class Session:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
         `fresh`: the candidate compiles in a new, empty Triton cache folder (the final check).
-        `timing="staged"`: screen timing, then, where the screen geomean reaches `contender_at`,
-        the full measurement (device time, A/A control) right away, on the same loaded candidate.
+        `timing="staged"`: screen timing on representative shapes, then on every shape, then,
+        where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
+        control) right away, on the same loaded candidate (staging.py).
         """
         with self.caches.fresh() if fresh else nullcontext():
             return self._evaluate(code, source_path, cid, timing, seed, contender_at)
@@ -351,6 +358,7 @@ class Session:
         settings = GlobalSettings()  # before the candidate is loaded
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
+        self.inputs.begin()  # this evaluation's cache hits and misses (details.input_cache)
         threads_before = thread_idents()
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
@@ -410,26 +418,30 @@ class Session:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
                 from .timing import time_candidate
 
+                def timer(mode, indices, host):
+                    return time_candidate(self, fn, cid, seed, mode, out, host=host, indices=indices)
+
                 if timing == "staged":
-                    time_candidate(self, fn, cid, seed, "screen", out)
-                    clock.mark("screen_timing")
-                    g = out["geomean_speedup"]
-                    if not out["violations"] and g is not None and contender_at is not None \
-                            and g >= contender_at:
-                        out["details"]["screen_geomean"] = g
-                        time_candidate(self, fn, cid, seed, "full", out, host=False)
-                        clock.mark("full_timing")
+                    from .staging import run_staged
+
+                    sizes = [self.shape_size(shape, seed) for shape in self.harness.shapes_for(self.device)]
+                    run_staged(timer, out, sizes, contender_at, clock.mark)
                 else:
-                    time_candidate(self, fn, cid, seed, timing, out)
+                    timer(timing, None, True)
                     clock.mark(f"{timing}_timing")
         except Exception as e:  # noqa: BLE001
             name, text = classify_exception(e)
             out["violations"].append(name)
             out["error"] = text
         finally:
-            self.trial_sets.clear()
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
+        tampered = self.inputs.verify()
+        if tampered:
+            out["violations"].append("input_mutation")
+            msgs.append("the referee's cached inputs or reference outputs changed during this evaluation "
+                        "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
+        out["details"]["input_cache"] = self.inputs.report()
         # Watched calls cover loading and correctness; this also covers the timed calls.
         late = [c for c in settings.changes() if c not in base_rec.settings]
         if late and "monkeypatch" not in out["violations"]:

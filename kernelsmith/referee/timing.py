@@ -14,6 +14,7 @@ from statistics import geometric_mean
 import numpy as np
 
 from . import correctness as C
+from .input_cache import fresh_copy
 
 INPUT_SETS = 3  # inputs change between iterations: a result cached across calls is caught
 AA_LIMIT = 0.01  # |aa_ratio - 1| beyond this: re-take, then report as noisy
@@ -57,13 +58,13 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     """Time base, candidate (and, in full mode, the A/A copy) on one shape; `host`: also the eager
     wall clock per call (skipped for search-time contenders: only the final numbers report it)."""
     cfg = FULL if mode == "full" else SCREEN
-    h, dev, backend = session.harness, session.dev, session.backend
-    made = getattr(session, "trial_sets", {}).get(si) or []
-    originals = list(made[:INPUT_SETS])  # private clones already, never handed to a kernel
-    originals += [h.make_inputs(shape, dev, C.derive_seed(seed, cid, si, "time", k))
-                  for k in range(len(originals), INPUT_SETS)]
-    sets = [C.clone_inputs(s) for s in originals]
-    cand_sets = [C.clone_inputs(s) for s in sets]  # the candidate writes only its own buffers
+    h, backend = session.harness, session.backend
+    # The correctness trials' inputs and reference outputs, from the worker's cache (input_cache.py):
+    # never handed to a kernel, only their copies are.
+    made = session.timing_sets(shape, seed, INPUT_SETS)
+    originals = [o for o, _ in made]
+    sets = [fresh_copy(s) for s in originals]
+    cand_sets = [fresh_copy(s) for s in originals]  # the candidate writes only its own buffers
     last: dict = {}
 
     def runner(f, inputs_sets, keep):
@@ -77,7 +78,7 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     fns = [runner(session.base_fn, sets, False), runner(fn, cand_sets, True)]
     if mode == "full":
         originals_fns.append(session.aa_fn())
-        fns.append(runner(originals_fns[2], [C.clone_inputs(s) for s in sets], False))
+        fns.append(runner(originals_fns[2], [fresh_copy(s) for s in originals], False))
     for f, orig in zip(fns, originals_fns, strict=True):  # warm-up: compile, autotune, fill caches
         # Base and A/A compile only in the worker's private Triton cache (compile_cache.py); the
         # switch happens here, around the warm-up, never inside a timed region.
@@ -101,7 +102,7 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     if h.outputs is None or not set(h.outputs) & set(h.inplace):
         k = last["rep"] % INPUT_SETS
         outs = C.as_tuple(last["ret"]) if h.outputs is None else tuple(cand_sets[k][n] for n in h.outputs)
-        expected = session.expected(originals[k])
+        expected = made[k][1]
         checks = [C.compare(o, e, session._tol(e), "timed") for o, e in zip(outs, expected, strict=False)]
         result["timed_output_ok"] = all(c.problem is None for c in checks)
     if cfg["host_calls"] and host:
@@ -113,19 +114,24 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     return result
 
 
-def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host: bool = True) -> None:
-    """Fill `out` (the verdict dict) with per-shape timings, the geomean and the A/A control."""
+def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host: bool = True,
+                   indices: list[int] | None = None) -> bool:
+    """Fill `out` (the verdict dict) with per-shape timings, the geomean and the A/A control.
+
+    `indices`: time only these listed shapes (default all); the geomean and A/A summary cover
+    every shape timed so far in `out`. False when a timed output was wrong (cached_result).
+    """
     h = session.harness
     shapes = h.shapes_for(session.device)
-    speedups, aas, noisy = [], [], False
-    for si, shape in enumerate(shapes):
+    for si in (range(len(shapes)) if indices is None else indices):
+        shape = shapes[si]
         r = time_shape(session, fn, shape, si, cid, seed, mode, host)
         if r.get("timed_output_ok") is False:
             out["violations"].append("cached_result")
             out["details"]["messages"].append(
                 f"shape {shape}: the output of a timed call is wrong for its inputs "
                 "(results cached across calls)")
-            return
+            return False
         base_ms, cand_ms = _median(r["base"]), _median(r["cand"])
         dtype = shape.get("dtype") if isinstance(shape.get("dtype"), str) else None
         roof = roofline_ms(h, shape, session.backend.peak(dtype if h.flops else None))
@@ -143,12 +149,18 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
             "samples_ms": {"base": [float(f"{t:.5g}") for t in r["base"]],
                            "candidate": [float(f"{t:.5g}") for t in r["cand"]]},
         })
-        speedups.append(speedup)
-        if r["aa_ratio"] is not None:
-            aas.append(r["aa_ratio"])
-            noisy = noisy or r["noisy"]
+    conclude(out, mode)
+    return True
+
+
+def conclude(out: dict, mode: str) -> None:
+    """The verdict's geomean and A/A summary over the shapes timed so far (those with a speedup)."""
+    timed = [s for s in out["shapes"] if s.get("speedup") is not None]
+    aas = [s["aa_ratio"] for s in timed if s.get("aa_ratio") is not None]
     worst = max(aas, key=lambda a: abs(a - 1)) if aas else None
+    noisy = any(abs(a - 1) > AA_LIMIT for a in aas)
     out["timed"] = True
-    out["geomean_speedup"] = geomean(speedups)
+    out["geomean_speedup"] = geomean([s["speedup"] for s in timed])
     out["timing"] = {"metric": "device", "aa_ratio": worst, "noisy": noisy if mode == "full" else None,
                      "mode": mode, "method": "CUDA events after an L2 flush and a ~100us GPU spin"}
+    out["details"]["timing_depth"] = mode

@@ -19,6 +19,27 @@ ERRORS = {"malformed_proposal", "duplicate", "compile_error", "import_error", "c
 NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity only)."
 
 
+def timing_depth(verdict: dict) -> str:
+    """How deep a verdict (as JSON) was timed: "none", "screen_subset", "screen" or "full".
+
+    "screen_subset" (staging.py): screened on a few representative shapes only and stopped there;
+    its null `geomean_speedup` must not be read as an all-shape number.
+    """
+    if not verdict.get("timed"):
+        return "none"
+    depth = (verdict.get("details") or {}).get("timing_depth") or (verdict.get("timing") or {}).get("mode")
+    if depth in ("screen_subset", "screen", "full"):
+        return depth
+    return "full" if (verdict.get("timing") or {}).get("aa_ratio") is not None else "screen"
+
+
+def subset_geomean(verdict: dict) -> float | None:
+    """The geomean over the representative shapes of a "screen_subset" verdict (else None)."""
+    if timing_depth(verdict) != "screen_subset":
+        return None
+    return (verdict.get("details") or {}).get("subset_geomean")
+
+
 def _first_reason(names: list[str]) -> str | None:
     if not names:
         return None
@@ -107,9 +128,15 @@ class Verdict:
         else:
             metric = self.timing.get("metric")
             gm = self.geomean_speedup
-            lines.append(f"geomean speedup vs base ({metric} time): "
-                         + (f"{gm:.3f}x" if gm is not None else "n/a")
-                         + (" [NOISY measurement, not a win]" if self.timing.get("noisy") else ""))
+            sub = subset_geomean({"timed": self.timed, "timing": self.timing, "details": self.details})
+            if sub is not None:
+                lines.append(f"screened on {len(self.details.get('subset_shapes') or [])} representative "
+                             f"shapes only: geomean {sub:.3f}x there, too far below the best so far to "
+                             "be timed on every shape (no all-shape geomean)")
+            else:
+                lines.append(f"geomean speedup vs base ({metric} time): "
+                             + (f"{gm:.3f}x" if gm is not None else "n/a")
+                             + (" [NOISY measurement, not a win]" if self.timing.get("noisy") else ""))
             for s in self.shapes:
                 if s.get("candidate_ms") is None:
                     continue
@@ -130,6 +157,9 @@ class Verdict:
             return f"{state}; no timing was done"
         gm = self.geomean_speedup
         noisy = " (noisy)" if self.timing.get("noisy") else ""
+        sub = subset_geomean({"timed": self.timed, "timing": self.timing, "details": self.details})
+        if sub is not None:
+            return f"{state}; screened on representative shapes only ({sub:.3f}x there): not a contender"
         return f"{state}; geomean speedup {gm:.3f}x{noisy}" if gm is not None else state
 
 

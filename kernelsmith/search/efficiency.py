@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..referee.verdict import timing_depth
 from .archive import Archive
 
 
@@ -50,7 +51,8 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
 
 def phase_medians(rows: list[dict]) -> dict[str, dict[str, float]]:
     """Median seconds per referee phase (load, correctness, ..., screen/full timing) of
-    `candidate_rows`, for the candidates screened only and for those also fully measured."""
+    `candidate_rows`, grouped by timing depth: screened on representative shapes only
+    ("screen_subset"), screened on every shape, or also fully measured."""
     import statistics
 
     groups: dict[str, dict[str, list[float]]] = {}
@@ -58,7 +60,9 @@ def phase_medians(rows: list[dict]) -> dict[str, dict[str, float]]:
         phases = ((r.get("verdict") or {}).get("details") or {}).get("phase_s")
         if not phases:
             continue
-        g = groups.setdefault(r["timing"] or "none", {})
+        # "screen_subset" rows (referee/staging.py) are their own group: they skipped most timing.
+        depth = timing_depth(r["verdict"] or {}) if r["timing"] else "none"
+        g = groups.setdefault(depth if depth == "screen_subset" else (r["timing"] or "none"), {})
         for k, v in phases.items():
             g.setdefault(k, []).append(v)
     return {t: {k: round(statistics.median(v), 4) for k, v in g.items()} for t, g in groups.items()}

@@ -6,8 +6,11 @@ referee's cold start (worker, CUDA context, base compilation, calibration) happe
 parallel, when the evaluator starts.
 
 Every candidate gets the referee's full correctness and integrity checks; only the timing depth
-is staged: a quick "screen" for all, then, in the same referee call, the full interleaved
-measurement with its A/A control for contenders (at least as fast as the best so far). Each
+is staged (kernelsmith/referee/staging.py): a quick "screen" on a few representative shapes for
+all, on every shape for those near the best so far, then, in the same referee call, the full
+interleaved measurement with its A/A control for contenders (at least as fast as the best so far).
+A candidate stopped after the representative shapes has a null geomean (archive timing "screen",
+verdict `details.timing_depth` "screen_subset") and counts as not faster (selection.fitness). Each
 verdict is written to the archive as soon as it exists, so a kill loses at most the evaluations in
 flight.
 """
@@ -54,6 +57,7 @@ class Evaluator:
         self.archive = archive
         self.device = device
         self.timed = device == "cuda"
+        self.seed = int(seed)  # the run seed: every search evaluation's inputs derive from it
         self.referees = [factory(task, device=device, gpu=g, seed=seed) for g in gpus]
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -286,6 +290,12 @@ class Evaluator:
         the candidate is compiled afresh from its source in an empty Triton cache, so no binary
         planted in the shared cache (by a precompile child, say) can stand in for it.
         """
+        # The referee derives the listed shapes' inputs from (run seed, shape, trial) and caches them
+        # per worker for the whole search (referee/input_cache.py): a final check on the search's
+        # own seed would judge the winner on the very inputs it was selected on.
+        if int(seed) == self.seed:
+            raise ValueError("the final re-measurement needs a seed other than the search's "
+                             f"({seed}): new inputs, not the ones the winner was selected on")
         self.halt()
         timing = "full" if self.timed else "none"
         verdict = self.referees[0].evaluate(

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
+from ..referee.verdict import subset_geomean
 from .edits import unified_diff
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -39,6 +40,10 @@ def status_line(row: dict) -> str:
     if row.get("status") == "pending" or not verdict:
         return "not evaluated yet"
     if verdict.get("accepted"):
+        sub = subset_geomean(verdict)
+        if sub is not None:
+            return (f"accepted, screened on representative shapes only ({sub:.3f}x there): "
+                    "not faster than the best, no all-shape geomean")
         g = verdict.get("geomean_speedup")
         return f"accepted, geomean speedup {g:.3f}x over the base" if g else "accepted (no timing)"
     return f"rejected: {verdict.get('reason') or 'rejected'}"

@@ -14,6 +14,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from ..referee.verdict import subset_geomean, timing_depth
+
 _WARPS = re.compile(r"\bnum_warps\b\s*[=:]\s*[\"']?\s*(\d+)")
 _BLOCK = re.compile(r"\b\w*(?:BLOCK|TILE)\w*\b[\"']?\s*[=:]\s*(\d+)\b", re.I)
 
@@ -48,6 +50,10 @@ def fitness(row: dict) -> float | None:
     v = row.get("verdict") or {}
     if (v.get("timing") or {}).get("noisy"):
         return 1.0  # a noisy number is no evidence either way
+    if timing_depth(v) == "screen_subset":
+        # Timed on a few shapes only and behind the best there: not faster than the base, and its
+        # subset geomean is never ranked against all-shape ones (referee/staging.py).
+        return min(1.0, subset_geomean(v) or 1.0)
     s = row.get("speedup")
     return float(s) if s is not None else 1.0
 

@@ -46,6 +46,17 @@ def test_staged_timing_goes_full_only_for_a_contender(silu_referee):
     assert full.eval_s < screened.eval_s + 3.0
 
 
+def test_staged_timing_stops_after_representative_shapes_on_cached_inputs(silu_referee):
+    """Far below the bar, a candidate is timed on the representative shapes only (staging.py),
+    and judged on the inputs the worker made at boot (input_cache.py)."""
+    code = (CORPUS / "honest" / "silu_and_mul__block_warps.py").read_text()
+    v = silu_referee.evaluate(code, candidate_id=5, timing="staged", contender_at=1000.0)
+    assert v.accepted and v.details["timing_depth"] == "screen_subset" and v.geomean_speedup is None
+    assert len([s for s in v.shapes if s.get("speedup") is not None]) == 3
+    assert v.details["subset_geomean"] > 0 and v.details["input_cache"]["make_inputs"] == 0
+    assert v.details["input_cache"]["reference"] == 0 and v.details["input_cache"]["misses"] == 0
+
+
 @pytest.mark.parametrize("name,violation", [
     ("rms_norm__side_stream", "extra_streams"),
     ("rms_norm__timer_patch", "monkeypatch"),

@@ -11,6 +11,7 @@ from referee_helpers import ROOT
 from kernelsmith.harness import load_harness
 from kernelsmith.referee import timing
 from kernelsmith.referee.backend.base import Backend
+from kernelsmith.referee.input_cache import InputCache, listed_seed
 
 
 class FakeBackend(Backend):
@@ -54,6 +55,16 @@ class FakeSession:
         self.base_fn = _rms
         self._aa = lambda **kw: _rms(**kw)
         self.in_base_cache = False  # what Session.base_compiles() switches (compile_cache.py)
+        self.inputs = InputCache(1 << 20)
+
+    def timing_sets(self, shape, seed, count):
+        """As Session.timing_sets: the cached inputs and reference outputs of the first trials."""
+        out = []
+        for t in range(count):
+            s = listed_seed(seed, shape, t)
+            e = self.inputs.get(shape, s, lambda s=s: self.harness.make_inputs(shape, self.dev, s))
+            out.append((e.originals, self.inputs.expected(e, lambda i: self.expected(i))))
+        return out
 
     def aa_fn(self):
         return self._aa
@@ -176,3 +187,19 @@ def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_tim
     assert {n for n, _ in warm} == {"base", "aa", "cand"} and {n for n, _ in timed} == {"base", "aa", "cand"}
     assert all(inside == (n != "cand") for n, inside in warm)
     assert not any(inside for _, inside in timed)
+
+
+def test_timing_some_shapes_then_the_rest_reuses_the_cached_inputs():
+    """time_candidate(indices=...) (the staged screen's subset): the geomean covers the shapes
+    timed so far; the inputs and reference outputs come from the session's cache, made once."""
+    s = FakeSession(FakeBackend([0.2, 0.1]))
+    out = _verdict_dict(s)
+    assert timing.time_candidate(s, _rms, cid=1, seed=0, mode="screen", out=out, indices=[1])
+    assert out["shapes"][0].get("speedup") is None and out["shapes"][1]["speedup"] > 1.9
+    assert out["details"]["timing_depth"] == "screen" and 1.9 < out["geomean_speedup"] < 2.1
+    made = s.inputs.stats["make_inputs"]
+    timing.time_candidate(s, _rms, cid=2, seed=0, mode="screen", out=out, indices=[0])
+    timing.time_candidate(s, _rms, cid=3, seed=0, mode="screen", out=out, indices=[0, 1])
+    assert all(sh["speedup"] > 1.9 for sh in out["shapes"])
+    assert s.inputs.stats["make_inputs"] == made + timing.INPUT_SETS  # shape 0's, once
+    assert s.inputs.stats["reference"] == 2 * timing.INPUT_SETS

@@ -1,0 +1,88 @@
+"""Multi-fidelity timing for the search (`timing="staged"`): time depth grows with promise.
+
+Every candidate gets full correctness and integrity checks on every listed shape; only the depth
+of its timing is staged, in the spirit of successive halving:
+
+1. "screen_subset": a screen (few interleaved repetitions, no A/A control) on up to
+   `SUBSET_SIZE` representative shapes, spread across the listed shapes' sizes (smallest, middle,
+   largest by `bytes_moved`, else by input bytes; deterministic). Where the subset's geomean is
+   below `SUBSET_SLACK` x the contender bar (`contender_at`, the best full-measured geomean so
+   far), the candidate stops here.
+2. "screen": the remaining shapes are screened too; the all-shape screen geomean is compared with
+   the bar exactly as before this stage existed.
+3. "full": contenders (all-shape screen geomean >= bar) get the full interleaved measurement with
+   its A/A control on every shape.
+
+The depth reached is the verdict's `timing.mode` and `details.timing_depth`. A candidate stopped
+after the subset keeps its measured shapes (their per-shape speedups) and the subset geomean in
+`details.subset_geomean`, but its `geomean_speedup` is null: a subset geomean is never compared
+with an all-shape one. The search treats such a candidate as not faster than the base
+(kernelsmith/search/selection.py). The slack makes the cut conservative: a candidate must be
+clearly behind the best on the representative shapes to lose its all-shape screen, and a
+missed candidate costs only search efficiency, never a false claim (winners are re-measured).
+With no bar (`contender_at` None) or no more listed shapes than the subset, there is no subset
+stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .timing import geomean
+
+SUBSET_SIZE = 3
+SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there
+
+
+def representative(sizes: list[float], k: int = SUBSET_SIZE) -> list[int]:
+    """Indices of up to `k` shapes spread across `sizes` (smallest, evenly spaced, largest), sorted."""
+    n = len(sizes)
+    if n <= k:
+        return list(range(n))
+    order = sorted(range(n), key=lambda i: (sizes[i], i))
+    picks = {order[round(j * (n - 1) / (k - 1))] for j in range(k)} if k > 1 else {order[n // 2]}
+    return sorted(picks)
+
+
+def subset_can_contend(subset_geomean: float | None, contender_at: float) -> bool:
+    """Whether a subset screen is close enough to the bar to be screened on every shape."""
+    return subset_geomean is not None and subset_geomean >= SUBSET_SLACK * contender_at
+
+
+def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, sizes: list[float],
+               contender_at: float | None, mark: Callable[[str], None] = lambda name: None) -> str:
+    """Time a candidate in stages with `timer(mode, indices, host)` (timing.time_candidate bound
+    to a session and candidate, filling `out`); returns the depth reached.
+
+    `sizes`: one size per listed shape, to choose the representative subset. `mark(phase)` is
+    called after each stage (the verdict's phase clock).
+    """
+    n = len(sizes)
+    subset = representative(sizes) if contender_at is not None and n > SUBSET_SIZE else list(range(n))
+    if not timer("screen", subset, True):
+        return _depth(out, "screen_subset" if len(subset) < n else "screen")
+    if len(subset) < n:
+        mark("screen_subset_timing")
+        g_sub = geomean([out["shapes"][i]["speedup"] for i in subset])
+        out["details"]["subset_geomean"] = g_sub
+        out["details"]["subset_shapes"] = subset
+        if not subset_can_contend(g_sub, contender_at):
+            out["geomean_speedup"] = None  # a subset geomean is no all-shape geomean
+            out["timing"]["mode"] = "screen_subset"
+            return _depth(out, "screen_subset")
+        rest = [i for i in range(n) if i not in subset]
+        if not timer("screen", rest, True):
+            return _depth(out, "screen")
+    mark("screen_timing")
+    g = out["geomean_speedup"]
+    if out["violations"] or g is None or contender_at is None or g < contender_at:
+        return _depth(out, "screen")
+    out["details"]["screen_geomean"] = g
+    timer("full", None, False)
+    mark("full_timing")
+    return _depth(out, "full")
+
+
+def _depth(out: dict, depth: str) -> str:
+    out["details"]["timing_depth"] = depth
+    return depth

@@ -1,0 +1,246 @@
+"""The worker's cache of the listed shapes' inputs, reference and base outputs (input_cache.py):
+LRU by bytes, tamper detection, hits across candidates, cheats still caught on cached inputs, new
+inputs for the final re-measurement, and a per-candidate cost that does not grow with the harness's."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
+
+from kernelsmith.referee import input_cache as IC
+from kernelsmith.search.loop import FINAL_SEED_OFFSET
+from kernelsmith.task import load_task
+
+OP_FILE = MINISERVE / "miniserve" / "kernels" / "rms_norm.py"
+
+
+# -- units ---------------------------------------------------------------------------------------
+def _make(n: int, fill: float = 1.0):
+    return lambda: {"x": torch.full((n,), fill), "k": [1, 2], "eps": 1e-6}
+
+
+def test_lru_is_bounded_by_bytes_and_counts_hits_and_misses():
+    cache = IC.InputCache(budget=3 * 400)  # three entries of 100 float32
+    cache.begin()
+    for s in range(3):
+        cache.get({"n": 100}, s, _make(100))
+    cache.get({"n": 100}, 0, _make(100))  # hit: 0 is now the most recent
+    cache.get({"n": 100}, 3, _make(100))  # evicts 1, the least recent
+    keys = [k[1] for k in cache.entries]
+    assert keys == [2, 0, 3]
+    assert cache.stats == {"hits": 1, "misses": 4, "evictions": 1, "make_inputs": 4,
+                           "reference": 0, "base": 0}
+    big = cache.get({"n": 1000}, 9, _make(1000))  # alone over budget: used once, not kept
+    assert big.originals["x"].numel() == 1000 and all(k[1] != 9 for k in cache.entries)
+    assert cache.bytes() <= cache.budget
+
+
+def test_reference_and_base_are_computed_once_per_entry():
+    cache = IC.InputCache(budget=1 << 20)
+    cache.begin()
+    calls = []
+    e = cache.get({"n": 4}, 1, _make(4, 2.0))
+    for _ in range(3):
+        exp = cache.expected(e, lambda i: (calls.append("ref") or i["x"] * 2,))
+        outs, err = cache.base(e, lambda i: (calls.append("base") or i["x"] * 2,), lambda o: [0.0])
+    assert calls == ["ref", "base"] and torch.equal(exp[0], outs[0]) and err == [0.0]
+    assert cache.stats["reference"] == 1 and cache.stats["base"] == 1
+
+
+def test_fresh_copies_share_nothing_with_the_cached_originals():
+    cache = IC.InputCache(budget=1 << 20)
+    e = cache.get({"n": 8}, 1, _make(8))
+    copy = IC.fresh_copy(e.originals)
+    copy["x"].fill_(5.0)
+    copy["k"].append(3)
+    assert torch.equal(e.originals["x"], torch.ones(8)) and e.originals["k"] == [1, 2]
+    assert copy["x"].data_ptr() != e.originals["x"].data_ptr()
+
+
+def test_a_write_into_a_cached_tensor_is_found_and_the_entry_dropped():
+    cache = IC.InputCache(budget=1 << 20)
+    cache.begin()
+    e = cache.get({"n": 300}, 1, _make(300))
+    cache.expected(e, lambda i: (i["x"] + 1,))
+    assert cache.verify() == []
+    cache.begin()
+    e = cache.get({"n": 300}, 1, _make(300))
+    e.expected[0][123] = 7.0  # what an out-of-bounds store into the reference would do
+    assert cache.verify() == [json.dumps({"n": 300})] and not cache.entries
+    moved = IC.fingerprint(torch.tensor([1.0, 2.0] + [0.0] * 126))
+    assert moved != IC.fingerprint(torch.tensor([2.0, 1.0] + [0.0] * 126))  # position-sensitive
+
+
+def test_listed_seeds_are_per_run_shape_and_trial():
+    shape = {"tokens": 3}
+    seeds = {IC.listed_seed(run, shape, t) for run in (0, FINAL_SEED_OFFSET) for t in range(3)}
+    assert len(seeds) == 6
+    assert IC.listed_seed(5, shape, 1) == IC.listed_seed(5, dict(shape), 1)
+    assert IC.listed_seed(5, shape, 1) != IC.listed_seed(5, {"tokens": 4}, 1)
+
+
+# -- in the worker (interpreter) -----------------------------------------------------------------
+WRAPPER = '''
+"""The demo rms_norm harness, with a `SLEEP`-second make_inputs and reference that log each call."""
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("_ks_demo_rms_norm", {demo!r})
+_h = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_h)
+SHAPES, CPU_SHAPES, OUTPUTS, VARY = _h.SHAPES, _h.CPU_SHAPES, _h.OUTPUTS, _h.VARY
+SLEEP = {sleep!r}
+_LOG = Path({log!r})  # outside the harness folder: the referee pins that folder's files
+
+
+def _note(what, shape, seed=None):
+    kind = "listed" if shape in CPU_SHAPES else "fresh"
+    with open(_LOG, "a") as f:
+        f.write(json.dumps({{"call": what, "kind": kind, "seed": seed}}) + "\\n")
+
+
+def make_inputs(shape, device, seed):
+    _note("make_inputs", shape, seed)
+    time.sleep(SLEEP)
+    return _h.make_inputs(shape, device, seed)
+
+
+def reference(x, weight, eps):
+    shape = {{"tokens": x.shape[0], "hidden": x.shape[1], "dtype": str(x.dtype).replace("torch.", "")}}
+    _note("reference", shape)
+    time.sleep(SLEEP)
+    return _h.reference(x, weight, eps)
+'''
+
+
+def _wrapped_task(folder: Path, sleep: float):
+    """The demo rms_norm operator judged by a logging harness whose calls take `sleep` seconds."""
+    folder.mkdir(parents=True)
+    log = folder.parent / f"{folder.name}.log"
+    (folder / "slow_rms_norm.py").write_text(
+        WRAPPER.format(demo=str(ROOT / "targets" / "demo" / "rms_norm.py"), sleep=sleep, log=str(log)))
+    yaml = folder / "target.yaml"
+    yaml.write_text(textwrap.dedent(f"""\
+        repo: kernelsmith/demo
+        clone_url: {MINISERVE}
+        base: main
+        operators:
+          - name: rms_norm
+            file: miniserve/kernels/rms_norm.py
+            entry: rms_norm
+            harness: slow_rms_norm.py
+        """))
+    return load_task(str(yaml), "rms_norm", checkout=str(MINISERVE)), log
+
+
+def _calls(log: Path) -> list[dict]:
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    log.unlink(missing_ok=True)
+    return calls
+
+
+def _count(calls, call, kind):
+    return sum(1 for c in calls if c["call"] == call and c["kind"] == kind)
+
+
+@pytest.fixture(scope="module")
+def wrapped(tmp_path_factory):
+    """Two referees on the same operator: a fast harness and one whose calls take 0.3 s each."""
+    from kernelsmith.referee import Referee
+
+    made = {}
+    home = tmp_path_factory.mktemp("cache-env")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
+        mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+        for name, sleep in (("fast", 0.0), ("slow", 0.3)):
+            task, log = _wrapped_task(home / name, sleep)
+            made[name] = (Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False), log)
+        yield made
+        for ref, _ in made.values():
+            ref.close()
+
+
+def test_candidates_reuse_the_inputs_and_a_slow_harness_costs_them_nothing(wrapped):
+    code = OP_FILE.read_text()
+    n_listed = 2  # the demo harness's CPU_SHAPES
+    phases = {}
+    for name, (ref, log) in wrapped.items():
+        ref.start()
+        _calls(log)  # the boot's (base profile)
+        first = ref.evaluate(code, candidate_id=1, timing="none")
+        second = ref.evaluate(code, candidate_id=2, timing="none")
+        assert first.accepted and second.accepted, (first.violations, second.violations)
+        calls = _calls(log)
+        # Candidate 2 is judged on candidate 1's inputs: no make_inputs, reference or base call
+        # for a listed shape; its fresh (VARY) shapes are made anew for it.
+        stats = second.details["input_cache"]
+        assert stats["hits"] == 3 * n_listed and stats["misses"] == 0
+        assert stats["make_inputs"] == stats["reference"] == stats["base"] == 0
+        made = first.details["input_cache"]
+        assert made["misses"] + made["hits"] == 3 * n_listed
+        listed = _count(calls, "make_inputs", "listed") + _count(calls, "reference", "listed")
+        assert listed == made["make_inputs"] + made["reference"]
+        assert _count(calls, "make_inputs", "fresh") == len(first.fresh_shapes) + len(second.fresh_shapes) > 0
+        third = ref.evaluate(code, candidate_id=3, timing="none")
+        assert third.details["input_cache"]["make_inputs"] == 0
+        # The least of two candidates' phases: one slow moment of a loaded machine is not the harness.
+        phases[name] = min(v.details["phase_s"]["correctness"] for v in (second, third))
+    # Uncached, the slow harness would add 2 shapes x 3 trials x (0.3 s + 0.3 s) = 3.6 s here.
+    assert phases["slow"] < phases["fast"] + 1.0, phases
+
+
+def test_the_final_remeasurement_draws_new_inputs(wrapped):
+    ref, log = wrapped["fast"]
+    code = OP_FILE.read_text()
+    run_seeds = {IC.listed_seed(77, s, t) for s in ref.task.harness.shapes_for("interpret") for t in range(3)}
+
+    def listed_seeds():
+        return {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
+
+    ref.start()
+    for cid in (5, 6):  # search evaluations (and the boot, if it happens here): the run's seeds only
+        assert ref.evaluate(code, candidate_id=cid, timing="none").accepted
+        assert listed_seeds() <= run_seeds
+    # As Evaluator.remeasure does it: the run seed + FINAL_SEED_OFFSET, compiled afresh.
+    final = ref.evaluate(code, candidate_id=5, timing="none", seed=77 + FINAL_SEED_OFFSET, fresh_compile=True)
+    made = listed_seeds()
+    assert final.accepted and final.details["input_cache"]["misses"] == 6 and len(made) == 6
+    assert not made & run_seeds
+
+
+@pytest.mark.parametrize("cheat", ["rms_norm__input_mutation.py", "rms_norm__cache_by_pointer.py"])
+def test_cheats_are_caught_on_cached_inputs(referees, cheat):
+    ref = referees("rms_norm")
+    assert ref.evaluate(OP_FILE.read_text(), candidate_id=10, timing="none").accepted  # fills the cache
+    path = CORPUS / "cheats" / cheat
+    v = ref.evaluate(path.read_text(), candidate_id=11, timing="none")
+    assert expected_outcome(path) in v.violations, (v.violations, v.details.get("messages"))
+    stats = v.details["input_cache"]
+    assert stats["hits"] > 0 and stats["make_inputs"] == 0
+
+
+def test_a_cache_too_small_for_anything_still_judges_on_the_run_inputs(tmp_path):
+    """Every entry evicted at once: the inputs are made again each time, on the same seeds, and the
+    verdicts are the same (a cheat is still caught)."""
+    from kernelsmith.referee import Referee
+
+    task, log = _wrapped_task(tmp_path / "tiny", 0.0)
+    with Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False, input_cache_bytes=0) as ref:
+        ref.start()
+        _calls(log)
+        v = ref.evaluate(OP_FILE.read_text(), candidate_id=1, timing="none")
+        stats = v.details["input_cache"]
+        assert v.accepted and stats["hits"] == 0 and stats["misses"] == 6 and stats["entries"] == 0
+        seeds = {c["seed"] for c in _calls(log) if c["call"] == "make_inputs" and c["kind"] == "listed"}
+        shapes = task.harness.shapes_for("interpret")
+        assert seeds == {IC.listed_seed(77, s, t) for s in shapes for t in range(3)}
+        cheat = CORPUS / "cheats" / "rms_norm__input_mutation.py"
+        assert "input_mutation" in ref.evaluate(cheat.read_text(), candidate_id=2, timing="none").violations

@@ -1,0 +1,89 @@
+"""Multi-fidelity timing (staging.py) driven by a stub timer: representative shapes, the subset
+cut, the all-shape screen and the full measurement, and what a subset-only verdict says."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelsmith.referee import staging, timing
+from kernelsmith.referee.verdict import Verdict, subset_geomean, timing_depth
+
+
+def test_representative_shapes_span_the_sizes_deterministically():
+    assert staging.representative([5.0, 1.0]) == [0, 1]
+    sizes = [40.0, 10.0, 30.0, 20.0, 50.0, 60.0, 70.0, 15.0]
+    picks = staging.representative(sizes)
+    assert picks == staging.representative(list(sizes)) and len(picks) == 3
+    assert 1 in picks and 6 in picks  # smallest and largest
+    assert picks == [0, 1, 6]  # 10 and 70, and 40: the middle of the sorted sizes
+    assert staging.representative([3.0, 3.0, 3.0, 3.0]) == [0, 2, 3]  # ties broken by index
+
+
+class StubTimer:
+    """Fills `out` as timing.time_candidate does, from fixed per-shape speedups per mode."""
+
+    def __init__(self, out: dict, screen: list[float], full: list[float] | None = None):
+        self.out, self.speed = out, {"screen": screen, "full": full or screen}
+        self.calls: list[tuple[str, list[int]]] = []
+
+    def __call__(self, mode, indices, host):
+        idx = list(range(len(self.out["shapes"]))) if indices is None else list(indices)
+        self.calls.append((mode, idx))
+        for i in idx:
+            self.out["shapes"][i].update({"speedup": self.speed[mode][i],
+                                          "aa_ratio": 1.001 if mode == "full" else None})
+        timing.conclude(self.out, mode)
+        return True
+
+
+def _out(n: int) -> dict:
+    return {"shapes": [{"shape": {"n": i}} for i in range(n)], "violations": [],
+            "details": {"messages": []}, "timing": {}}
+
+
+SIZES = [1.0, 2.0, 3.0, 4.0, 5.0]  # subset: shapes 0, 2, 4
+
+
+def test_far_behind_on_the_subset_stops_there_with_no_all_shape_geomean():
+    out = _out(5)
+    timer = StubTimer(out, [0.8, 3.0, 0.8, 3.0, 0.8])  # fast only where the subset does not look
+    depth = staging.run_staged(timer, out, SIZES, contender_at=1.2)
+    assert depth == "screen_subset" and timer.calls == [("screen", [0, 2, 4])]
+    assert out["geomean_speedup"] is None and out["timing"]["mode"] == "screen_subset"
+    assert out["details"]["subset_geomean"] == pytest.approx(0.8)
+    assert out["details"]["subset_shapes"] == [0, 2, 4]
+    assert out["shapes"][1].get("speedup") is None  # nothing is made up for the shapes not timed
+    v = Verdict(accepted=False, correct=True, shapes=out["shapes"], timed=True, timing=out["timing"],
+                details=out["details"]).finalize()
+    data = v.to_json()
+    assert timing_depth(data) == "screen_subset" and subset_geomean(data) == pytest.approx(0.8)
+    assert "representative shapes only" in v.feedback() and "not a contender" in v.summary()
+
+
+def test_near_the_bar_goes_on_to_every_shape_and_a_contender_to_full():
+    out = _out(5)
+    # Just below the bar on the subset (1.2 >= 0.95 * 1.25), fast elsewhere: a contender after all.
+    timer = StubTimer(out, [1.2, 1.5, 1.2, 1.5, 1.2], full=[1.3] * 5)
+    depth = staging.run_staged(timer, out, SIZES, contender_at=1.25)
+    assert depth == "full" and [m for m, _ in timer.calls] == ["screen", "screen", "full"]
+    assert timer.calls[1] == ("screen", [1, 3]) and timer.calls[2] == ("full", [0, 1, 2, 3, 4])
+    assert out["details"]["screen_geomean"] == pytest.approx((1.2 ** 3 * 1.5 ** 2) ** 0.2)
+    assert out["details"]["subset_geomean"] == pytest.approx(1.2)
+    assert out["geomean_speedup"] == pytest.approx(1.3) and out["timing"]["aa_ratio"] == pytest.approx(1.001)
+    assert out["details"]["timing_depth"] == "full" and out["timing"]["noisy"] is False
+
+
+def test_an_all_shape_screen_below_the_bar_is_a_plain_screen():
+    out = _out(5)
+    timer = StubTimer(out, [1.2, 0.5, 1.2, 0.5, 1.2])
+    assert staging.run_staged(timer, out, SIZES, contender_at=1.2) == "screen"
+    assert out["geomean_speedup"] == pytest.approx((1.2 ** 3 * 0.25) ** 0.2)
+    assert timing_depth({"timed": True, **out}) == "screen" and len(timer.calls) == 2
+
+
+@pytest.mark.parametrize("n, bar", [(3, 2.0), (5, None)])
+def test_no_subset_stage_without_a_bar_or_with_few_shapes(n, bar):
+    out = _out(n)
+    timer = StubTimer(out, [1.0] * n)
+    assert staging.run_staged(timer, out, SIZES[:n], contender_at=bar) == "screen"
+    assert timer.calls == [("screen", list(range(n)))] and "subset_geomean" not in out["details"]

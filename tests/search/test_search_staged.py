@@ -1,0 +1,126 @@
+"""The search with multi-fidelity timing (referee/staging.py): candidates far behind the best on the
+representative shapes stop there, carry no all-shape geomean, count as not faster, and never
+reach the finalists; contenders still get the full measurement. And the final re-measurement's
+seed differs from the search's (the referee caches the search's inputs per run seed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import model_referee
+import pytest
+import torch
+
+from kernelsmith.referee import staging
+from kernelsmith.referee.timing import conclude
+from kernelsmith.referee.verdict import Verdict, timing_depth
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.efficiency import candidate_rows, phase_medians
+from kernelsmith.search.loop import SearchConfig, optimize
+from kernelsmith.search.prompt import status_line
+from kernelsmith.search.selection import fitness
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class StagedModelReferee(model_referee.ModelReferee):
+    """The model referee whose "staged" timing runs the worker's staging logic on its numbers."""
+
+    def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
+                 contender_at=None):
+        if timing != "staged":
+            return super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
+                                    fresh_compile=fresh_compile, contender_at=contender_at)
+        kw = dict(candidate_id=candidate_id, seed=seed, fresh_compile=fresh_compile)
+        screen = super().evaluate(code, timing="screen", **kw)
+        if not screen.accepted:
+            return screen
+        out = {"shapes": [{"shape": s["shape"], "max_abs_err": 0.0} for s in screen.shapes],
+               "violations": [], "details": {"messages": [], "phase_s": {}}, "timing": {}}
+        spent = {"screen": 0.0, "full": 0.0}
+
+        def timer(mode, indices, host):
+            src = screen if mode == "screen" else super(StagedModelReferee, self).evaluate(
+                code, timing="full", **kw)
+            for i in range(len(out["shapes"])) if indices is None else indices:
+                out["shapes"][i].update({k: v for k, v in src.shapes[i].items() if k != "shape"})
+                out["shapes"][i]["aa_ratio"] = src.timing.get("aa_ratio")
+                spent[mode] += 0.3 if mode == "screen" else 2.0
+            conclude(out, mode)
+            return True
+
+        sizes = [s["shape"]["tokens"] * s["shape"]["d"] for s in screen.shapes]
+        depth = staging.run_staged(timer, out, sizes, contender_at,
+                                   lambda name: out["details"]["phase_s"].setdefault(name, 0.1))
+        v = Verdict(accepted=True, correct=True, device=screen.device, shapes=out["shapes"],
+                    geomean_speedup=out["geomean_speedup"], timed=True, timing=out["timing"],
+                    details=out["details"])
+        v.eval_s = 0.5 + spent["screen"] / 4 + spent["full"] / 4
+        assert depth == out["details"]["timing_depth"]
+        return v.finalize()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    import kernelsmith.referee.backend as backend
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model_referee.CALLS.clear()
+
+
+def test_subset_screened_candidates_are_not_faster_and_never_finalists(tmp_path, fake_gpu):
+    cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
+                       mutator="params", device="cuda", gpus=[0], progress=False,
+                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
+                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
+    result = optimize(cfg)
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated" and r["accepted"]]
+        final = a.get_meta("final", {})
+    depth = {r["id"]: timing_depth(r["verdict"]) for r in rows}
+    subset = [r for r in rows if depth[r["id"]] == "screen_subset"]
+    assert subset and any(d == "full" for d in depth.values())
+    for r in subset:
+        assert r["speedup"] is None and r["timing"] == "screen" and r["verdict"]["geomean_speedup"] is None
+        assert fitness(r) <= 1.0 and "representative shapes only" in status_line(r)
+        assert str(r["id"]) not in final
+        timed = [s for s in r["verdict"]["shapes"] if s.get("speedup") is not None]
+        assert len(timed) == staging.SUBSET_SIZE  # what was measured is kept
+    assert result["winner"] and result["geomean_speedup"] > 1.5
+    assert depth[result["winner"]["id"]] == "full"
+    groups = phase_medians(candidate_rows(tmp_path / "run"))
+    assert "screen_subset" in groups and "screen_subset_timing" in groups["screen_subset"]
+
+
+def test_fitness_of_a_subset_verdict_is_capped_at_the_base():
+    verdict = {"accepted": True, "timed": True, "geomean_speedup": None,
+               "timing": {"mode": "screen_subset", "aa_ratio": None},
+               "details": {"timing_depth": "screen_subset", "subset_geomean": 1.4, "subset_shapes": [0, 2]}}
+    row = {"accepted": 1, "status": "evaluated", "verdict": verdict, "speedup": None}
+    assert fitness(row) == 1.0
+    slow = {**row, "verdict": {**verdict, "details": {**verdict["details"], "subset_geomean": 0.7}}}
+    assert fitness(slow) == pytest.approx(0.7)
+    screened = {**row, "speedup": 1.4, "verdict": {**verdict, "geomean_speedup": 1.4,
+                                                  "timing": {"mode": "screen"}, "details": {}}}
+    assert fitness(screened) == pytest.approx(1.4) and timing_depth(screened["verdict"]) == "screen"
+
+
+def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
+    """The referee caches the search's inputs per run seed: re-measuring a winner on that seed
+    would judge it on the inputs it was selected on, so remeasure needs another seed."""
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.search.loop import FINAL_SEED_OFFSET
+    from kernelsmith.task import load_task
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5,
+                       referee_factory=model_referee.ModelReferee)
+        with pytest.raises(ValueError, match="seed other than the search's"):
+            ev.remeasure(archive.get(cid), 5)
+        assert ev.remeasure(archive.get(cid), 5 + FINAL_SEED_OFFSET)["accepted"]
+        last = model_referee.CALLS[-1]
+        assert last["seed"] == 5 + FINAL_SEED_OFFSET and last["fresh_compile"]
+        ev.close()
