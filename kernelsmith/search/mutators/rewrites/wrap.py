@@ -159,7 +159,9 @@ class KernelWrap:
 
     def _param_text(self, arg: ast.arg, default) -> str:
         text = self.site.text(arg)
-        return text + (f"={self.site.text(default)}" if default is not None else "")
+        if default is None:
+            return text
+        return text + (" = " if arg.annotation is not None else "=") + self.site.text(default)
 
     def launch_edits(self, grid: str | dict[int, str], kwargs: list[str], lines: list[str]) -> list:
         """Edits of the launch: the grid (whole tuple text, or text per axis), keyword arguments
