@@ -102,7 +102,8 @@ def test_declines_what_it_cannot_model():
     code = (SRC / "kernels" / "elementwise.py").read_text()
     lam = code.replace("_scale_add_kernel[(triton.cdiv(n, BLOCK),)]", "_scale_add_kernel[lambda m: (n,)]")
     assert "not a tuple" in find_sites(lam, "scale_add")[1][0]
-    twice = code.replace("    return out\n", "    _scale_add_kernel[(1,)](x, y, out, n, alpha, BLOCK=BLOCK)\n    return out\n")
+    again = "    _scale_add_kernel[(1,)](x, y, out, n, alpha, BLOCK=BLOCK)\n"
+    twice = code.replace("    return out\n", again + "    return out\n")
     assert "launched from 2 places" in find_sites(twice, "scale_add")[1][0]
     helper = code.replace("    pid = tl.program_id(0)\n", "    pid = _pid()\n") + (
         "\n\n@triton.jit\ndef _pid():\n    return tl.program_id(0)\n"
@@ -117,7 +118,9 @@ def test_declines_what_it_cannot_model():
         persistent(site, 4)
 
 
-@pytest.mark.parametrize(("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")])
+@pytest.mark.parametrize(
+    ("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")]
+)
 def test_the_new_knob_is_a_tunable_the_params_search_finds(transform, knob):
     task = task_for("merge_state")
     (site,) = _sites(task)[0].values()

@@ -38,5 +38,6 @@ def reference(prefix_output, prefix_lse, suffix_output, suffix_lse, output, outp
     m = torch.maximum(p, s)
     pe, se = torch.exp(p - m), torch.exp(s - m)
     total = pe + se
-    merged = prefix_output.double() * (pe / total)[..., None] + suffix_output.double() * (se / total)[..., None]
+    merged = prefix_output.double() * (pe / total)[..., None]
+    merged = merged + suffix_output.double() * (se / total)[..., None]
     return merged.to(prefix_output.dtype), (torch.log(total) + m).float()
