@@ -17,6 +17,7 @@ from kernelsmith.search.mutators.rewrites import MARK
 from kernelsmith.search.mutators.rewrites.analysis import Decline, find_sites
 from kernelsmith.search.mutators.rewrites.coarsen import coarsen
 from kernelsmith.search.mutators.rewrites.persistent import persistent
+from kernelsmith.search.mutators.rewrites.widen import widen
 from kernelsmith.search.mutators.tunables import discover, relevant, render
 from kernelsmith.task import load_task
 
@@ -35,11 +36,18 @@ def _sites(task):
 
 # (op, rewrites: (transform, axis, knob)); knobs that do not divide the grid exercise the guards.
 CASES = [
-    ("scale_add", [("coarsen", 0, 4), ("persistent", None, 1)]),
-    ("row_rms", [("coarsen", 0, 4), ("persistent", None, 2)]),
-    ("head_scale", [("coarsen", 0, 4), ("coarsen", 1, 8), ("persistent", None, 1)]),
-    ("merge_state", [("coarsen", 1, 4), ("coarsen", 0, 2), ("persistent", None, 1)]),
+    ("scale_add", [("coarsen", 0, 4), ("widen", 0, 4), ("persistent", None, 1)]),
+    ("row_rms", [("coarsen", 0, 4), ("widen", 0, 4), ("persistent", None, 2)]),
+    ("head_scale", [("coarsen", 0, 4), ("coarsen", 1, 8), ("widen", 0, 8), ("widen", 1, 2),
+                    ("persistent", None, 1)]),
+    ("merge_state", [("coarsen", 1, 4), ("coarsen", 0, 2), ("widen", 1, 4), ("widen", 0, 2),
+                     ("persistent", None, 1)]),
 ]
+BUILD = {
+    "coarsen": lambda site, axis, knob: coarsen(site, axis, knob),
+    "widen": lambda site, axis, knob: widen(site, axis, knob),
+    "persistent": lambda site, axis, knob: persistent(site, knob),
+}
 
 
 @pytest.mark.parametrize(("op", "rewrites"), CASES, ids=[c[0] for c in CASES])
@@ -50,11 +58,12 @@ def test_rewrites_are_correct_under_the_referee(op, rewrites):
     (site,) = sites.values()
     codes = []
     for transform, axis, knob in rewrites:
-        rw = coarsen(site, axis, knob) if transform == "coarsen" else persistent(site, knob)
+        rw = BUILD[transform](site, axis, knob)
         assert MARK in rw.code and rw.explain and rw.transform == transform
-        # The old body is untouched: only the def line, the program-id reads and the launch change.
+        # A short diff: coarsening and persistent launch leave the old body alone (only its def
+        # line, its program-id reads and the launch change); widening edits the lines that broadcast.
         removed = [ln for ln in _diff(task.base_code, rw.code) if ln.startswith("-")]
-        assert len(removed) <= 8, removed
+        assert len(removed) <= (30 if transform == "widen" else 8), removed
         codes.append(rw.code)
     with Referee(task, device="interpret") as referee:
         for code in codes:
@@ -112,6 +121,25 @@ def test_declines_what_it_cannot_model():
     (site,) = find_sites(code, "scale_add")[0]
     with pytest.raises(Decline, match="axis 1"):
         coarsen(site, 1, 4)
+    # Widening follows no per-row branch, no loop accumulator changing shape, no 2-D tile.
+    rowwise = (SRC / "kernels" / "rowwise.py").read_text()
+    store = "    tl.store(rms_ptr + row, rms)\n"
+    branch = rowwise.replace(store, "    if row < 3:\n    " + store)
+    (site,) = find_sites(branch, "row_rms")[0]
+    with pytest.raises(Decline, match="branches on a per-row value"):
+        widen(site, 0, 4)
+    acc = rowwise.replace(
+        "    rms = tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n",
+        "    acc = tl.zeros([BLOCK_N], tl.float32)\n    for _ in range(2):\n        acc += x * x\n"
+        "    rms = tl.sqrt(tl.sum(acc, axis=0) / (2 * n_cols) + eps)\n",
+    )
+    (site,) = find_sites(acc, "row_rms")[0]
+    with pytest.raises(Decline, match="change the shape of `acc`"):
+        widen(site, 0, 4)
+    tile = rowwise.replace("x * x, axis=0", "(x[None, :] * x[:, None]), axis=0")
+    (site,) = find_sites(tile, "row_rms")[0]
+    with pytest.raises(Decline, match="2-D tiles"):
+        widen(site, 0, 4)
     no_torch = code.replace("import torch\n", "")
     (site,) = find_sites(no_torch, "scale_add")[0]
     with pytest.raises(Decline, match="torch"):
@@ -140,12 +168,14 @@ def test_variants_order_and_mutator_determinism_and_resume():
     task = task_for("head_scale")
     sites, _ = _sites(task)
     keys = [v.key for v in variants(list(sites.values()))]
-    assert keys[:3] == [
+    assert keys[:5] == [
+        "widen:_head_scale_kernel@0=4",
+        "widen:_head_scale_kernel@1=4",
         "coarsen:_head_scale_kernel@0=4",
         "coarsen:_head_scale_kernel@1=4",
         "persistent:_head_scale_kernel=4",
     ]
-    assert len(keys) == len(set(keys)) == 12
+    assert len(keys) == len(set(keys)) == 20
 
     def run(mutator, rows, n):
         out = []
@@ -160,14 +190,14 @@ def test_variants_order_and_mutator_determinism_and_resume():
         return out
 
     base = [{"id": 1, "mutator": "base", "params": None, "code": task.base_code, "parent_id": None}]
-    first = run(RewriteMutator(task), list(base), 20)
-    again = run(RewriteMutator(task), list(base), 20)
-    assert [p.code for p in first] == [p.code for p in again] and len(first) == 12
+    first = run(RewriteMutator(task), list(base), 30)
+    again = run(RewriteMutator(task), list(base), 30)
+    assert [p.code for p in first] == [p.code for p in again] and len(first) == 20
     assert all(p.parent_id == 1 and p.params["explain"] for p in first)
     # Resume: a new mutator synced from the first five rows goes on with the sixth proposal.
     rows = list(base)
     run(RewriteMutator(task), rows, 5)
-    resumed = run(RewriteMutator(task), rows, 20)
+    resumed = run(RewriteMutator(task), rows, 30)
     assert [p.code for p in resumed] == [p.code for p in first[5:]]
 
 

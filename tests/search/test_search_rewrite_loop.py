@@ -42,7 +42,7 @@ def test_optimize_with_rewrite_then_resume(tmp_path, capsys):
     rows = _rows(run)
     keys = [r["params"]["key"] for r in rows]
     assert len(rows) == 3 and len(set(keys)) == 3 and rows[:2] == first
-    assert keys[0].startswith("coarsen:_head_scale_kernel@0=4") and keys[2].startswith("persistent:")
+    assert keys[0].startswith("widen:_head_scale_kernel@0=4") and keys[2].startswith("coarsen:")
     result = json.loads((run / "result.json").read_text())
     winner = next(r for r in rows if r["id"] == result["winner"]["id"])
     report = (run / "report.md").read_text()

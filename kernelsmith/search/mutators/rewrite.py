@@ -24,9 +24,10 @@ from .rewrites import MARK, Rewrite
 from .rewrites.analysis import Decline, Site, find_sites, pid_calls
 from .rewrites.coarsen import coarsen
 from .rewrites.persistent import persistent
+from .rewrites.widen import widen
 
-DEFAULT = {"coarsen": 4, "persistent": 4}
-ALTERNATES = {"coarsen": (2, 8, 16), "persistent": (2, 8, 1)}
+DEFAULT = {"widen": 4, "coarsen": 4, "persistent": 4}
+ALTERNATES = {"widen": (2, 8, 16), "coarsen": (2, 8, 16), "persistent": (2, 8, 1)}
 SOURCES = ("base", "params", "grid")  # parents whose code a rewrite may start from
 
 
@@ -45,6 +46,8 @@ class Variant:
         return f"{self.transform}:{self.kernel}{axis}={self.value}"
 
     def build(self, site: Site) -> Rewrite:
+        if self.transform == "widen":
+            return widen(site, self.axis, self.value)
         if self.transform == "coarsen":
             return coarsen(site, self.axis, self.value)
         return persistent(site, self.value)
@@ -55,7 +58,7 @@ def variants(sites: list[Site]) -> list[Variant]:
     first, later = [], []
     for site in sorted(sites, key=lambda s: s.kernel.name):
         axes = sorted(a for _, a, what in pid_calls(site.kernel) if what == "program_id")
-        shapes = [("coarsen", a) for a in dict.fromkeys(axes)] + [("persistent", None)]
+        shapes = [(t, a) for t in ("widen", "coarsen") for a in dict.fromkeys(axes)] + [("persistent", None)]
         for transform, axis in shapes:
             first.append(Variant(transform, site.kernel.name, axis, DEFAULT[transform]))
             later += [Variant(transform, site.kernel.name, axis, v) for v in ALTERNATES[transform]]
