@@ -42,6 +42,8 @@ CASES = [
                     ("persistent", None, 1)]),
     ("merge_state", [("coarsen", 1, 4), ("coarsen", 0, 2), ("widen", 1, 4), ("widen", 0, 2),
                      ("persistent", None, 1)]),
+    # pointer advanced in place, a column loop with tile and scalar accumulators (widened at init)
+    ("row_stats", [("widen", 0, 4), ("coarsen", 0, 2), ("persistent", None, 2)]),
 ]
 BUILD = {
     "coarsen": lambda site, axis, knob: coarsen(site, axis, knob),
@@ -130,11 +132,11 @@ def test_declines_what_it_cannot_model():
         widen(site, 0, 4)
     acc = rowwise.replace(
         "    rms = tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n",
-        "    acc = tl.zeros([BLOCK_N], tl.float32)\n    for _ in range(2):\n        acc += x * x\n"
+        "    acc = cols * 0.0\n    for _ in range(2):\n        acc += x * x\n"
         "    rms = tl.sqrt(tl.sum(acc, axis=0) / (2 * n_cols) + eps)\n",
     )
     (site,) = find_sites(acc, "row_rms")[0]
-    with pytest.raises(Decline, match="change the shape of `acc`"):
+    with pytest.raises(Decline, match="`acc` widens inside a loop"):
         widen(site, 0, 4)
     tile = rowwise.replace("x * x, axis=0", "(x[None, :] * x[:, None]), axis=0")
     (site,) = find_sites(tile, "row_rms")[0]

@@ -32,6 +32,18 @@ ELEMENTWISE = {
 }
 
 
+OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+       ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+
+
+class _Grow(Exception):
+    """A value carried around a loop widens inside it: start again with its first value widened."""
+
+    def __init__(self, name: str, kind: str):
+        super().__init__(name)
+        self.name, self.kind = name, kind
+
+
 def join(*kinds: str) -> str:
     """The kind of a value computed from values of these kinds."""
     out = S
@@ -45,8 +57,10 @@ def _atom(text: str) -> str:
 
 
 class _Widen:
-    def __init__(self, site: Site, axis: int):
+    def __init__(self, site: Site, axis: int, force: dict[str, str] | None = None):
         self.site, self.axis = site, axis
+        self.force = force or {}  # loop-carried names whose first value must already be widened
+        self.loops = 0
         self.data = site.code.encode()
         self.wrap = KernelWrap(site, [axis])
         self.tl = self.wrap.tl
@@ -245,6 +259,30 @@ class _Widen:
         if text != self.seg(node):
             self.edits[self.site.span(node)] = text
 
+    def grow(self, name: str, value, text: str, kind: str, want: str) -> str:
+        """The first value of a loop-carried name, widened to `want` (a zeros/full tile, or a
+        per-row vector of a number)."""
+        tl, knob = self.tl, self.knob
+        is_call = isinstance(value, ast.Call) and self._tl_name(value.func) in ("zeros", "full")
+        shape = value.args[0] if is_call and value.args else None
+        if kind == C and want == T and isinstance(shape, (ast.List, ast.Tuple)) and len(shape.elts) == 1:
+            return self.splice(value, [(*self.site.span(shape), f"[{knob}, {self.seg(shape.elts[0])}]")])
+        if kind == S and want == R and isinstance(value, ast.Constant) and type(value.value) in (int, float):
+            dtype = "float32" if isinstance(value.value, float) else "int32"
+            return f"{tl}.full([{knob}], {text}, {tl}.{dtype})"
+        raise Decline(f"`{name}` widens inside a loop and its first value cannot be widened")
+
+    def bind(self, target, value, text: str, kind: str) -> tuple[str, str]:
+        """(text, kind) of a value bound to `target`, with loop-carried names handled."""
+        if not isinstance(target, ast.Name):
+            return text, kind
+        name, want = target.id, self.force.get(target.id)
+        if want is not None and name not in self.env and kind != want and join(kind, want) == want:
+            return self.grow(name, value, text, kind, want), want
+        if self.loops and name in self.env and self.env[name] != kind:
+            raise _Grow(name, join(self.env[name], kind))
+        return text, kind
+
     def assign(self, target, kind: str) -> None:
         if not isinstance(target, ast.Name):
             if kind != S:
@@ -265,15 +303,29 @@ class _Widen:
             self.edit(st.value, text)
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
             text, kind = self.emit(st.value)
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            if len(targets) == 1:
+                text, kind = self.bind(targets[0], st.value, text, kind)
             self.edit(st.value, text)
-            for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
+            for t in targets:
                 self.assign(t, kind)
         elif isinstance(st, ast.AugAssign):
             text, kind = self.emit(st.value)
-            have = self.env.get(st.target.id, S) if isinstance(st.target, ast.Name) else S
-            if join(have, kind) != have:
-                raise Decline(f"`{self.seg(st)}` would change the shape of `{self.seg(st.target)}` in place")
-            self.edit(st.value, self.to(text, kind, have))
+            if not isinstance(st.target, ast.Name):
+                raise Decline(f"`{self.seg(st)}` updates something other than a name")
+            name = st.target.id
+            have = self.env.get(name, S)
+            grown = join(have, kind)
+            if grown == have:
+                self.edit(st.value, self.to(text, kind, have))
+            elif self.loops:
+                raise _Grow(name, grown)
+            elif type(st.op) in OPS:  # outside loops a new value of a wider shape is fine
+                left, right = self.to(name, have, grown), _atom(self.to(text, kind, grown))
+                self.edits[self.site.span(st)] = f"{name} = {left} {OPS[type(st.op)]} {right}"
+                self.env[name] = grown
+            else:
+                raise Decline(f"`{self.seg(st)}` would change the shape of `{name}` in place")
         elif isinstance(st, ast.If):
             if self.emit(st.test)[1] != S:
                 raise Decline(f"`if {self.seg(st.test)}` branches on a per-row value")
@@ -290,13 +342,17 @@ class _Widen:
             if self.emit(st.iter)[1] != S:
                 raise Decline(f"a loop over `{self.seg(st.iter)}` depends on the row")
             self.assign(st.target, S)
-            for _ in range(3):
-                before = dict(self.env)
-                self.block(st.body)
-                if self.env == before:
-                    break
-            else:
-                raise Decline("a loop whose values keep changing shape")
+            self.loops += 1
+            try:
+                for _ in range(3):
+                    before = dict(self.env)
+                    self.block(st.body)
+                    if self.env == before:
+                        break
+                else:
+                    raise Decline("a loop whose values keep changing shape")
+            finally:
+                self.loops -= 1
             self.block(st.orelse)
         elif isinstance(st, ast.Pass) or isinstance(st, ast.Assert) and self.emit(st.test)[1] == S:
             return
@@ -310,12 +366,22 @@ def widen(site: Site, axis: int, rows: int) -> Rewrite:
         raise Decline(f"{site.kernel.name}: no grid axis {axis}")
     if rows & (rows - 1) or rows < 1:
         raise Decline(f"{KNOB} must be a power of two (tl.arange), not {rows}")
-    w = _Widen(site, axis)
     kernel = site.kernel
     body = kernel.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    w.block(body)
+    force: dict[str, str] = {}
+    for _ in range(12):
+        w = _Widen(site, axis, force)
+        try:
+            w.block(body)
+            break
+        except _Grow as grow:
+            if force.get(grow.name) == grow.kind:
+                raise Decline(f"`{grow.name}` keeps changing shape around a loop") from None
+            force[grow.name] = join(force.get(grow.name, S), grow.kind)
+    else:
+        raise Decline("too many loop-carried values change shape")
     if not w.widened:
         raise Decline(f"{kernel.name}: no load or store depends on the program id of axis {axis}")
     tl, count, knob = w.tl, w.count, w.knob
