@@ -16,6 +16,7 @@ from kernelsmith.search.mutators.rewrite import RewriteMutator, variants
 from kernelsmith.search.mutators.rewrites import MARK
 from kernelsmith.search.mutators.rewrites.analysis import Decline, find_sites
 from kernelsmith.search.mutators.rewrites.coarsen import coarsen
+from kernelsmith.search.mutators.rewrites.loads import merge_loads
 from kernelsmith.search.mutators.rewrites.persistent import persistent
 from kernelsmith.search.mutators.rewrites.widen import widen
 from kernelsmith.search.mutators.tunables import discover, relevant, render
@@ -44,11 +45,13 @@ CASES = [
                      ("persistent", None, 1)]),
     # pointer advanced in place, a column loop with tile and scalar accumulators (widened at init)
     ("row_stats", [("widen", 0, 4), ("coarsen", 0, 2), ("persistent", None, 2)]),
+    ("scale_twice", [("merge_loads", None, None), ("widen", 0, 2)]),
 ]
 BUILD = {
     "coarsen": lambda site, axis, knob: coarsen(site, axis, knob),
     "widen": lambda site, axis, knob: widen(site, axis, knob),
     "persistent": lambda site, axis, knob: persistent(site, knob),
+    "merge_loads": lambda site, axis, knob: merge_loads(site),
 }
 
 
@@ -82,6 +85,19 @@ def _diff(a: str, b: str) -> list[str]:
         for ln in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
         if ln[:1] in "+-" and not ln.startswith(("---", "+++"))
     ]
+
+
+def test_merge_loads_keeps_a_load_after_a_store():
+    task = task_for("scale_twice")
+    (site,) = _sites(task)[0].values()
+    code = merge_loads(site).code
+    assert "    y = x * w\n" in code and "tl.load(w_ptr + cols, mask=mask)" in code
+    # the input row is loaded again after the store to `out`, which may alias it: kept
+    assert code.count("tl.load(x_ptr + row * n + cols, mask=mask)") == 2
+    keys = [v.key for v in variants([site])]
+    assert "merge_loads:_scale_twice_kernel" in keys
+    other = variants(list(_sites(task_for("row_rms"))[0].values()))
+    assert not any(v.transform == "merge_loads" for v in other)
 
 
 def test_a_wrong_rewrite_is_caught_by_the_referee():

@@ -1,9 +1,10 @@
 """The rewrite mutator (no LLM): structural rewrites of the operator's kernels, found from the tree.
 
-For every kernel the entry launches, it proposes program coarsening along each grid axis the
-kernel reads a program id of, and a persistent launch (rewrites/); first at their default knob,
-then at other knob values. Each new knob (COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the
-launcher, so the params mutator tunes it afterwards like any launch choice. A kernel or
+For every kernel the entry launches, it proposes tile widening and program coarsening along each
+grid axis the kernel reads a program id of, a persistent launch, and merging repeated loads where
+the tree shows them (rewrites/); first at their default knob, then at other knob values. Each new
+knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the launcher, so the params
+mutator tunes it afterwards like any launch choice. A kernel or
 transformation that cannot be shown valid is declined, and the reason goes to the run's log once.
 
 Rewrites apply to the base, or to a params candidate (the base with tuned launch choices); never to
@@ -23,6 +24,7 @@ from . import Proposal
 from .rewrites import MARK, Rewrite
 from .rewrites.analysis import Decline, Site, find_sites, pid_calls
 from .rewrites.coarsen import coarsen
+from .rewrites.loads import has_repeated_loads, merge_loads
 from .rewrites.persistent import persistent
 from .rewrites.widen import widen
 
@@ -43,9 +45,12 @@ class Variant:
     @property
     def key(self) -> str:
         axis = "" if self.axis is None else f"@{self.axis}"
-        return f"{self.transform}:{self.kernel}{axis}={self.value}"
+        value = "" if self.transform == "merge_loads" else f"={self.value}"
+        return f"{self.transform}:{self.kernel}{axis}{value}"
 
     def build(self, site: Site) -> Rewrite:
+        if self.transform == "merge_loads":
+            return merge_loads(site)
         if self.transform == "widen":
             return widen(site, self.axis, self.value)
         if self.transform == "coarsen":
@@ -62,6 +67,8 @@ def variants(sites: list[Site]) -> list[Variant]:
         for transform, axis in shapes:
             first.append(Variant(transform, site.kernel.name, axis, DEFAULT[transform]))
             later += [Variant(transform, site.kernel.name, axis, v) for v in ALTERNATES[transform]]
+        if has_repeated_loads(site):
+            first.append(Variant("merge_loads", site.kernel.name, None, 0))
     return first + later
 
 
