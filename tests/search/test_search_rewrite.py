@@ -229,3 +229,16 @@ def test_rewrites_a_params_parent_but_never_a_rewrite():
     rewritten = {"id": 8, "mutator": "params", "code": p.code}
     q = mutator.propose(rewritten, [], None, set())
     assert q.parent_id == 1 and q.code.count(MARK) == 1  # the base's rewrite, never a stacked one
+
+
+def test_explain_lineage_reaches_a_rewrite_behind_a_retune():
+    from kernelsmith.search.mutators.rewrite import explain_lineage
+
+    rows = [
+        {"id": 1, "mutator": "base", "parent_id": None, "params": None},
+        {"id": 2, "mutator": "rewrite", "parent_id": 1, "params": {"explain": "Tile widening: ..."}},
+        {"id": 3, "mutator": "params", "parent_id": 2, "params": {"op": "retune", "on": 2}},
+        {"id": 4, "mutator": "params", "parent_id": 1, "params": {"op": "step"}},
+    ]
+    assert explain_lineage(rows, 3) == ["Tile widening: ..."]
+    assert explain_lineage(rows, 4) == [] and explain_lineage(rows, None) == []
