@@ -7,8 +7,7 @@ knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the launcher,
 mutator tunes it afterwards like any launch choice. A kernel or
 transformation that cannot be shown valid is declined, and the reason goes to the run's log once.
 
-Rewrites apply to the base, or to a params candidate (the base with tuned launch choices); never to
-an already rewritten file. The proposal order is fixed (no randomness), and `sync` rebuilds what
+Rewrites apply to the base, or to a params (or llm) candidate; never to an already rewritten file. The proposal order is fixed (no randomness), and `sync` rebuilds what
 was tried from the archive, so a run is reproducible and resumable.
 """
 
@@ -30,7 +29,7 @@ from .rewrites.widen import widen
 
 DEFAULT = {"widen": 4, "coarsen": 4, "persistent": 4}
 ALTERNATES = {"widen": (2, 8, 16), "coarsen": (2, 8, 16), "persistent": (2, 8, 1)}
-SOURCES = ("base", "params", "grid")  # parents whose code a rewrite may start from
+SOURCES = ("base", "params", "grid", "llm")  # parents whose code a rewrite may start from
 
 
 @dataclass(frozen=True)
@@ -44,11 +43,13 @@ class Variant:
 
     @property
     def key(self) -> str:
+        """Stable name of the variant (archive params `key`, with the source's hash appended)."""
         axis = "" if self.axis is None else f"@{self.axis}"
         value = "" if self.transform == "merge_loads" else f"={self.value}"
         return f"{self.transform}:{self.kernel}{axis}{value}"
 
     def build(self, site: Site) -> Rewrite:
+        """The rewritten file (raises Decline where the transformation cannot be shown valid)."""
         if self.transform == "merge_loads":
             return merge_loads(site)
         if self.transform == "widen":
