@@ -7,8 +7,9 @@ knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the launcher,
 mutator tunes it afterwards like any launch choice. A kernel or
 transformation that cannot be shown valid is declined, and the reason goes to the run's log once.
 
-Rewrites apply to the base, or to a params (or llm) candidate; never to an already rewritten file. The proposal order is fixed (no randomness), and `sync` rebuilds what
-was tried from the archive, so a run is reproducible and resumable.
+Rewrites apply to the base, or to a params (or llm) candidate; never to an already rewritten file.
+The proposal order is fixed (no randomness), and `sync` rebuilds what was tried from the archive,
+so a run is reproducible and resumable.
 """
 
 from __future__ import annotations
