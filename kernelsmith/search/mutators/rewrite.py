@@ -102,11 +102,14 @@ class RewriteMutator:
         if h not in self._plans:
             try:
                 sites, declined = find_sites(code, self.entry)
+                plan = variants(sites)
             except SyntaxError:
-                sites, declined = [], []
+                sites, declined, plan = [], [], []
+            except Exception as e:  # a file our analysis trips on: no rewrite of it, the search goes on
+                sites, declined, plan = [], [f"the analysis failed ({type(e).__name__}: {e})"], []
             for reason in declined:
                 self._say(f"rewrite declined: {reason}")
-            self._plans[h] = ({s.kernel.name: s for s in sites}, variants(sites))
+            self._plans[h] = ({s.kernel.name: s for s in sites}, plan)
         return self._plans[h]
 
     def sync(self, rows: list[dict]) -> None:
@@ -139,8 +142,8 @@ class RewriteMutator:
                 except Decline as e:
                     self._say(f"rewrite declined: {variant.transform} of {variant.kernel}: {e}")
                     continue
-                except SyntaxError as e:  # a bug of ours, never a proposal
-                    self._say(f"rewrite: {variant.key} produced code that does not parse ({e})")
+                except Exception as e:  # a bug of ours (e.g. code that does not parse): never a proposal
+                    self._say(f"rewrite: {variant.key} failed ({type(e).__name__}: {e})")
                     continue
                 if known and code_hash(rewrite.code) in known:
                     continue
