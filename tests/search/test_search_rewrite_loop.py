@@ -58,3 +58,13 @@ def test_rewrite_and_params_together(tmp_path):
     assert main([*args, "--budget", "4", "--out", str(run)]) == 0
     mutators = {r["mutator"] for r in _rows(run)}
     assert mutators == {"rewrite", "params"}, mutators
+
+
+def test_a_declined_kernel_is_explained_in_the_run_log(tmp_path, capsys):
+    args = [a if a != "head_scale" else "histogram" for a in ARGS]
+    rc = main([*args, "--budget", "2", "--out", str(tmp_path / "hist")])
+    out = capsys.readouterr()
+    log = out.out + out.err
+    assert rc == 1 and _rows(tmp_path / "hist") == []
+    assert "rewrite declined: _histogram_kernel calls tl.atomic_add" in log
+    assert "search space exhausted" in log
