@@ -269,6 +269,11 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         out += ["### Sweep", "", sweep_section(result["sweep"]), ""]
     out += ["### Reproduce", "", repro(run, rd.path), ""]
     if winner and winner.get("diff"):
+        from .search.mutators.rewrite import explain_lineage
+
+        # A structural rewrite (rewrite mutator) says in one sentence what it changed.
+        for sentence in explain_lineage(rows, winner.get("id")):
+            out += [f"**What changed:** {sentence}", ""]
         out += [
             "<details><summary>winner.diff</summary>",
             "",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-MUTATORS = ("params", "llm", "all", "grid")
+MUTATORS = ("params", "llm", "rewrite", "all", "grid")
 
 
 def register(subparsers) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from ..errors import ConfigError
 
-MUTATORS = ("params", "llm", "all", "grid")
+MUTATORS = ("params", "llm", "rewrite", "all", "grid")
 
 
 def register(subparsers) -> None:
@@ -27,7 +27,8 @@ def register(subparsers) -> None:
         "--mutator",
         default=None,
         choices=MUTATORS,
-        help="params (no LLM), llm, all (both; the default), or grid (plain sweep, a baseline)",
+        help="params (no LLM), llm, rewrite (structural rewrites, no LLM), all (all three; the default), "
+        "or grid (plain sweep, a baseline)",
     )
     p.add_argument(
         "--replay",

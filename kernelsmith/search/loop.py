@@ -165,6 +165,10 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     out = []
     if name in ("params", "all"):
         out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
+    if name in ("rewrite", "all"):
+        from .mutators.rewrite import RewriteMutator
+
+        out.append(RewriteMutator(task, note=note))
     if name in ("llm", "all"):
         settings = llm_settings()
         if settings.problem is None:
@@ -172,7 +176,7 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
         elif name == "llm":
             raise ConfigError("environment", settings.problem, "KERNELSMITH_LLM_*")
         else:
-            note(f"llm mutator off: {settings.problem}; using params only")
+            note(f"llm mutator off: {settings.problem}; using params and rewrite only")
     return out
 
 

@@ -1,0 +1,186 @@
+"""The rewrite mutator (no LLM): structural rewrites of the operator's kernels, found from the tree.
+
+For every kernel the entry launches, it proposes tile widening and program coarsening along each
+grid axis the kernel reads a program id of, a persistent launch, and merging repeated loads where
+the tree shows them (rewrites/); first at their default knob, then at other knob values. Each new
+knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the launcher, so the params
+mutator tunes it afterwards like any launch choice. A kernel or
+transformation that cannot be shown valid is declined, and the reason goes to the run's log once.
+
+Rewrites apply to the base, or to a params (or llm) candidate; never to an already rewritten file.
+The proposal order is fixed (no randomness), and `sync` rebuilds what was tried from the archive,
+so a run is reproducible and resumable.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..archive import code_hash
+from ..edits import format_edits, make_edits
+from . import Proposal
+from .rewrites import MARK, Rewrite
+from .rewrites.analysis import Decline, Site, find_sites, pid_calls
+from .rewrites.coarsen import coarsen
+from .rewrites.loads import has_repeated_loads, merge_loads
+from .rewrites.persistent import persistent
+from .rewrites.widen import widen
+
+DEFAULT = {"widen": 4, "coarsen": 4, "persistent": 4}
+ALTERNATES = {"widen": (2, 8, 16), "coarsen": (2, 8, 16), "persistent": (2, 8, 1)}
+SOURCES = ("base", "params", "grid", "llm")  # parents whose code a rewrite may start from
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One transformation of one kernel with one knob value."""
+
+    transform: str
+    kernel: str
+    axis: int | None
+    value: int
+
+    @property
+    def key(self) -> str:
+        """Stable name of the variant (archive params `key`, with the source's hash appended)."""
+        axis = "" if self.axis is None else f"@{self.axis}"
+        value = "" if self.transform == "merge_loads" else f"={self.value}"
+        return f"{self.transform}:{self.kernel}{axis}{value}"
+
+    def build(self, site: Site) -> Rewrite:
+        """The rewritten file (raises Decline where the transformation cannot be shown valid)."""
+        if self.transform == "merge_loads":
+            return merge_loads(site)
+        if self.transform == "widen":
+            return widen(site, self.axis, self.value)
+        if self.transform == "coarsen":
+            return coarsen(site, self.axis, self.value)
+        return persistent(site, self.value)
+
+
+def variants(sites: list[Site]) -> list[Variant]:
+    """Every variant for these launch sites: default knobs first, then the alternates."""
+    first, later = [], []
+    for site in sorted(sites, key=lambda s: s.kernel.name):
+        axes = sorted(a for _, a, what in pid_calls(site.kernel) if what == "program_id")
+        shapes = [(t, a) for t in ("widen", "coarsen") for a in dict.fromkeys(axes)] + [("persistent", None)]
+        for transform, axis in shapes:
+            first.append(Variant(transform, site.kernel.name, axis, DEFAULT[transform]))
+            later += [Variant(transform, site.kernel.name, axis, v) for v in ALTERNATES[transform]]
+        if has_repeated_loads(site):
+            first.append(Variant("merge_loads", site.kernel.name, None, 0))
+    return first + later
+
+
+class RewriteMutator:
+    """Proposes structural rewrites; see the module docstring."""
+
+    name = "rewrite"
+
+    def __init__(self, task, *, note: Callable[[str], None] | None = None):
+        self.task = task
+        self.entry = task.operator.entry
+        self.note = note or (lambda text: None)
+        self.noted: set[str] = set()
+        self.tried: set[str] = set()
+        self.base_id: int | None = None
+        self._plans: dict[str, tuple[dict[str, Site], list[Variant]]] = {}
+        sites, _ = self._plan(task.base_code)
+        if not sites:
+            self._say("rewrite: no kernel launch of the operator can be rewritten")
+
+    def _say(self, text: str) -> None:
+        if text not in self.noted:
+            self.noted.add(text)
+            self.note(text)
+
+    def _plan(self, code: str) -> tuple[dict[str, Site], list[Variant]]:
+        """(sites by kernel name, variants) of `code`, cached per code."""
+        h = code_hash(code)
+        if h not in self._plans:
+            try:
+                sites, declined = find_sites(code, self.entry)
+                plan = variants(sites)
+            except SyntaxError:
+                sites, declined, plan = [], [], []
+            except Exception as e:  # a file our analysis trips on: no rewrite of it, the search goes on
+                sites, declined, plan = [], [f"the analysis failed ({type(e).__name__}: {e})"], []
+            for reason in declined:
+                self._say(f"rewrite declined: {reason}")
+            self._plans[h] = ({s.kernel.name: s for s in sites}, plan)
+        return self._plans[h]
+
+    def sync(self, rows: list[dict]) -> None:
+        """Rebuild what was tried from archive rows (idempotent; used on resume too)."""
+        for row in rows:
+            if row["mutator"] == "base":
+                self.base_id = row["id"]
+            elif row["mutator"] == self.name and (row.get("params") or {}).get("key"):
+                self.tried.add(row["params"]["key"])
+
+    def propose(
+        self, parent: dict, inspirations: list[dict], rng: random.Random, known: set[str] | None = None
+    ) -> Proposal | None:
+        """The next untried rewrite of the parent's code (a params parent) or of the base; None when
+        every one was tried."""
+        sources = []
+        pcode = (parent or {}).get("code")
+        if (parent or {}).get("mutator") in SOURCES[1:] and pcode and MARK not in pcode:
+            sources.append((parent["id"], pcode))
+        sources.append((self.base_id, self.task.base_code))
+        for source_id, code in sources:
+            sites, plan = self._plan(code)
+            for variant in plan:
+                key = f"{variant.key}#{code_hash(code)[:12]}"
+                if key in self.tried:
+                    continue
+                self.tried.add(key)
+                try:
+                    rewrite = variant.build(sites[variant.kernel])
+                except Decline as e:
+                    self._say(f"rewrite declined: {variant.transform} of {variant.kernel}: {e}")
+                    continue
+                except Exception as e:  # a bug of ours (e.g. code that does not parse): never a proposal
+                    self._say(f"rewrite: {variant.key} failed ({type(e).__name__}: {e})")
+                    continue
+                if known and code_hash(rewrite.code) in known:
+                    continue
+                params = {
+                    "op": "rewrite",
+                    "key": key,
+                    "transform": rewrite.transform,
+                    "kernel": rewrite.kernel,
+                    "axis": rewrite.axis,
+                    "knobs": rewrite.knobs,
+                    "explain": rewrite.explain,
+                    "source": source_id,
+                }
+                return Proposal(
+                    mutator=self.name,
+                    parent_id=source_id,
+                    code=rewrite.code,
+                    prompt=self.describe(params),
+                    response=format_edits(make_edits(code, rewrite.code)),
+                    params=params,
+                )
+        return None
+
+    def describe(self, params: dict) -> str:
+        """The rewrite in words (the archive's `prompt` column)."""
+        return f"{self.name} mutator, {params['transform']} {params['knobs']}: {params['explain']}"
+
+
+def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
+    """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for the PR body)."""
+    by_id = {r["id"]: r for r in rows}
+    out, seen = [], set()
+    while cid is not None and cid in by_id and cid not in seen:
+        seen.add(cid)
+        row = by_id[cid]
+        sentence = (row.get("params") or {}).get("explain") if row.get("mutator") == "rewrite" else None
+        if sentence:
+            out.append(sentence)
+        cid = row.get("parent_id")
+    return out[::-1]
