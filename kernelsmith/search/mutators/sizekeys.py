@@ -25,6 +25,7 @@ from .launchers import _KNOB, Tunable, jit_functions
 
 Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("value", arg)
 _SAME_SHAPE = {"contiguous", "float", "half", "bfloat16", "to", "clone", "detach", "type_as", "cuda"}
+_FACTORIES = {"empty", "zeros", "ones", "full", "arange", "rand", "randn", "randint", "tensor"}
 _NOT_SIZES = {"stride", "dim", "ndim", "data_ptr", "element_size", "dtype", "device", "is_contiguous"}
 
 
@@ -84,6 +85,8 @@ class _Launcher:
         # tensor name -> ("param", p) | ("dims", [atoms per dim]) | ("any", atoms for every dim)
         self.tensors: dict[str, tuple] = {p: ("param", p) for p in self.params if p in tensorish}
         self.env: dict[str, set] = {}
+        self.shape_of: dict[str, str] = {}  # `s = x.shape`: s[i] is x's dimension i
+        self.dicts: dict[str, dict[str, ast.expr]] = {}  # `config = {"num_warps": ...}` (launch **config)
         for _ in range(2):  # twice: a name used before a later binding sees it too
             for node in ast.walk(fn):
                 if isinstance(node, ast.Assign):
@@ -119,6 +122,8 @@ class _Launcher:
                     return ("any", self.dim(src, None))
             if method.endswith("_like") and value.args and _base_name(value.args[0]) in self.tensors:
                 return self.tensors[_base_name(value.args[0])]
+            if method in _FACTORIES and src == "torch":  # a new tensor: a pointer to a kernel, no size
+                return ("dims", [self.atoms(x) for x in value.args if not isinstance(x, ast.Starred)])
         return None
 
     def _bind(self, target, value) -> None:
@@ -137,6 +142,13 @@ class _Launcher:
             return
         if not isinstance(target, ast.Name):
             return
+        if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
+            self.shape_of[target.id] = value.value.id
+            return
+        if isinstance(value, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in value.keys]
+            entries = zip(keys, value.values, strict=True)
+            self.dicts[target.id] = {k: v for k, v in entries if isinstance(k, str)}
         tensor = self._tensor(value)
         if tensor is not None and target.id not in self.params:
             self.tensors[target.id] = tensor
@@ -152,6 +164,8 @@ class _Launcher:
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
             if node.value.attr == "shape" and isinstance(node.value.value, ast.Name):
                 return self.dim(node.value.value.id, _int(node.slice))
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) in self.shape_of:
+            return self.dim(self.shape_of[node.value.id], _int(node.slice))
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
@@ -279,7 +293,11 @@ def size_key(code: str, tunables: list[Tunable], entry: str) -> SizeKey | None:
     per: dict[str, set] = {}
     for t in tabled:
         var = t.key.split(":", 1)[1].split("|")[0].split("#")[0]
-        per[t.key] = lc.atoms(ast.Name(id=var)) if "." not in var and "[" not in var else set()
+        name, _, item = var.partition(".")
+        if item and name in lc.dicts and item in lc.dicts[name]:  # an entry of a `**config` dict
+            per[t.key] = lc.atoms(lc.dicts[name][item])
+        else:
+            per[t.key] = lc.atoms(ast.Name(id=var)) if not item and "[" not in var else set()
         if not per[t.key] and t.kind not in ("num_warps", "num_stages"):
             per[t.key] = _usage_atoms(t, fn, lc, kernels)
     for t in tabled:  # warps and stages without sizes of their own follow their launch's blocks

@@ -142,10 +142,18 @@ class ConfigSpace:
 
     def _learn_edges(self) -> None:
         """A value is an edge when failures at or beyond it (away from the base) reach EDGE_EVIDENCE
-        and nothing there succeeded; a failure that changed that knob alone is evidence enough."""
+        and nothing there succeeded. A failure is evidence against a knob only when each other knob's
+        value in it is known to work (the base's, or one in an accepted config): a failure that
+        changed that knob alone is evidence enough; one whose cause is ambiguous counts for none
+        (the sampler's constraints still steer away from it)."""
         self.hi.clear()
         self.lo.clear()
         singles = [r for r in self.records.values() if not r.params.get("table")]
+        self._working = {k: {v} for k, v in self.base_values.items()}
+        for r in singles:
+            if r.state == "ok":
+                for k, v in r.values.items():
+                    self._working.setdefault(k, set()).add(v)
         for t in self.tunables:
             for sign, edges in ((1, self.hi), (-1, self.lo)):
                 edge = self._edge(t.key, t.base, sign, singles)
@@ -160,13 +168,16 @@ class ConfigSpace:
         )
         for v in fails:
             beyond = [r for r in singles if sign * (r.values[key] - v) >= 0]
-            evidence = sum(EDGE_EVIDENCE if self._only_change(r, key) else 1 for r in beyond if r.edge)
+            evidence = sum(self._evidence(r, key) for r in beyond if r.edge)
             if evidence >= EDGE_EVIDENCE and all(r.state == "failed" for r in beyond):
                 return v
         return None
 
-    def _only_change(self, rec: Record, key: str) -> bool:
-        return all(v == self.base_values.get(k, v) for k, v in rec.values.items() if k != key)
+    def _evidence(self, rec: Record, key: str) -> int:
+        others = [(k, v) for k, v in rec.values.items() if k != key]
+        if all(v == self.base_values.get(k, v) for k, v in others):
+            return EDGE_EVIDENCE
+        return int(all(v in self._working.get(k, {v}) for k, v in others))
 
     # -- the space ------------------------------------------------------------------------------
     def allowed(self, key: str) -> list[int]:
