@@ -31,7 +31,7 @@ from .tunables import discover, relevant, render, values_of
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
 TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
-MAX_ASKS = 24  # sampler answers tried per proposal before an untried config is drawn at random
+MAX_ASKS = 12  # sampler answers tried per proposal before an untried config is drawn at random
 BUCKET_ASK = 0.7  # chance that a table parent is refined one bucket at a time
 ENUMERABLE = 50_000  # spaces up to this many configs are enumerated for untried points
 

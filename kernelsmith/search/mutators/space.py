@@ -133,7 +133,8 @@ class ConfigSpace:
             edge = verdict.get("reason") in EDGE_REASONS and not slow_build
             return Record(row["id"], params, values, "failed", edge=edge)
         speed: list[float | None] = [None] * len(self.shapes)
-        if verdict.get("timed"):
+        noisy = (verdict.get("timing") or {}).get("noisy")
+        if verdict.get("timed") and not noisy:  # a noisy control: no per-shape call for a table
             for s in verdict.get("shapes") or []:
                 i = shape_index.get(json.dumps(s.get("shape"), sort_keys=True))
                 if i is not None and s.get("speedup"):
