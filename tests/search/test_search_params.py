@@ -216,3 +216,19 @@ def test_the_table_keys_on_the_size_the_launcher_reads(tmp_path):
     for s in ROW_SUM_SHAPES[:1] + ROW_SUM_SHAPES[2:3]:  # one shape per bucket, under the interpreter
         x = torch.randn(s["rows"], s["cols"])
         torch.testing.assert_close(mod.row_sum(x), x.sum(-1))
+
+
+def test_without_optuna_the_params_mutator_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """Optuna is imported by the params mutator only: the grid works without it, and optimize
+    --mutator params stops with a config error (exit 2) naming the way to install or carry it."""
+    import sys
+
+    from kernelsmith.cli import main
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` now raises ImportError
+    assert GridMutator(_task(), device="cuda").propose({"id": 1}, [], random.Random(0)) is not None
+    argv = ["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--mutator", "params",
+            "--device", "interpret", "--budget", "1", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs Optuna" in err and "scripts/carry_wheels.sh" in err
