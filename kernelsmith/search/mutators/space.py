@@ -241,4 +241,5 @@ class ConfigSpace:
         return out
 
     def changed_from_base(self, values: dict[str, int]) -> dict[str, list[int]]:
+        """{key: [base value, new value]} for the knobs `values` changes."""
         return {k: [self.base_values[k], v] for k, v in values.items() if v != self.base_values.get(k)}
