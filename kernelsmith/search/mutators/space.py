@@ -79,7 +79,10 @@ class ConfigSpace:
         self.loops = has_loops(self.base_code)
         harness = task.harness
         self.shapes = harness.shapes_for(device) if harness is not None else []
-        self.key: SizeKey | None = size_key(self.base_code, self.tunables, task.operator.entry)
+        try:
+            self.key: SizeKey | None = size_key(self.base_code, self.tunables, task.operator.entry)
+        except Exception:  # a launcher shape the analysis does not know: key on element counts
+            self.key = None
         if sizes is None and harness is not None and any(t.per_call for t in self.tunables):
             resolved = resolve(harness, self.shapes, self.key) if self.key is not None else None
             if resolved is not None:
