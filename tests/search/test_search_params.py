@@ -232,3 +232,22 @@ def test_without_optuna_the_params_mutator_says_how_to_get_it(tmp_path, monkeypa
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "needs Optuna" in err and "scripts/carry_wheels.sh" in err
+
+
+def test_a_parent_from_another_mutator_is_retuned_with_a_study_of_its_own():
+    """An llm candidate's own tunables are searched from its code, told its earlier retunes."""
+    task = _task()
+    referee = model_referee.ModelReferee(task)
+    code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
+    rows = [_row(1, "base", None, task.base_code, referee.evaluate(task.base_code).to_json()),
+            _row(2, "llm", None, code, referee.evaluate(code).to_json(), parent_id=1)]
+    mutator = ParamsMutator(task, device="cuda")
+    for i in range(6):
+        mutator.sync(rows)
+        p = mutator.propose(rows[1], [], random.Random(i), set())
+        assert p.parent_id == 2 and p.params["op"] == "retune" and p.params["on"] == 2
+        parent_values = {BLOCK: 128, "silu_and_mul:_silu_and_mul_kernel.num_warps": 1}
+        changed = p.params["changed"]
+        assert changed and all(parent_values[k] == old for k, (old, _) in changed.items())
+        rows.append(_row(len(rows) + 1, "params", p.params, p.code, referee.evaluate(p.code).to_json(), 2))
+    assert len({r["code"] for r in rows}) == len(rows)
