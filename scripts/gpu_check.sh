@@ -3,17 +3,28 @@
 #   bash scripts/gpu_check.sh [step-glob]
 # Runs `pytest -m gpu`, then every scripts/gpu.d/*.sh step (or those matching the glob) in order.
 # Each step writes its results under $OUT (defaults to ./gpu-out here). No pip there: the project
-# runs from the tree via PYTHONPATH; git, PyGithub and openai may be missing.
+# runs from the tree via PYTHONPATH; git, PyGithub and openai may be missing; Optuna comes from
+# .carry/wheels (bash scripts/carry_wheels.sh here, then carry=[".carry/wheels"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Optuna (the params mutator's sampler) and its pure-Python deps, unpacked by scripts/carry_wheels.sh
+# and sent along with the device tool's `carry`: there is no pip on that machine.
+if [ -d "$PWD/.carry/wheels" ]; then
+  export PYTHONPATH="$PYTHONPATH:$PWD/.carry/wheels"
+fi
 export PYTHONUNBUFFERED=1
 export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
 python3 - <<'PY' | tee "$OUT/env.txt"
 import torch, triton, platform
 print("python", platform.python_version(), "torch", torch.__version__, "triton", triton.__version__)
+try:
+    import optuna
+    print("optuna", optuna.__version__)
+except ImportError:
+    print("optuna missing: the params mutator will refuse to start (see scripts/carry_wheels.sh)")
 print("device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
 PY
 status=0

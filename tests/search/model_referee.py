@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import math
 
+import torch
+
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.mutators.tunables import discover
 
@@ -29,6 +31,19 @@ def config_of(code: str) -> list[tuple[int | None, dict]]:
             ]
     vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in discover(code)}
     return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
+
+
+def table_size(code: str, tokens: int, d: int) -> int:
+    """The size a rendered table looks up for silu_and_mul(out, x) at one shape: its key expression
+    (`x.shape[-1]`) evaluated on meta tensors, or the largest tensor's element count."""
+    x = torch.empty(tokens, 2 * d, device="meta")
+    out = torch.empty(tokens, d, device="meta")
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_ks_config" and node.args:
+            if len(node.args) == 1 and not isinstance(node.args[0], ast.Name):
+                expr = compile(ast.Expression(node.args[0]), "<key>", "eval")
+                return int(eval(expr, {}, {"x": x, "out": out}))
+    return x.numel()
 
 
 def model_ms(tokens: int, d: int, block: int, warps: int) -> float:
@@ -72,7 +87,7 @@ class ModelReferee:
             return Verdict.rejected("compile_error", "out of resources: shared memory").finalize()
         shapes, speedups = [], []
         for s in self.shapes:
-            size = s["tokens"] * 2 * s["d"]
+            size = table_size(code, s["tokens"], s["d"]) if len(rows) > 1 else 0
             cfg = next(c for limit, c in rows if limit is None or size <= limit)
             base = model_ms(s["tokens"], s["d"], 64, 1)
             cand = model_ms(s["tokens"], s["d"], cfg["BLOCK"], cfg["num_warps"])

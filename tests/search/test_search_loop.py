@@ -136,7 +136,9 @@ class _SlowModelReferee(model_referee.ModelReferee):
         import time
 
         start = time.monotonic()
-        time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.01, 0.06))
+        # Longer than a generation's proposals (the params mutator fits its sampler: ~10-20 ms, more
+        # on a loaded machine), as a GPU evaluation (seconds) always is.
+        time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.05, 0.2))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
                              fresh_compile=fresh_compile, contender_at=contender_at)
         model_referee.CALLS[-1].update(start=start, end=time.monotonic())

@@ -5,14 +5,20 @@ same patterns without them)."""
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_search_tunables import _assert_each_render_changes_only_its_constant
 
+from kernelsmith.harness import load_harness
+from kernelsmith.search.mutators.sizekeys import size_key
+from kernelsmith.search.mutators.space import ConfigSpace
 from kernelsmith.search.mutators.tunables import discover, label, relevant, render_table
 
-CARRY = Path(__file__).resolve().parents[2] / ".carry"
+ROOT = Path(__file__).resolve().parents[2]
+CARRY = ROOT / ".carry"
 LMDEPLOY = "lmdeploy/lmdeploy/pytorch/kernels/cuda"
 SGLANG = "sglang/python/sglang/kernels/ops"
 STAGES = [1, 2, 3, 4, 5, 6]
@@ -93,3 +99,40 @@ def test_real_launchers(rel, entry, found, domains):
     per_call = [t for t in ts if t.per_call and len(t.domain) > 1]
     rows = [{t.key: t.domain[0] for t in per_call}, {t.key: t.domain[-1] for t in per_call}]
     ast.parse(render_table(code, ts, [4096, None], rows, {}))  # a per-size table of them is valid code
+
+
+# What each launcher's per-call knobs are computed from or tile (sizekeys.py): a table keys on it.
+KEYS = {
+    "multinomial_sampling": "scores.shape[1]",  # BLOCK_N walks the vocabulary, not batch x vocab
+    "rms_norm": "weight.shape[0]",
+    "activation": "gate_up.shape[-1]",
+    "fused_rmsnorm": "x.shape[1]",
+    "gelu_and_mul_triton": "hidden_states.shape[1]",
+}
+
+
+@pytest.mark.parametrize("rel, entry", [(c[0], c[1]) for c in CASES if Path(c[0]).stem in KEYS],
+                         ids=[Path(c[0]).stem for c in CASES if Path(c[0]).stem in KEYS])
+def test_table_keys_of_real_launchers(rel, entry):
+    path = CARRY / rel
+    if not path.exists():
+        pytest.skip(f"no read-only copy at {path}")
+    code = path.read_text()
+    assert size_key(code, relevant(discover(code), code, entry), entry).expr == KEYS[Path(rel).stem]
+
+
+def test_the_samplers_table_buckets_by_vocabulary():
+    """LMDeploy's sampler over its harness's GPU shapes: three buckets by vocabulary length, each
+    holding every batch size of that vocabulary, split at geometric midpoints."""
+    path = CARRY / f"{LMDEPLOY}/multinomial_sampling.py"
+    if not path.exists():
+        pytest.skip(f"no read-only copy at {path}")
+    harness = load_harness(ROOT / "targets" / "lmdeploy" / "multinomial_sampling.py")
+    task = SimpleNamespace(base_code=path.read_text(), harness=harness,
+                           operator=SimpleNamespace(entry="multinomial_sampling"))
+    space = ConfigSpace(task, device="cuda")
+    vocab = [s["vocab"] for s in harness.shapes_for("cuda")]
+    assert space.key.expr == "scores.shape[1]" and space.sizes == vocab
+    assert space.limits == [int(math.sqrt(32000 * 128256)), int(math.sqrt(128256 * 151936)), None]
+    assert [t.key.rsplit(".", 1)[-1] for t in space.tabled] == ["multinomial_sampling:BLOCK_N", "num_warps",
+                                                                 "num_stages"]

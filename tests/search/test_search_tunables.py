@@ -387,16 +387,19 @@ def _speed(cap: int, d: int) -> float:
     return 2.0 / (1.0 + abs(math.log2(cap) - math.log2(best)))
 
 
-def test_params_mutator_probes_far_and_tables_computed_values(tmp_path):
+def test_params_mutator_explores_far_and_tables_computed_values(tmp_path):
+    """The sampler reaches far along the domain (64x past the base cap) and, once the two shapes'
+    optima differ, proposes a per-shape table of computed values keyed on `x.shape[-1]`."""
     shapes = [{"rows": 2, "d": 16}, {"rows": 2, "d": 600}]
     task = SimpleNamespace(
         base_code=GATED,
         operator=SimpleNamespace(entry="gated"),
         harness=SimpleNamespace(shapes_for=lambda device: shapes),
     )
-    mut = ParamsMutator(task, device="cuda", budget_hint=30, sizes=[2 * 32, 2 * 1200])
+    mut = ParamsMutator(task, device="cuda", budget_hint=30, sizes=[2 * 16, 2 * 600])
     assert [t.key for t in mut.tunables] == ["gated:BLOCK_D|cap", "gated:_gated_kernel.num_warps"]
     assert [t.key for t in GridMutator(task, device="cuda").tunables] == [t.key for t in mut.tunables]
+    assert mut.key.expr == "x.shape[-1]"  # what BLOCK_D is computed from (d), not rows x d
     base = {
         "id": 1,
         "mutator": "base",
@@ -413,16 +416,22 @@ def test_params_mutator_probes_far_and_tables_computed_values(tmp_path):
         "shapes": [{"shape": s, "speedup": 1.0} for s in shapes],
     }
     mut.sync(rows)
-    caps = []
-    for i in range(len(mut.probes)):
-        p = mut.propose(base, [], rng)
-        changed = p.params["changed"]
-        if list(changed) == ["gated:BLOCK_D|cap"]:
-            new = changed["gated:BLOCK_D|cap"][1]
-            caps.append(new)
-            assert _token_diff(GATED, p.code) == [([(tokenize.NUMBER, "64")], [(tokenize.NUMBER, str(new))])]
-        cap = p.params["values"]["gated:BLOCK_D|cap"]
-        speed = [_speed(cap, s["d"]) for s in shapes]
+    caps, tables = [], []
+    for i in range(30):
+        p = mut.propose(rows[-1], [], rng)
+        if p.params.get("table"):
+            tables.append(p)
+            table_caps = [r["gated:BLOCK_D|cap"] for r in p.params["table"]["rows"]]  # one row per shape
+            speed = [_speed(c, s["d"]) for c, s in zip(table_caps, shapes, strict=True)]
+        else:
+            changed = p.params["changed"]
+            if list(changed) == ["gated:BLOCK_D|cap"]:
+                new = changed["gated:BLOCK_D|cap"][1]
+                one_number = [([(tokenize.NUMBER, "64")], [(tokenize.NUMBER, str(new))])]
+                assert _token_diff(GATED, p.code) == one_number
+            cap = p.params["values"]["gated:BLOCK_D|cap"]
+            caps.append(cap)
+            speed = [_speed(cap, s["d"]) for s in shapes]
         verdict = {
             **base["verdict"],
             "shapes": [{"shape": s, "speedup": v} for s, v in zip(shapes, speed, strict=True)],
@@ -431,11 +440,12 @@ def test_params_mutator_probes_far_and_tables_computed_values(tmp_path):
             {"id": i + 2, "mutator": "params", "params": p.params, "code": p.code, "status": "evaluated"}
             | {"parent_id": 1, "verdict": verdict, "speedup": math.sqrt(speed[0] * speed[1])}
         )
-    assert {16, 256, 1024, 4096} <= set(caps)  # probes reach 64x past the base cap
-    mut.sync(rows)
-    table = mut.propose(rows[-1], [], rng)
-    assert table.params["op"] == "table"
+        mut.sync(rows)
+    assert min(caps) == 16 and max(caps) >= 4096  # the sampler reaches 64x past the base cap
+    assert tables and all(t.params["op"] in ("table", "bucket") for t in tables)
+    table = [t for t in tables if t.params["op"] == "table"][-1]  # the latest per-bucket optima
     assert [r["gated:BLOCK_D|cap"] for r in table.params["table"]["rows"]] == [16, 1024]
+    assert "_ks_config(x.shape[-1])" in table.code
     mod = _load(tmp_path, table.code, "gated_table")
     for d in (16, 600):  # one shape per size bucket, each with its own cap
         x = torch.randn(2, 2 * d)

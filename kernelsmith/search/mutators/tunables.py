@@ -158,10 +158,16 @@ def _function_nodes(tree: ast.AST) -> dict[str, ast.FunctionDef]:
 
 
 def render_table(
-    code: str, tunables: list[Tunable], limits: list[int | None], rows: list[dict], values: dict[str, int]
+    code: str,
+    tunables: list[Tunable],
+    limits: list[int | None],
+    rows: list[dict],
+    values: dict[str, int],
+    key: str | None = None,
 ) -> str:
-    """`code` choosing per-call tunables from a table by problem size (the largest tensor argument's
-    element count): rows[i] serves sizes up to limits[i] (None: the rest). Other tunables take
+    """`code` choosing per-call tunables from a table by problem size: `key`, an expression over the
+    launcher's arguments (`scores.shape[1]`, see sizekeys.py), else the largest tensor argument's
+    element count. rows[i] serves sizes up to limits[i] (None: the rest). Other tunables take
     `values`. A one-row table renders as plain literals."""
     per_call = [t for t in tunables if t.per_call and any(t.key in r for r in rows)]
     if len(rows) == 1 or not per_call:
@@ -195,13 +201,9 @@ def render_table(
         params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
         if a.vararg:
             params.append("*" + a.vararg.arg)
-        edits.append(
-            (
-                offsets[first.lineno - 1],
-                offsets[first.lineno - 1],
-                f"{indent}_ks_cfg = _ks_config({', '.join(params)})\n",
-            )
-        )
+        args = key if key is not None else ", ".join(params)
+        at = offsets[first.lineno - 1]
+        edits.append((at, at, f"{indent}_ks_cfg = _ks_config({args})\n"))
     head = funcs[scopes[0]]
     start = min([head.lineno] + [d.lineno for d in head.decorator_list])
     lines = code.splitlines()
@@ -213,13 +215,24 @@ def render_table(
         f"    ({limit!r}, {{{', '.join(f'{names[k]!r}: {v}' for k, v in row.items())}}}),\n"
         for limit, row in zip(limits, full, strict=True)
     )
+    if key is not None:
+        head = (
+            f"# kernelsmith: launch configurations by {key} (what they depend on);\n"
+            "# each row serves sizes up to its limit.\n"
+            f"_KS_CONFIGS = (\n{table})\n\n\n"
+            "def _ks_config(size):\n"
+        )
+    else:
+        head = (
+            "# kernelsmith: launch configurations by problem size (element count of the largest tensor\n"
+            "# argument); each row serves sizes up to its limit.\n"
+            f"_KS_CONFIGS = (\n{table})\n\n\n"
+            "def _ks_config(*args):\n"
+            '    size = max((a.numel() for a in args if hasattr(a, "numel")), default=0)\n'
+        )
     helper = (
-        "# kernelsmith: launch configurations by problem size (element count of the largest tensor\n"
-        "# argument); each row serves sizes up to its limit.\n"
-        f"_KS_CONFIGS = (\n{table})\n\n\n"
-        "def _ks_config(*args):\n"
-        '    size = max((a.numel() for a in args if hasattr(a, "numel")), default=0)\n'
-        "    for limit, config in _KS_CONFIGS:\n"
+        head
+        + "    for limit, config in _KS_CONFIGS:\n"
         "        if limit is None or size <= limit:\n"
         "            return config\n"
         "    return _KS_CONFIGS[-1][1]\n\n\n"

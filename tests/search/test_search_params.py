@@ -1,0 +1,253 @@
+"""The params mutator's Optuna search on CPU, against the model referee (known optima, no GPU):
+reproducible proposals, the archive replayed into the sampler on resume, domains learned from
+failures, the optimum in fewer proposals than the grid, and tables keyed on the launcher's sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+from types import SimpleNamespace
+
+import model_referee
+import torch
+from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
+
+from kernelsmith.referee.verdict import Verdict
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.loop import SearchConfig, optimize, slot_rng
+from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
+from kernelsmith.task import load_task
+
+BLOCK = "silu_and_mul:BLOCK"
+BEST_SINGLE = 5.955  # the model's best single config (BLOCK 4096, num_warps 32) over the demo shapes
+
+
+def _task():
+    return load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+
+
+def _row(cid: int, mutator: str, params, code: str, verdict: dict, parent_id=None, generation=0) -> dict:
+    return {
+        "id": cid,
+        "mutator": mutator,
+        "params": params,
+        "code": code,
+        "status": "evaluated",
+        "verdict": verdict,
+        "speedup": verdict.get("geomean_speedup"),
+        "parent_id": parent_id,
+        "generation": generation,
+    }
+
+
+def _drive(mutator, referee, n: int, seed: int, rows: list[dict] | None = None) -> list[dict]:
+    """Propose and evaluate one candidate at a time (each sees every verdict before it); the rows."""
+    task = mutator.task
+    if rows is None:
+        rows = [_row(1, "base", None, task.base_code, referee.evaluate(task.base_code).to_json())]
+    for _ in range(n):
+        generation = len(rows)
+        mutator.sync(rows)
+        p = mutator.propose(rows[-1], [], slot_rng(seed, generation, 0), set())
+        if p is None:
+            break
+        verdict = referee.evaluate(p.code).to_json()
+        rows.append(_row(len(rows) + 1, p.mutator, p.params, p.code, verdict, p.parent_id, generation))
+    return rows
+
+
+def test_same_seed_and_rows_give_the_same_proposals():
+    task = _task()
+    referee = model_referee.ModelReferee(task)
+    a = _drive(ParamsMutator(task, device="cuda"), referee, 12, seed=7)
+    b = _drive(ParamsMutator(task, device="cuda"), referee, 12, seed=7)
+    c = _drive(ParamsMutator(task, device="cuda"), referee, 12, seed=8)
+    assert [r["code"] for r in a] == [r["code"] for r in b]
+    assert [r["code"] for r in a] != [r["code"] for r in c]
+    assert len({r["code"] for r in a}) == len(a)  # never a config twice
+    # A new mutator (a resumed run) told the first 8 rows proposes what the running one did next.
+    fresh = _drive(ParamsMutator(task, device="cuda"), referee, 5, seed=7, rows=[dict(r) for r in a[:8]])
+    assert [r["code"] for r in fresh] == [r["code"] for r in a]
+
+
+def test_resume_replays_the_archive_into_the_sampler(tmp_path, fake_gpu):  # noqa: F811
+    """A run stopped after 8 proposals and resumed to 16 proposes exactly what one run of 16 did:
+    the sampler is rebuilt from the archive, not from memory."""
+    whole = _run(tmp_path, "whole", budget=16, seed=3, stagnation=100)
+    _run(tmp_path, "split", budget=8, seed=3, stagnation=100)
+    resumed = optimize(
+        SearchConfig(
+            target="demo",
+            op="silu_and_mul",
+            out=str(tmp_path / "split"),
+            resume=True,
+            budget=16,
+            progress=False,
+            stagnation=100,
+            precompile=False,
+            referee_factory=model_referee.ModelReferee,
+        )
+    )
+    assert whole["proposals"] == resumed["proposals"] == 16
+
+    def proposals(name):
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            return [(r["generation"], r["code"], r["params"]) for r in a.all()]
+
+    assert proposals("whole") == proposals("split")
+
+
+class _FailingAbove(model_referee.ModelReferee):
+    """The model referee, with every BLOCK of 2048 or more failing to compile."""
+
+    def evaluate(self, code, **kw):
+        if any(cfg["BLOCK"] >= 2048 for _, cfg in model_referee.config_of(code)):
+            return Verdict.rejected("compile_error", "out of resources: shared memory").finalize()
+        return super().evaluate(code, **kw)
+
+
+def test_failures_shrink_the_domain():
+    """4 of the 11 BLOCK values always fail (a uniform draw would fail 36% of the time): the search
+    learns the edge after a few failures and proposes none of them again."""
+    task = _task()
+    for seed in (0, 1, 2):
+        mutator = ParamsMutator(task, device="cuda")
+        rows = _drive(mutator, _FailingAbove(task), 40, seed=seed)[1:]
+        failed = [i for i, r in enumerate(rows) if not r["verdict"]["accepted"]]
+        assert len(rows) == 40 and 1 <= len(failed) <= 5, failed
+        assert mutator.hi == {BLOCK: 2048} and mutator.lo == {}
+        assert max(failed) < 15 and all(r["params"]["values"][BLOCK] < 2048 for r in rows[max(failed) + 1 :])
+
+
+def test_the_sampler_reaches_the_optimum_in_fewer_proposals_than_the_grid(tmp_path, fake_gpu):  # noqa: F811
+    """On the demo's 66-config space (11 blocks x 6 warp counts) the grid first reaches the model's
+    best single config at proposal 53; the Optuna search, pipelined as the loop runs it (proposals
+    see verdicts two generations old), gets within 1% of it in at most half that, for every seed."""
+    task = _task()
+    grid = GridMutator(task, device="cuda")
+    assert math.prod(len(t.domain) for t in grid.tunables) == 66
+
+    def first_within_1pct(name, **kw):
+        _run(tmp_path, name, stagnation=100, **kw)
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            rows = [r for r in a.all() if r["mutator"] != "base"]
+        return next((i + 1 for i, r in enumerate(rows) if (r["speedup"] or 0) >= 0.99 * BEST_SINGLE), None)
+
+    on_grid = first_within_1pct("grid", budget=60, mutator="grid")
+    assert on_grid == 53
+    reached = [first_within_1pct(f"params{seed}", budget=26, seed=seed) for seed in (0, 1, 2)]
+    assert all(r is not None and r <= on_grid // 2 for r in reached), reached
+
+
+# A row reduction whose block tiles the columns: its best block follows n_cols, not n_rows x n_cols.
+ROW_SUM = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_sum_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+
+def row_sum(x):
+    n_rows, n_cols = x.shape
+    out = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    BLOCK = 64
+    _row_sum_kernel[(n_rows,)](x, out, n_cols, x.stride(0), BLOCK=BLOCK, num_warps=2)
+    return out
+"""
+ROW_SUM_SHAPES = [{"rows": r, "cols": c} for c in (24, 300) for r in (3, 17)]  # 4 element counts
+
+
+def _row_sum_speed(block: int, cols: int) -> float:
+    """Modelled speedup: short rows want BLOCK 16, long rows BLOCK 256, whatever the row count."""
+    best = 16 if cols < 100 else 256
+    return 3.0 / (1.0 + abs(math.log2(block) - math.log2(best)))
+
+
+def test_the_table_keys_on_the_size_the_launcher_reads(tmp_path):
+    """The harness varies rows and columns; the block tiles the columns only: two buckets by
+    `x.shape[1]` (not four by element count), and the table renders, runs and picks by it."""
+    harness = SimpleNamespace(
+        shapes_for=lambda device: ROW_SUM_SHAPES,
+        make_inputs=lambda shape, device, seed: {"x": torch.randn(shape["rows"], shape["cols"])},
+    )
+    task = SimpleNamespace(base_code=ROW_SUM, operator=SimpleNamespace(entry="row_sum"), harness=harness)
+    mutator = ParamsMutator(task, device="cuda")
+    assert mutator.key.expr == "x.shape[1]" and mutator.sizes == [24, 24, 300, 300]
+    assert mutator.limits == [int(math.sqrt(24 * 300)), None] and mutator.bucket_of == [0, 0, 1, 1]
+    base_verdict = {"accepted": True, "timed": True, "timing": {"noisy": False},
+                    "shapes": [{"shape": s, "speedup": 1.0} for s in ROW_SUM_SHAPES]}
+    rows = [_row(1, "base", None, ROW_SUM, {**base_verdict, "geomean_speedup": 1.0})]
+    rng, tables = random.Random(0), []
+    for i in range(30):
+        mutator.sync(rows)
+        p = mutator.propose(rows[-1], [], rng, set())
+        configs = mutator.shape_configs(SimpleNamespace(params=p.params, values=p.params["values"]))
+        blocks = [c["row_sum:BLOCK"] for c in configs]
+        speeds = [_row_sum_speed(b, s["cols"]) for b, s in zip(blocks, ROW_SUM_SHAPES, strict=True)]
+        shapes = [{"shape": s, "speedup": v} for s, v in zip(ROW_SUM_SHAPES, speeds, strict=True)]
+        verdict = {**base_verdict, "shapes": shapes, "geomean_speedup": math.prod(speeds) ** 0.25}
+        rows.append(_row(i + 2, "params", p.params, p.code, verdict, p.parent_id))
+        if p.params["op"] == "table":
+            tables.append(p)
+    assert tables, "no per-shape table was proposed"
+    table = tables[-1]
+    # Its rows are each bucket's best block among those measured (16 and 256 when the sampler got
+    # there): chosen by the columns alone.
+    tried = {r["params"]["values"]["row_sum:BLOCK"] for r in rows[1:] if not r["params"].get("table")}
+    best = [max(tried, key=lambda b, c=c: _row_sum_speed(b, c)) for c in (24, 300)]
+    assert [r["row_sum:BLOCK"] for r in table.params["table"]["rows"]] == best and best[0] < best[1]
+    assert table.params["table"]["limits"] == [84, None]
+    assert "_ks_config(x.shape[1])" in table.code and "launch configurations by x.shape[1]" in table.code
+    path = tmp_path / "row_sum_table.py"
+    path.write_text(table.code)  # Triton reads kernel source through inspect: it must be a file
+    spec = importlib.util.spec_from_file_location("ks_row_sum_table", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._ks_config(24)["BLOCK"] == best[0] and mod._ks_config(300)["BLOCK"] == best[1]
+    for s in ROW_SUM_SHAPES[:1] + ROW_SUM_SHAPES[2:3]:  # one shape per bucket, under the interpreter
+        x = torch.randn(s["rows"], s["cols"])
+        torch.testing.assert_close(mod.row_sum(x), x.sum(-1))
+
+
+def test_without_optuna_the_params_mutator_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    """Optuna is imported by the params mutator only: the grid works without it, and optimize
+    --mutator params stops with a config error (exit 2) naming the way to install or carry it."""
+    import sys
+
+    from kernelsmith.cli import main
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` now raises ImportError
+    assert GridMutator(_task(), device="cuda").propose({"id": 1}, [], random.Random(0)) is not None
+    argv = ["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--mutator", "params",
+            "--device", "interpret", "--budget", "1", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs Optuna" in err and "scripts/carry_wheels.sh" in err
+
+
+def test_a_parent_from_another_mutator_is_retuned_with_a_study_of_its_own():
+    """An llm candidate's own tunables are searched from its code, told its earlier retunes."""
+    task = _task()
+    referee = model_referee.ModelReferee(task)
+    code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
+    rows = [_row(1, "base", None, task.base_code, referee.evaluate(task.base_code).to_json()),
+            _row(2, "llm", None, code, referee.evaluate(code).to_json(), parent_id=1)]
+    mutator = ParamsMutator(task, device="cuda")
+    for i in range(6):
+        mutator.sync(rows)
+        p = mutator.propose(rows[1], [], random.Random(i), set())
+        assert p.parent_id == 2 and p.params["op"] == "retune" and p.params["on"] == 2
+        parent_values = {BLOCK: 128, "silu_and_mul:_silu_and_mul_kernel.num_warps": 1}
+        changed = p.params["changed"]
+        assert changed and all(parent_values[k] == old for k, (old, _) in changed.items())
+        rows.append(_row(len(rows) + 1, "params", p.params, p.code, referee.evaluate(p.code).to_json(), 2))
+    assert len({r["code"] for r in rows}) == len(rows)
