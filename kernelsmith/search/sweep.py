@@ -85,7 +85,7 @@ def summary(search, rows: list[dict]) -> dict:
     per_shape = geometric_mean([b for b, _ in best]) if shapes else None
     # The params mutator's own rule (and margin) for adopting a per-shape table over the best single config.
     grid.sync(rows)
-    table = grid._table_proposal()
+    table = grid.table_proposal()
     per_shape_wins = table is not None
     out = {
         "grid_size": grid.size,

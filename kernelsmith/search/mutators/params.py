@@ -24,13 +24,12 @@ from statistics import fmean
 from ..archive import code_hash
 from ..edits import format_edits, make_edits
 from . import Proposal
-from .space import SPACE_MUTATORS, ConfigSpace, Record, buckets, config_key, shape_sizes
+from .space import SPACE_MUTATORS, ConfigSpace, buckets, config_key, shape_sizes
 from .studies import Observation, Study, load_optuna
 from .tunables import discover, relevant, render, values_of
 
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
-TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
 MAX_ASKS = 12  # sampler answers tried per proposal before an untried config is drawn at random
 BUCKET_ASK = 0.7  # chance that a table parent is refined one bucket at a time
 ENUMERABLE = 50_000  # spaces up to this many configs are enumerated for untried points
@@ -100,7 +99,7 @@ class ParamsMutator(ConfigSpace):
         known = known or set()
         if parent["mutator"] not in SPACE_MUTATORS:
             return self._retune(parent, rng, known)
-        table = self._table_proposal()
+        table = self.table_proposal()
         if table is not None and (p := self._proposal(table, known)) is not None:
             return p
         pparams = parent.get("params") or {}
@@ -166,17 +165,6 @@ class ParamsMutator(ConfigSpace):
             out.append(dict(table["rows"][i]))
         return out
 
-    def _table_of(self, rows: list[dict]) -> dict:
-        """Per-bucket rows merged where neighbours agree: {"limits", "rows"}."""
-        limits, merged = [], []
-        for limit, row in zip(self.limits, rows, strict=True):
-            if merged and merged[-1] == row:
-                limits[-1] = limit
-            else:
-                limits.append(limit)
-                merged.append(row)
-        return {"limits": limits, "rows": merged}
-
     def _bucket_ask(self, parent: dict, rng: random.Random, known: set[str]) -> Proposal | None:
         """The parent's table with one bucket's row from that bucket's study."""
         pparams = parent["params"]
@@ -187,7 +175,7 @@ class ParamsMutator(ConfigSpace):
             row = {**rows[b], **study.ask(rng.getrandbits(31))}
             new = [dict(r) for r in rows]
             new[b] = row
-            table = self._table_of(new)
+            table = self.table_of(new)
             if len(table["rows"]) < 2:
                 continue
             params = {
@@ -199,43 +187,6 @@ class ParamsMutator(ConfigSpace):
             if (p := self._proposal(params, known, parent)) is not None:
                 return p
         return None
-
-    # -- per-shape tables -----------------------------------------------------------------------
-    def _table_proposal(self) -> dict | None:
-        """Each bucket's best config as a table, when it beats the best single config by the margin."""
-        if len(self.limits) < 2 or not self.tabled or self.sizes is None:
-            return None
-        n = len(self.limits)
-        singles: list[tuple[float, Record]] = []
-        per_bucket: list[dict[str, list[float]]] = [{} for _ in range(n)]
-        for rec in self.records.values():
-            if rec.state != "ok" or not rec.speed:
-                continue
-            if not rec.params.get("table") and all(s is not None for s in rec.speed):
-                singles.append((fmean(math.log(s) for s in rec.speed), rec))
-            configs = self.shape_configs(rec)
-            if configs is None:
-                continue
-            for b in range(n):
-                idx = [i for i, x in enumerate(self.bucket_of) if x == b]
-                if all(rec.speed[i] is not None for i in idx):
-                    row = json.dumps({t.key: configs[idx[0]][t.key] for t in self.tabled}, sort_keys=True)
-                    per_bucket[b].setdefault(row, []).append(fmean(math.log(rec.speed[i]) for i in idx))
-        if not singles or not all(per_bucket):
-            return None
-        top, top_rec = max(singles, key=lambda x: x[0])
-        best = [max(d.items(), key=lambda kv: fmean(kv[1])) for d in per_bucket]
-        counts = [self.bucket_of.count(b) for b in range(n)]
-        predicted = sum(fmean(v) * c for (_, v), c in zip(best, counts, strict=True)) / sum(counts)
-        rows = [json.loads(r) for r, _ in best]
-        if predicted < top + math.log(TABLE_MARGIN) or all(r == rows[0] for r in rows):
-            return None
-        return {
-            "op": "table",
-            "values": dict(top_rec.values),
-            "table": self._table_of(rows),
-            "predicted": round(math.exp(predicted), 4),
-        }
 
     # -- a parent from another mutator ----------------------------------------------------------
     def _retune(self, parent: dict, rng: random.Random, known: set[str]) -> Proposal | None:

@@ -12,9 +12,12 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
+from statistics import fmean
 
 from .sizekeys import SizeKey, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
+
+TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
 
 # Rejections that say a value is outside what the kernel or the device can take.
 EDGE_REASONS = {"compile_error", "crash", "timeout", "incorrect", "wrong_on_fresh_shape"}
@@ -246,3 +249,51 @@ class ConfigSpace:
     def changed_from_base(self, values: dict[str, int]) -> dict[str, list[int]]:
         """{key: [base value, new value]} for the knobs `values` changes."""
         return {k: [self.base_values[k], v] for k, v in values.items() if v != self.base_values.get(k)}
+
+    def table_of(self, rows: list[dict]) -> dict:
+        """Per-bucket rows merged where neighbours agree: {"limits", "rows"}."""
+        limits, merged = [], []
+        for limit, row in zip(self.limits, rows, strict=True):
+            if merged and merged[-1] == row:
+                limits[-1] = limit
+            else:
+                limits.append(limit)
+                merged.append(row)
+        return {"limits": limits, "rows": merged}
+
+    # -- per-shape tables -----------------------------------------------------------------------
+    def table_proposal(self) -> dict | None:
+        """Each bucket's best config as a table, when it beats the best single config by the margin."""
+        if len(self.limits) < 2 or not self.tabled or self.sizes is None:
+            return None
+        n = len(self.limits)
+        singles: list[tuple[float, Record]] = []
+        per_bucket: list[dict[str, list[float]]] = [{} for _ in range(n)]
+        for rec in self.records.values():
+            if rec.state != "ok" or not rec.speed:
+                continue
+            if not rec.params.get("table") and all(s is not None for s in rec.speed):
+                singles.append((fmean(math.log(s) for s in rec.speed), rec))
+            configs = self.shape_configs(rec)
+            if configs is None:
+                continue
+            for b in range(n):
+                idx = [i for i, x in enumerate(self.bucket_of) if x == b]
+                if all(rec.speed[i] is not None for i in idx):
+                    row = json.dumps({t.key: configs[idx[0]][t.key] for t in self.tabled}, sort_keys=True)
+                    per_bucket[b].setdefault(row, []).append(fmean(math.log(rec.speed[i]) for i in idx))
+        if not singles or not all(per_bucket):
+            return None
+        top, top_rec = max(singles, key=lambda x: x[0])
+        best = [max(d.items(), key=lambda kv: fmean(kv[1])) for d in per_bucket]
+        counts = [self.bucket_of.count(b) for b in range(n)]
+        predicted = sum(fmean(v) * c for (_, v), c in zip(best, counts, strict=True)) / sum(counts)
+        rows = [json.loads(r) for r, _ in best]
+        if predicted < top + math.log(TABLE_MARGIN) or all(r == rows[0] for r in rows):
+            return None
+        return {
+            "op": "table",
+            "values": dict(top_rec.values),
+            "table": self.table_of(rows),
+            "predicted": round(math.exp(predicted), 4),
+        }
