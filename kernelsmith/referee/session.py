@@ -25,6 +25,7 @@ from . import correctness as C
 from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
+from .correctness import unwritten_hint
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .snapshot import Snapshot
@@ -128,6 +129,7 @@ class Session:
         clock.mark("base_compile_and_profile")
         self.boot_phases = clock.phases
         self.trial_sets: dict[int, list[dict]] = {}
+        self._held, self._reused = None, None
 
     def _peak_dtypes(self) -> list[str]:
         """The dtypes whose matmul rate the flops roofline needs (none without `flops`)."""
@@ -172,7 +174,32 @@ class Session:
                     self.backend.synchronize()
         names = self.harness.outputs
         outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
+        if rec is not None and names is None:
+            self.hold_outputs(fn, outs, inputs)
         return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
+
+    def hold_outputs(self, fn, outs: tuple, inputs: dict) -> None:
+        """Keep this call's returned outputs alive (as a caller keeps a result); notes `reused_output`
+        when one shares storage with the previous call's outputs or with a tensor `fn`'s module keeps
+        (a finding, added to the verdict after correctness, so a cache is still named as such)."""
+        held = getattr(self, "_held", None)
+        if held is None or held[0] is not fn:
+            held = self._held = (fn, [])
+        mine = {t.untyped_storage().data_ptr() for t in C.tensors_of(inputs).values()}
+        earlier = {t.untyped_storage().data_ptr() for t in held[1]}
+        kept = C.kept_storages(getattr(fn, "__globals__", None))
+        for i, o in enumerate(outs):
+            if type(o) is not torch.Tensor or o.numel() == 0:
+                continue
+            ptr = o.untyped_storage().data_ptr()
+            if ptr in mine:
+                continue  # the caller's own buffer, handed back (an `out=` argument)
+            if (ptr in earlier or ptr in kept) and self._reused is None:
+                whose = ("an earlier call's output" if ptr in earlier
+                         else "a tensor its module keeps between calls")
+                self._reused = (f"output {i} shares storage with {whose}: outputs must be fresh per call "
+                                "(a caller keeping an earlier result would see it change)")
+        held[1][:] = [o for o in outs if type(o) is torch.Tensor]
 
     def expected(self, inputs: dict) -> tuple:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
@@ -200,23 +227,37 @@ class Session:
         return self._profiles[key]
 
     # -- correctness --------------------------------------------------------------------------
-    def check_outputs(self, outs: tuple, expected: tuple, where: str) -> list[C.Check]:
-        """Compare every output with the reference; raises Rejected on the first problem."""
-        if len(outs) != len(expected):
-            raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {len(expected)}")
+    def check_outputs(self, outs: tuple, expected: tuple, where: str,
+                      like: tuple | None = None) -> list[C.Check]:
+        """Compare every output with the reference; raises Rejected on the first problem.
+
+        `like`: the base's outputs on the same inputs, whose dtypes and shapes the outputs must have
+        (the tolerance is keyed by that dtype); values are compared with the reference.
+        """
+        if len(outs) != len(expected) or (like is not None and len(like) != len(outs)):
+            n = len(expected) if like is None else len(like)
+            raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {n}")
         names = self.harness.outputs or [f"output {i}" for i in range(len(outs))]
         checks = []
-        for name, o, e in zip(names, outs, expected, strict=False):
-            tol = self.harness.tolerance_for(str(e.dtype).replace("torch.", ""))
-            chk = C.compare(o, e, tol, f"{where} {name}")
+        for i, (name, o, e) in enumerate(zip(names, outs, expected, strict=False)):
+            b = like[i] if like is not None and isinstance(like[i], torch.Tensor) else None
+            chk = C.compare(o, e, self._tol(e if b is None else b), f"{where} {name}", like=b)
             if chk.problem == "incorrect":
                 why = C.precision_downgrade(o, e, chk.mean_abs_err, None)
                 if why:
                     raise Rejected("precision_downgrade", f"{where} {name}: {why}; {chk.message}")
+            if chk.problem == "unwritten_output" and b is not None and self.harness.outputs:
+                chk.message += unwritten_hint(name, b, e, self.harness.inplace)
             if chk.problem:
                 raise Rejected(chk.problem, chk.message)
             checks.append(chk)
         return checks
+
+    def base_outputs(self, fn, outs: tuple, originals: dict, sizes: list[int]) -> tuple:
+        """The base's outputs on a copy of `originals` (`outs` themselves when `fn` is the base)."""
+        if fn is self.base_fn:
+            return outs
+        return self.call(self.base_fn, C.clone_inputs(originals), float("nan"), None, sizes)
 
     def check_shape(self, fn, shape: dict, si: int, cid: int, seed: int, rec: Record) -> dict:
         """Trials on one listed shape: reference match, poisoning, inputs unchanged, determinism,
@@ -228,9 +269,8 @@ class Session:
             inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, cid, si, t))
             if t == 1 and arena:
                 # Same storage, new values: a result cached by data_ptr shows up as stale output.
-                for name, buf in arena.items():
-                    buf.copy_(inputs[name])
-                inputs = {**inputs, **arena}
+                inputs = self.in_arena(arena, inputs, lambda k: self.harness.make_inputs(
+                    shape, self.dev, C.derive_seed(seed, cid, si, 1, k)))
             originals = C.clone_inputs(inputs)
             if self.backend.timed:
                 # The timing pass reuses these (already made) inputs: big inputs are slow to make.
@@ -238,8 +278,9 @@ class Session:
             expected = self.expected(originals)
             sizes = _nbytes(expected)
             outs = self.call(fn, inputs, float("nan"), rec, sizes)
+            base_outs = self.base_outputs(fn, outs, originals, sizes)
             try:
-                checks = self.check_outputs(outs, expected, f"{where} trial {t}")
+                checks = self.check_outputs(outs, expected, f"{where} trial {t}", base_outs)
             except Rejected as r:
                 pairs = zip(outs, prev_outs or (), strict=False)
                 stale = prev_outs is not None and len(prev_outs) == len(outs) and all(
@@ -264,15 +305,12 @@ class Session:
                                    "(uninitialised memory or a race)")
             base_err = None
             if fn is not self.base_fn:
-                for name, orig in C.tensors_of(originals).items():
-                    inputs[name].copy_(orig)
-                base_outs = self.call(self.base_fn, inputs, float("nan"), None)
                 same = all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
                 identical = identical and same
                 # A pure-library base (KernelBench) is the reference itself, with zero error: no
                 # yardstick for the candidate's precision (the representability check still runs).
                 if not getattr(self.harness.module, "LIBRARY_BASE", False):
-                    base_err = [C.compare(b, e, self._tol(e), "base").mean_abs_err
+                    base_err = [C.compare(b, e, self._tol(b), "base", like=b).mean_abs_err
                                 for b, e in zip(base_outs, expected, strict=False)]
             for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
                 msg = C.precision_downgrade(o, e, chk.mean_abs_err, base_err[i] if base_err else None)
@@ -284,6 +322,30 @@ class Session:
                 arena = C.tensors_of(inputs)
         return {"shape": shape, "max_abs_err": max_err, "bitwise_identical": identical}
 
+    @staticmethod
+    def in_arena(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> dict:
+        """`inputs` moved into the previous trial's storage (`arena`), where shapes allow.
+
+        Sizes may follow the seed (a paged cache whose block count follows random lengths): redraws
+        (up to `tries`, within `budget_s`) look for inputs that fit the arena whole; failing that,
+        only the tensors whose shape, dtype and strides match are moved.
+        """
+        def fitting(cand):
+            return {n: b for n, b in arena.items() if isinstance(cand.get(n), torch.Tensor)
+                    and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
+
+        fits = fitting(inputs)
+        start = time.monotonic()
+        for k in range(1, tries):
+            if len(fits) == len(arena) or time.monotonic() - start > budget_s:
+                break
+            other = redraw(k)
+            if len(fitting(other)) > len(fits):
+                inputs, fits = other, fitting(other)
+        for name, buf in fits.items():
+            buf.copy_(inputs[name])
+        return {**inputs, **fits}
+
     def _tol(self, t: torch.Tensor) -> tuple[float, float]:
         return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))
 
@@ -293,9 +355,11 @@ class Session:
         inputs = self.harness.make_inputs(shape, self.dev, trial_seed)
         expected = self.expected(inputs)
         where = "fresh shape " + ",".join(f"{k}={v}" for k, v in shape.items())
+        sizes = _nbytes(expected)
+        like = None if fn is self.base_fn else self.base_outputs(None, (), C.clone_inputs(inputs), sizes)
         try:
-            outs = self.call(fn, inputs, float("nan"), rec, _nbytes(expected))
-            self.check_outputs(outs, expected, where)
+            outs = self.call(fn, inputs, float("nan"), rec, sizes)
+            self.check_outputs(outs, expected, where, outs if like is None else like)
         except Rejected as r:
             if r.reason in ("incorrect", "unwritten_output", "shape_mismatch", "dtype_mismatch"):
                 raise Rejected("wrong_on_fresh_shape", r.message) from None
@@ -352,6 +416,7 @@ class Session:
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         threads_before = thread_idents()
+        self._held, self._reused = None, None  # outputs held across calls, and a finding (hold_outputs)
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
         try:
@@ -391,6 +456,9 @@ class Session:
             out["violations"].append(name)
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
+        if self._reused:
+            out["violations"].append("reused_output")
+            msgs.append(self._reused)
         # Integrity is judged on everything observed, whether or not the answers were right.
         # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
         library_base = code is not None and bool(getattr(self.harness.module, "LIBRARY_BASE", False))
@@ -428,6 +496,7 @@ class Session:
             out["error"] = text
         finally:
             self.trial_sets.clear()
+            self._held = None
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
         # Watched calls cover loading and correctness; this also covers the timed calls.
