@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kernelsmith.task import load_task
 
-KERN = Path(__file__).resolve().parent / "tiny" / "kern.py"
+TINY = Path(__file__).resolve().parent / "tiny"
 
 # A float32 reference for a float16 kernel (how most test suites compute the truth).
 FP32_REFERENCE = '''
@@ -65,12 +65,12 @@ def bytes_moved(shape):
 '''
 
 
-def tiny_task(tmp_path: Path, op: str, entry: str, harness_text: str):
-    """A Task for `entry` of tiny/kern.py with the given harness text."""
+def tiny_task(tmp_path: Path, op: str, entry: str, harness_text: str, kern: str = "kern.py"):
+    """A Task for `entry` of tiny/`kern` (copied to tiny/kern.py of a checkout) with this harness."""
     proj = tmp_path / "proj"
     (proj / "tiny").mkdir(parents=True, exist_ok=True)
     (proj / "tiny" / "__init__.py").write_text("")
-    (proj / "tiny" / "kern.py").write_text(KERN.read_text())
+    (proj / "tiny" / "kern.py").write_text((TINY / kern).read_text())
     targets = tmp_path / "targets"
     (targets / "tiny").mkdir(parents=True, exist_ok=True)
     (targets / "tiny" / f"{op}.py").write_text(harness_text)
