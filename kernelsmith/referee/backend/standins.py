@@ -21,18 +21,18 @@ USED: set[str] = set()
 
 # Device properties of the GPUs a stand-in can answer for (from the vendors' data sheets).
 GPUS = {
-    "NVIDIA H200": {"major": 9, "minor": 0, "multi_processor_count": 132, "total_memory": 150754820096,
-                    "warp_size": 32, "max_shared_mem": 232448, "max_num_regs": 65536,
-                    "L2_cache_size": 62914560, "sm_clock_rate": 1980000, "mem_clock_rate": 3201000,
-                    "mem_bus_width": 6144, "max_threads_per_multi_processor": 2048},
-    "NVIDIA H100 80GB HBM3": {"major": 9, "minor": 0, "multi_processor_count": 132, "total_memory": 85045231616,
-                              "warp_size": 32, "max_shared_mem": 232448, "max_num_regs": 65536,
-                              "L2_cache_size": 52428800, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000,
-                              "mem_bus_width": 5120, "max_threads_per_multi_processor": 2048},
-    "NVIDIA A100-SXM4-80GB": {"major": 8, "minor": 0, "multi_processor_count": 108, "total_memory": 85097971712,
-                              "warp_size": 32, "max_shared_mem": 166912, "max_num_regs": 65536,
-                              "L2_cache_size": 41943040, "sm_clock_rate": 1410000, "mem_clock_rate": 1593000,
-                              "mem_bus_width": 5120, "max_threads_per_multi_processor": 2048},
+    "NVIDIA H200": {
+        "major": 9, "minor": 0, "multi_processor_count": 132, "total_memory": 150754820096, "warp_size": 32,
+        "max_shared_mem": 232448, "max_num_regs": 65536, "L2_cache_size": 62914560, "sm_clock_rate": 1980000,
+        "mem_clock_rate": 3201000, "mem_bus_width": 6144, "max_threads_per_multi_processor": 2048},
+    "NVIDIA H100 80GB HBM3": {
+        "major": 9, "minor": 0, "multi_processor_count": 132, "total_memory": 85045231616, "warp_size": 32,
+        "max_shared_mem": 232448, "max_num_regs": 65536, "L2_cache_size": 52428800, "sm_clock_rate": 1980000,
+        "mem_clock_rate": 2619000, "mem_bus_width": 5120, "max_threads_per_multi_processor": 2048},
+    "NVIDIA A100-SXM4-80GB": {
+        "major": 8, "minor": 0, "multi_processor_count": 108, "total_memory": 85097971712, "warp_size": 32,
+        "max_shared_mem": 166912, "max_num_regs": 65536, "L2_cache_size": 41943040, "sm_clock_rate": 1410000,
+        "mem_clock_rate": 1593000, "mem_bus_width": 5120, "max_threads_per_multi_processor": 2048},
 }
 DEFAULT_GPU = "NVIDIA H200"
 
