@@ -438,14 +438,17 @@ class Session:
             clock.mark("load")
             shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
+                out["details"]["failed_shape"] = shape  # until it passes (diagnose.py names it)
                 base_rec.merge(self.base_profile(shape, si))
                 out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
             clock.mark("correctness")
             fresh = C.fresh_shapes_for(self.harness, self.device, seed, cid)
             for shape in fresh:
+                out["details"]["failed_shape"] = shape
                 self.check_fresh(fn, shape, cid, seed, rec)
                 out["fresh_shapes"].append(shape)
             clock.mark("fresh_shapes")
+            out["details"].pop("failed_shape", None)
             out["correct"] = True
         except Rejected as r:
             out["violations"].append(r.reason)
