@@ -29,6 +29,7 @@ from .correctness import unwritten_hint
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .snapshot import Snapshot
+from .trials import FreshOutputs, in_arena
 
 TRIALS = 3
 
@@ -113,6 +114,7 @@ class Session:
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
         self._aa_fn = None
+        self.fresh_outputs = FreshOutputs()
         clock.mark("load")
         # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
         # or handed over by the parent from an earlier worker's start; never read from a file.
@@ -129,7 +131,6 @@ class Session:
         clock.mark("base_compile_and_profile")
         self.boot_phases = clock.phases
         self.trial_sets: dict[int, list[dict]] = {}
-        self._held, self._reused = None, None
 
     def _peak_dtypes(self) -> list[str]:
         """The dtypes whose matmul rate the flops roofline needs (none without `flops`)."""
@@ -175,31 +176,8 @@ class Session:
         names = self.harness.outputs
         outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
         if rec is not None and names is None:
-            self.hold_outputs(fn, outs, inputs)
+            self.fresh_outputs.note(fn, outs, inputs)
         return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
-
-    def hold_outputs(self, fn, outs: tuple, inputs: dict) -> None:
-        """Keep this call's returned outputs alive (as a caller keeps a result); notes `reused_output`
-        when one shares storage with the previous call's outputs or with a tensor `fn`'s module keeps
-        (a finding, added to the verdict after correctness, so a cache is still named as such)."""
-        held = getattr(self, "_held", None)
-        if held is None or held[0] is not fn:
-            held = self._held = (fn, [])
-        mine = {t.untyped_storage().data_ptr() for t in C.tensors_of(inputs).values()}
-        earlier = {t.untyped_storage().data_ptr() for t in held[1]}
-        kept = C.kept_storages(getattr(fn, "__globals__", None))
-        for i, o in enumerate(outs):
-            if type(o) is not torch.Tensor or o.numel() == 0:
-                continue
-            ptr = o.untyped_storage().data_ptr()
-            if ptr in mine:
-                continue  # the caller's own buffer, handed back (an `out=` argument)
-            if (ptr in earlier or ptr in kept) and self._reused is None:
-                whose = ("an earlier call's output" if ptr in earlier
-                         else "a tensor its module keeps between calls")
-                self._reused = (f"output {i} shares storage with {whose}: outputs must be fresh per call "
-                                "(a caller keeping an earlier result would see it change)")
-        held[1][:] = [o for o in outs if type(o) is torch.Tensor]
 
     def expected(self, inputs: dict) -> tuple:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
@@ -269,7 +247,7 @@ class Session:
             inputs = self.harness.make_inputs(shape, self.dev, C.derive_seed(seed, cid, si, t))
             if t == 1 and arena:
                 # Same storage, new values: a result cached by data_ptr shows up as stale output.
-                inputs = self.in_arena(arena, inputs, lambda k: self.harness.make_inputs(
+                inputs = in_arena(arena, inputs, lambda k: self.harness.make_inputs(
                     shape, self.dev, C.derive_seed(seed, cid, si, 1, k)))
             originals = C.clone_inputs(inputs)
             if self.backend.timed:
@@ -321,30 +299,6 @@ class Session:
             if t == 0:
                 arena = C.tensors_of(inputs)
         return {"shape": shape, "max_abs_err": max_err, "bitwise_identical": identical}
-
-    @staticmethod
-    def in_arena(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> dict:
-        """`inputs` moved into the previous trial's storage (`arena`), where shapes allow.
-
-        Sizes may follow the seed (a paged cache whose block count follows random lengths): redraws
-        (up to `tries`, within `budget_s`) look for inputs that fit the arena whole; failing that,
-        only the tensors whose shape, dtype and strides match are moved.
-        """
-        def fitting(cand):
-            return {n: b for n, b in arena.items() if isinstance(cand.get(n), torch.Tensor)
-                    and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
-
-        fits = fitting(inputs)
-        start = time.monotonic()
-        for k in range(1, tries):
-            if len(fits) == len(arena) or time.monotonic() - start > budget_s:
-                break
-            other = redraw(k)
-            if len(fitting(other)) > len(fits):
-                inputs, fits = other, fitting(other)
-        for name, buf in fits.items():
-            buf.copy_(inputs[name])
-        return {**inputs, **fits}
 
     def _tol(self, t: torch.Tensor) -> tuple[float, float]:
         return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))
@@ -416,7 +370,7 @@ class Session:
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         threads_before = thread_idents()
-        self._held, self._reused = None, None  # outputs held across calls, and a finding (hold_outputs)
+        self.fresh_outputs.reset()  # outputs held across this evaluation's calls (trials.py)
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
         try:
@@ -459,9 +413,9 @@ class Session:
             out["violations"].append(name)
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
-        if self._reused:
+        if self.fresh_outputs.finding:
             out["violations"].append("reused_output")
-            msgs.append(self._reused)
+            msgs.append(self.fresh_outputs.finding)
         # Integrity is judged on everything observed, whether or not the answers were right.
         # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
         library_base = code is not None and bool(getattr(self.harness.module, "LIBRARY_BASE", False))
@@ -499,7 +453,7 @@ class Session:
             out["error"] = text
         finally:
             self.trial_sets.clear()
-            self._held = None
+            self.fresh_outputs.reset()
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
         # Watched calls cover loading and correctness; this also covers the timed calls.

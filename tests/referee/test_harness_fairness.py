@@ -7,7 +7,7 @@ from tiny_project import FP32_REFERENCE, PAGED_CACHE, tiny_task
 
 from kernelsmith.referee import Referee
 from kernelsmith.referee import correctness as C
-from kernelsmith.referee.session import Session
+from kernelsmith.referee.trials import in_arena
 
 
 @pytest.fixture
@@ -79,9 +79,9 @@ def test_in_arena_redraws_until_sizes_fit_and_moves_only_matching_tensors():
     arena = {"a": torch.zeros(3), "b": torch.zeros(2, 2)}
     draws = {1: {"a": torch.ones(4), "b": torch.ones(2, 2)},
              2: {"a": torch.full((3,), 2.0), "b": torch.ones(2, 2)}}
-    got = Session.in_arena(arena, {"a": torch.ones(5), "b": torch.ones(2, 2)}, draws.__getitem__)
+    got = in_arena(arena, {"a": torch.ones(5), "b": torch.ones(2, 2)}, draws.__getitem__)
     assert got["a"] is arena["a"] and got["b"] is arena["b"] and float(arena["a"][0]) == 2.0
-    never = Session.in_arena({"a": torch.zeros(3), "b": torch.zeros(2)},
+    never = in_arena({"a": torch.zeros(3), "b": torch.zeros(2)},
                              {"a": torch.ones(5), "b": torch.ones(2)},
                              lambda k: {"a": torch.ones(6), "b": torch.ones(2)})
     assert never["a"].shape == (5,) and float(never["b"][0]) == 1.0  # b moved, a kept its own storage
