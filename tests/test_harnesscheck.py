@@ -93,3 +93,24 @@ def test_harness_new_then_check_reports_the_todo(tmp_path, capsys):
     assert main(argv) == 1
     out = capsys.readouterr().out
     assert "problem [reference] reference not written" in out
+
+
+def test_readme_flow_on_the_demo_mark_without_a_harness(tmp_path, capsys):
+    """README's "Adding a target": the demo's marked fused_add_rms_norm, harness new then check."""
+    root = Path(__file__).resolve().parents[1]
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    yaml = (root / "targets" / "demo.yaml").read_text().replace(
+        "clone_url: ../examples/miniserve", f"clone_url: {root / 'examples' / 'miniserve'}")
+    entry = ("  - name: fused_add_rms_norm\n    file: miniserve/kernels/rms_norm.py\n"
+             "    entry: fused_add_rms_norm\n    harness: demo/fused_add_rms_norm.py\n")
+    (targets / "demo.yaml").write_text(yaml + entry)
+    base = ["--targets", str(targets), "harness"]
+    checkout = ["--checkout", str(root / "examples" / "miniserve")]
+    assert main([*base, "new", "demo", "fused_add_rms_norm", *checkout]) == 0
+    text = (targets / "demo" / "fused_add_rms_norm.py").read_text()
+    assert '"x_rows"' in text and '"residual_rows"' in text
+    assert "def reference(x, residual, weight, eps):" in text
+    capsys.readouterr()
+    assert main([*base, "check", "demo", "fused_add_rms_norm", *checkout, "--device", "interpret"]) == 1
+    assert "reference not written" in capsys.readouterr().out
