@@ -48,9 +48,13 @@ def run_probe(task, device: str) -> Report:
     if device == "interpret":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run([sys.executable, "-m", "kernelsmith.harnessprobe", json.dumps(spec)],
-                          capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S,
-                          cwd=str(task.root))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernelsmith.harnessprobe", json.dumps(spec)],
+                              capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S,
+                              cwd=str(task.root))
+    except subprocess.TimeoutExpired:
+        return Report([["harness", f"the checks did not finish in {PROBE_TIMEOUT_S} s",
+                        "smaller CPU_SHAPES (the interpreter runs one program at a time)"]], 0, device)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     try:
         data = json.loads(lines[-1])

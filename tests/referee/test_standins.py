@@ -53,6 +53,20 @@ def alias(x_ptr, y_ptr, BLOCK: tl.constexpr):
 z = torch.empty(4)
 alias[[1]](torch.zeros(4), z, BLOCK=4)
 out["alias_list_grid"] = z.tolist()
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def tuned(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+w = torch.randn(100)
+v = torch.empty(100)
+tuned[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](w, v, 100)
+out["autotune"] = bool(torch.equal(v, w * 2))
 out["info"] = backend.info()
 print(json.dumps(out))
 '''
@@ -84,6 +98,10 @@ def test_fp8_cast_rounds_to_nearest_even_with_the_carry(child):
 
 def test_list_grid_and_module_level_tl_alias(child):
     assert child["alias_list_grid"] == [1.0] * 4
+
+
+def test_autotune_with_several_configs_runs_on_the_cpu_benchmarker(child):
+    assert child["autotune"]
 
 
 def test_device_names_the_stand_ins_used(child):
