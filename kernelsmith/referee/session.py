@@ -310,7 +310,7 @@ class Session:
         expected = self.expected(inputs)
         where = "fresh shape " + ",".join(f"{k}={v}" for k, v in shape.items())
         sizes = _nbytes(expected)
-        like = None if fn is self.base_fn else self.base_outputs(None, (), C.clone_inputs(inputs), sizes)
+        like = None if fn is self.base_fn else self.base_outputs(fn, (), C.clone_inputs(inputs), sizes)
         try:
             outs = self.call(fn, inputs, float("nan"), rec, sizes)
             self.check_outputs(outs, expected, where, outs if like is None else like)
