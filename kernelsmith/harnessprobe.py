@@ -39,23 +39,28 @@ class Probe:
         return ok
 
 
+def _equal(x, y) -> bool:
+    """Bitwise for tensors, element by element for lists, tuples and dicts, `==` otherwise."""
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and C.same_bits(x, y)
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+        return len(x) == len(y) and all(_equal(a, b) for a, b in zip(x, y, strict=True))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_equal(x[k], y[k]) for k in x)
+    if callable(x) or callable(y):
+        return type(x) is type(y)
+    try:
+        return bool(x == y)
+    except Exception:  # noqa: BLE001 - not comparable: no evidence either way
+        return True
+
+
 def _same_inputs(a: dict, b: dict, skip: set[str]) -> bool:
-    if set(a) != set(b):
-        return False
-    for k, v in a.items():
-        if k in skip:
-            continue
-        if isinstance(v, torch.Tensor):
-            if not (isinstance(b[k], torch.Tensor) and C.same_bits(v, b[k])):
-                return False
-        elif type(v) is not type(b[k]) or (not callable(v) and v != b[k]):
-            return False
-    return True
+    return set(a) == set(b) and all(_equal(v, b[k]) for k, v in a.items() if k not in skip)
 
 
 def _differs(a: dict, b: dict, skip: set[str]) -> bool:
-    return any(isinstance(v, torch.Tensor) and not C.same_bits(v, b.get(k)) for k, v in a.items()
-               if k not in skip and isinstance(b.get(k), torch.Tensor))
+    return any(not _equal(v, b.get(k)) for k, v in a.items() if k not in skip)
 
 
 def controls(b: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
