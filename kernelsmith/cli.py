@@ -9,7 +9,7 @@ import sys
 from .errors import KernelsmithError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-COMMANDS = ["scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench"]
+COMMANDS = ["scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench", "harness"]
 
 
 def build_parser() -> argparse.ArgumentParser:

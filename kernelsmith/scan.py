@@ -82,7 +82,25 @@ class ScanResult:
             "ok": self.ok, "operators": [asdict(o) for o in self.operators],
             "hotspots": [dict(asdict(h), status=h.status) for h in self.hotspots],
             "warnings": list(self.warnings),
+            "suggestions": self.suggestions(),
         }
+
+    def suggestions(self) -> list[str]:
+        """How to give a harness to each operator without one and each uncovered hotspot mark."""
+        out = []
+        t = self.target
+        for op in self.operators:
+            if not Path(op.harness).exists():
+                out.append(f"{op.name} has no harness file yet: `kernelsmith harness new {t} {op.name}` "
+                           f"writes a skeleton to {op.harness}, then `kernelsmith harness check {t} "
+                           f"{op.name}`")
+        for h in self.hotspots:
+            if h.operator is None:
+                out.append(f"{h.function} ({h.file}:{h.line}) needs a harness: add an operator to the target "
+                           f"(file: {h.file}, entry: the Python function that runs it, harness: a path), "
+                           f"then `kernelsmith harness new {t} NAME` and "
+                           f"`kernelsmith harness check {t} NAME`")
+        return out
 
 
 def _git_show(folder: Path, ref: str, rel: str) -> str | None:

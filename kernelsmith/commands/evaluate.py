@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -27,8 +28,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluate and print; exit 0 accepted, 1 rejected (config errors raise -> exit 2)."""
-    from ..referee import Referee
+    """Evaluate and print; exit 0 accepted, 1 rejected, 2 when the base itself fails (the harness or
+    the environment is at fault) or on config errors."""
+    from ..referee import Referee, RefereeError
+    from ..referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
     from ..task import load_task
 
     code = None
@@ -41,12 +44,25 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(path, f"cannot read: {e}", "--candidate") from None
     task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None))
+    base_verdict = None
     with Referee(task, device=args.device, gpu=args.gpu, seed=args.seed, timeout_s=args.timeout) as referee:
-        verdict = referee.evaluate(code, candidate_id=0 if code is None else 1, timing=args.timing)
+        try:
+            verdict = referee.evaluate(code, candidate_id=0 if code is None else 1, timing=args.timing)
+            if code is None:
+                base_verdict = verdict
+            elif not verdict.accepted:
+                # A rejected candidate: is the base itself sound on this harness?
+                base_verdict = referee.evaluate(None, candidate_id=0, timing="none")
+        except RefereeError as e:  # the worker cannot load the base file or its harness
+            raise RefereeError(f"the referee cannot run the base: {NOT_A_CANDIDATE}.\n  check: import_error\n"
+                               f"  likely fix: {likely_fix('import_error', str(e))}\n{e}") from None
     if args.json:
         print(json.dumps(verdict.to_json(), indent=2))
     else:
         print_verdict(verdict, task.operator.name)
+    if base_verdict is not None and not base_verdict.accepted:
+        print(base_failure(base_verdict), file=sys.stderr)
+        return 2
     return 0 if verdict.accepted else 1
 
 

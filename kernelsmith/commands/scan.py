@@ -75,6 +75,8 @@ def render(result) -> None:
         console.print("no `# kernelsmith: hotspot` marks found")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
+    for s in result.suggestions():
+        console.print(f"[cyan]suggest:[/cyan] {s}", markup=True, highlight=False)
     for op in result.operators:
         for p in op.problems:
             console.print(f"[red]problem:[/red] {op.name}: {p}")

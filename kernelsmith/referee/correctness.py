@@ -63,6 +63,27 @@ def _clone_strided(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def kept_storages(namespace: dict | None, depth: int = 2) -> set[int]:
+    """Storage addresses of the tensors a module keeps in its globals (in dicts, lists and tuples too)."""
+    found: set[int] = set()
+
+    def visit(value, level):
+        if isinstance(value, torch.Tensor):
+            found.add(value.untyped_storage().data_ptr())
+        elif level < depth and isinstance(value, dict):
+            for v in list(value.values())[:256]:
+                visit(v, level + 1)
+        elif level < depth and isinstance(value, (list, tuple)):
+            for v in value[:256]:
+                visit(v, level + 1)
+
+    for value in list((namespace or {}).values()):
+        if isinstance(value, (torch.Tensor, dict, list, tuple)) and value is not namespace:
+            visit(value, 1)
+    found.discard(0)
+    return found
+
+
 def poison(t: torch.Tensor, value: float | None = None) -> None:
     """Fill `t` so unwritten elements are visible: NaN for floats, a sentinel for integers."""
     if t.is_floating_point() or t.is_complex():
@@ -134,28 +155,48 @@ class Check:
     mean_abs_err: float = 0.0
 
 
-def _float_view(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.float32) if not t.is_complex() else t.detach()
+def common_view(out: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both tensors cast to the wider of their dtypes (floats at least float32, fp8 included)."""
+    def widened(d):  # torch does not promote fp8: compare it as float32
+        return torch.float32 if d in _FP8 else d
+
+    wide = torch.promote_types(widened(out.dtype), widened(expected.dtype))
+    if wide.is_floating_point or wide.is_complex:
+        if not wide.is_complex and wide != torch.float64:
+            wide = torch.float32
+    return out.detach().to(wide), expected.detach().to(wide)
 
 
-def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str) -> Check:
-    """Compare one output with the reference: type, dtype, shape, then values under `tol`."""
+def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str,
+            like: torch.Tensor | None = None) -> Check:
+    """Compare one output with the reference: type, then dtype and shape against `like` (the base's
+    output: upstream behaviour is the interface; the reference itself when absent), then values
+    against the reference under `tol` after a cast to their common precision."""
     if not isinstance(out, torch.Tensor):
         return Check("incorrect", f"{name}: expected a tensor, got {type(out).__name__}")
     if type(out) is not torch.Tensor:
         return Check("tensor_subclass", f"{name}: returned a {type(out).__name__}, not a plain torch.Tensor")
-    if out.dtype != expected.dtype:
-        return Check("dtype_mismatch", f"{name}: dtype {out.dtype}, expected {expected.dtype}")
-    if tuple(out.shape) != tuple(expected.shape):
-        return Check("shape_mismatch", f"{name}: shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    like = expected if like is None else like
+    whose = "the reference's" if like is expected else "the base's"
+    if out.dtype != like.dtype:
+        return Check("dtype_mismatch", f"{name}: dtype {out.dtype}, expected {like.dtype} ({whose})")
+    if tuple(out.shape) != tuple(like.shape):
+        return Check("shape_mismatch",
+                     f"{name}: shape {tuple(out.shape)}, expected {tuple(like.shape)} ({whose})")
+    if tuple(expected.shape) != tuple(out.shape):
+        return Check("shape_mismatch", f"{name}: shape {tuple(out.shape)} (the base's too), but the "
+                     f"reference returns {tuple(expected.shape)}")
     if out.device != expected.device:
         return Check("incorrect", f"{name}: on {out.device}, expected {expected.device}")
     if not (out.is_floating_point() or out.is_complex()):
-        if torch.equal(out, expected):
+        o, e = common_view(out, expected)
+        if torch.equal(o, e):
             return Check(None)
-        bad = int((out != expected).sum())
+        bad = int((o != e).sum())
         return Check("incorrect", f"{name}: {bad} of {out.numel()} elements differ (exact match required)")
-    o, e = _float_view(out), _float_view(expected)
+    if not (expected.is_floating_point() or expected.is_complex()):
+        expected = expected.to(out.dtype)
+    o, e = common_view(out, expected)
     diff = (o - e).abs()
     finite = torch.isfinite(diff)
     max_err = float(diff[finite].max()) if bool(finite.any()) else 0.0
@@ -171,6 +212,18 @@ def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str) ->
         return Check("incorrect", f"{name}: {bad} of {o.numel()} elements outside atol={atol:g}, "
                      f"rtol={rtol:g} (max abs err {max_err:.3g})", max_err, mean_err)
     return Check(None, "", max_err, mean_err)
+
+
+def unwritten_hint(name: str, base_out: torch.Tensor, expected: torch.Tensor, inplace: list[str]) -> str:
+    """Advice for an unwritten-output rejection when the base itself leaves those elements unwritten."""
+    if name in inplace or not (base_out.is_floating_point() and expected.shape == base_out.shape):
+        return ""
+    holes = torch.isnan(base_out.detach().float()) & ~torch.isnan(expected.detach().float())
+    if not bool(holes.any()):
+        return ""
+    return (f". The base leaves {int(holes.sum())} of them unwritten too: if the entry fills only part of "
+            f"{name!r} (a cache written at some slots), list {name!r} in the harness's INPLACE so the "
+            "referee keeps its contents instead of poisoning it")
 
 
 _LOWER = {
@@ -196,8 +249,11 @@ def precision_downgrade(out: torch.Tensor, expected: torch.Tensor, cand_mean_err
     Either every value fits a narrower float type while the reference's do not, or the mean error
     is well beyond both the base's and the output dtype's own rounding.
     """
-    if not (isinstance(out, torch.Tensor) and out.is_floating_point()) or out.dtype != expected.dtype:
+    if not (isinstance(out, torch.Tensor) and out.is_floating_point()) or out.shape != expected.shape:
         return None
+    if expected.dtype != out.dtype:
+        # A higher-precision reference, seen at the output's own precision.
+        expected = expected.detach().to(out.dtype)
     for lower in _LOWER.get(out.dtype, ()):
         if _representable_in(out, lower) and not _representable_in(expected, lower):
             return f"every output value is exactly representable in {lower}: computed at lower precision"

@@ -25,10 +25,12 @@ from . import correctness as C
 from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
+from .correctness import unwritten_hint
 from .input_cache import InputCache, ListedInputs, default_budget, fresh_copy
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .snapshot import Snapshot
+from .trials import FreshOutputs, in_arena
 
 TRIALS = 3
 
@@ -113,6 +115,7 @@ class Session(ListedInputs):
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
         self._aa_fn = None
+        self.fresh_outputs = FreshOutputs()
         clock.mark("load")
         # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
         # or handed over by the parent from an earlier worker's start; never read from a file.
@@ -182,6 +185,8 @@ class Session(ListedInputs):
                     self.backend.synchronize()
         names = self.harness.outputs
         outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
+        if rec is not None and names is None:
+            self.fresh_outputs.note(fn, outs, inputs)
         return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
 
     def expected(self, inputs: dict) -> tuple:
@@ -211,23 +216,37 @@ class Session(ListedInputs):
         return self._profiles[key]
 
     # -- correctness --------------------------------------------------------------------------
-    def check_outputs(self, outs: tuple, expected: tuple, where: str) -> list[C.Check]:
-        """Compare every output with the reference; raises Rejected on the first problem."""
-        if len(outs) != len(expected):
-            raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {len(expected)}")
+    def check_outputs(self, outs: tuple, expected: tuple, where: str,
+                      like: tuple | None = None) -> list[C.Check]:
+        """Compare every output with the reference; raises Rejected on the first problem.
+
+        `like`: the base's outputs on the same inputs, whose dtypes and shapes the outputs must have
+        (the tolerance is keyed by that dtype); values are compared with the reference.
+        """
+        if len(outs) != len(expected) or (like is not None and len(like) != len(outs)):
+            n = len(expected) if like is None else len(like)
+            raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {n}")
         names = self.harness.outputs or [f"output {i}" for i in range(len(outs))]
         checks = []
-        for name, o, e in zip(names, outs, expected, strict=False):
-            tol = self.harness.tolerance_for(str(e.dtype).replace("torch.", ""))
-            chk = C.compare(o, e, tol, f"{where} {name}")
+        for i, (name, o, e) in enumerate(zip(names, outs, expected, strict=False)):
+            b = like[i] if like is not None and isinstance(like[i], torch.Tensor) else None
+            chk = C.compare(o, e, self._tol(e if b is None else b), f"{where} {name}", like=b)
             if chk.problem == "incorrect":
                 why = C.precision_downgrade(o, e, chk.mean_abs_err, None)
                 if why:
                     raise Rejected("precision_downgrade", f"{where} {name}: {why}; {chk.message}")
+            if chk.problem == "unwritten_output" and b is not None and self.harness.outputs:
+                chk.message += unwritten_hint(name, b, e, self.harness.inplace)
             if chk.problem:
                 raise Rejected(chk.problem, chk.message)
             checks.append(chk)
         return checks
+
+    def base_outputs(self, fn, outs: tuple, originals: dict, sizes: list[int]) -> tuple:
+        """The base's outputs on a copy of `originals` (`outs` themselves when `fn` is the base)."""
+        if fn is self.base_fn:
+            return outs
+        return self.call(self.base_fn, C.clone_inputs(originals), float("nan"), None, sizes)
 
     def check_shape(self, fn, shape: dict, si: int, cid: int, seed: int, rec: Record) -> dict:
         """Trials on one listed shape: reference match, poisoning, inputs unchanged, determinism,
@@ -246,13 +265,18 @@ class Session(ListedInputs):
             inputs = fresh_copy(originals)
             if t == 1 and arena:
                 # Same storage, new values: a result cached by data_ptr shows up as stale output.
-                for name, buf in arena.items():
-                    buf.copy_(inputs[name])
-                inputs = {**inputs, **arena}
+                # Sizes may follow the seed: redraws (cached like any trial) look for inputs that fit.
+                taken, inputs = in_arena(
+                    arena, inputs, lambda k: fresh_copy(self.listed(shape, seed, f"1.{k}").originals))
+                if taken:
+                    entry = self.listed(shape, seed, f"1.{taken}")
+                    originals, expected = entry.originals, self.listed_expected(entry)
             sizes = _nbytes(expected)
             outs = self.call(fn, inputs, float("nan"), rec, sizes)
+            # The interface is the base's: its outputs on this entry (cached, made by the base only).
+            base_outs = outs if fn is self.base_fn else self.listed_base(entry)[0]
             try:
-                checks = self.check_outputs(outs, expected, f"{where} trial {t}")
+                checks = self.check_outputs(outs, expected, f"{where} trial {t}", base_outs)
             except Rejected as r:
                 pairs = zip(outs, prev_outs or (), strict=False)
                 stale = prev_outs is not None and len(prev_outs) == len(outs) and all(
@@ -299,9 +323,11 @@ class Session(ListedInputs):
         inputs = self.harness.make_inputs(shape, self.dev, trial_seed)
         expected = self.expected(inputs)
         where = "fresh shape " + ",".join(f"{k}={v}" for k, v in shape.items())
+        sizes = _nbytes(expected)
+        like = None if fn is self.base_fn else self.base_outputs(fn, (), C.clone_inputs(inputs), sizes)
         try:
-            outs = self.call(fn, inputs, float("nan"), rec, _nbytes(expected))
-            self.check_outputs(outs, expected, where)
+            outs = self.call(fn, inputs, float("nan"), rec, sizes)
+            self.check_outputs(outs, expected, where, outs if like is None else like)
         except Rejected as r:
             if r.reason in ("incorrect", "unwritten_output", "shape_mismatch", "dtype_mismatch"):
                 raise Rejected("wrong_on_fresh_shape", r.message) from None
@@ -360,6 +386,7 @@ class Session(ListedInputs):
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         self.inputs.begin()  # this evaluation's cache hits and misses (details.input_cache)
         threads_before = thread_idents()
+        self.fresh_outputs.reset()  # outputs held across this evaluation's calls (trials.py)
         mod, rec, base_rec = None, Record(), Record()
         base_rec.merge(self.base_import)
         try:
@@ -381,14 +408,17 @@ class Session(ListedInputs):
             clock.mark("load")
             shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
+                out["details"]["failed_shape"] = shape  # until it passes (diagnose.py names it)
                 base_rec.merge(self.base_profile(shape, si))
                 out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
             clock.mark("correctness")
             fresh = C.fresh_shapes_for(self.harness, self.device, seed, cid)
             for shape in fresh:
+                out["details"]["failed_shape"] = shape
                 self.check_fresh(fn, shape, cid, seed, rec)
                 out["fresh_shapes"].append(shape)
             clock.mark("fresh_shapes")
+            out["details"].pop("failed_shape", None)
             out["correct"] = True
         except Rejected as r:
             out["violations"].append(r.reason)
@@ -399,6 +429,9 @@ class Session(ListedInputs):
             out["violations"].append(name)
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
+        if self.fresh_outputs.finding:
+            out["violations"].append("reused_output")
+            msgs.append(self.fresh_outputs.finding)
         # Integrity is judged on everything observed, whether or not the answers were right.
         # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
         library_base = code is not None and bool(getattr(self.harness.module, "LIBRARY_BASE", False))
@@ -434,6 +467,7 @@ class Session(ListedInputs):
             out["violations"].append(name)
             out["error"] = text
         finally:
+            self.fresh_outputs.reset()
             if mod is not None:
                 sys.modules.pop(mod.__name__, None)
         tampered = self.inputs.verify()

@@ -17,7 +17,8 @@ WATCHED = (
     "numpy", "numpy.random",
     "kernelsmith.harness", "kernelsmith.loader", "kernelsmith.referee.integrity",
     "kernelsmith.referee.correctness", "kernelsmith.referee.session", "kernelsmith.referee.timing",
-    "kernelsmith.referee.snapshot", "kernelsmith.referee.worker",
+    "kernelsmith.referee.snapshot", "kernelsmith.referee.worker", "kernelsmith.referee.trials",
+    "kernelsmith.referee.trials.FreshOutputs", "kernelsmith.referee.backend.standins",
     "kernelsmith.referee.backend.cuda", "kernelsmith.referee.backend.interpret",
 )
 

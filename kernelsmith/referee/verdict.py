@@ -10,6 +10,7 @@ REJECTIONS = (
     "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout",
     "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
     "extra_threads", "extra_streams", "library_fallback", "no_kernel_launch", "cached_result",
+    "reused_output",
     "precision_downgrade", "input_mutation", "dtype_mismatch", "shape_mismatch", "unwritten_output",
     "nondeterministic", "incorrect", "wrong_on_fresh_shape",
 )

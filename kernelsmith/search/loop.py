@@ -467,11 +467,9 @@ def optimize(config: SearchConfig) -> dict:
             evaluator.run(pending)
         base = search.archive.base()
         if base["status"] != "evaluated" or not base["accepted"]:
-            reason = (base.get("verdict") or {}).get("reason")
-            raise KernelsmithError(
-                f"the referee rejects the base itself ({reason}): "
-                f"{(base.get('verdict') or {}).get('error') or base.get('feedback')}"
-            )
+            from ..referee.diagnose import base_failure
+
+            raise KernelsmithError(base_failure(base.get("verdict") or {"error": base.get("feedback")}))
         rows = search.archive.all()
         progress.set_counts(
             search.archive.proposals(),

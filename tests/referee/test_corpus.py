@@ -37,5 +37,5 @@ def test_corpus_covers_every_pinned_hack():
                 "no_kernel_launch", "library_fallback", "reference_call", "extra_threads", "extra_streams",
                 "monkeypatch", "file_access", "network_access", "tensor_subclass", "cached_result",
                 "precision_downgrade", "wrong_on_fresh_shape", "timeout", "crash", "compile_error",
-                "import_error"}
+                "import_error", "reused_output"}
     assert required <= named, sorted(required - named)

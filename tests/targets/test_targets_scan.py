@@ -154,3 +154,17 @@ def test_scan_target_api(tmp_path, fixture_repo):
     target = load_target(make_target(tmp_path, fixture_repo))
     result = scan_target(target, prepare_checkout(target, fixture_repo), {"operators": {}})
     assert result.ok and [o.name for o in result.operators] == ["scale"]
+
+
+def test_scan_suggests_harness_new_for_marks_and_operators_without_one(tmp_path, fixture_repo, capsys):
+    yaml_path = make_target(tmp_path, fixture_repo)
+    code, doc = _scan_json(capsys, str(yaml_path))
+    tips = doc["suggestions"]
+    assert any(t.startswith("unharnessed (eng/extra.py:") and "`kernelsmith harness new fix NAME`" in t
+               for t in tips)
+    (tmp_path / "targets" / "fix" / "scale.py").unlink()
+    code, doc = _scan_json(capsys, str(yaml_path))
+    assert code == 2
+    assert any("`kernelsmith harness new fix scale`" in t for t in doc["suggestions"])
+    assert main(["scan", str(yaml_path)]) == 2
+    assert "suggest:" in capsys.readouterr().out

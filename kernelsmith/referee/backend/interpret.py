@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 
+from . import standins
 from .base import Backend
 
 
@@ -15,17 +16,31 @@ class InterpretBackend(Backend):
     timed = False
 
     def init_context(self) -> None:
-        """Let the interpreter take list grids, as compiled Triton does (before any candidate runs)."""
+        """Give kernel modules what they ask of a GPU, and work around the interpreter's known gaps
+        (before any candidate runs; see standins.py)."""
         accept_list_grids()
+        install_standins()
 
     def info(self) -> dict:
-        """The CPU and library versions (no driver)."""
+        """The CPU and library versions (no driver), and the stand-ins used so far in this process."""
         import torch
         import triton
 
         cpu = platform.processor() or platform.machine() or "cpu"
-        return {"name": f"Triton interpreter on {cpu}", "driver": None, "torch": torch.__version__,
-                "triton": triton.__version__}
+        used = sorted(standins.USED)
+        name = f"Triton interpreter on {cpu}" + (f" (stand-ins: {', '.join(used)})" if used else "")
+        return {"name": name, "driver": None, "torch": torch.__version__, "triton": triton.__version__,
+                "stand_ins": used, "stand_in_gpu": standins.DEFAULT_GPU if used else None}
+
+
+def install_standins() -> None:
+    """The active-driver and device-property stand-ins, fp8 casts and `tl` aliases (standins.py)."""
+    for install in (standins.install_driver, standins.install_torch_cuda, standins.patch_fp8_casts,
+                    standins.patch_tl_aliases):
+        try:
+            install()
+        except (AttributeError, ImportError, TypeError):
+            pass  # another triton's interpreter lacks the hook: that stand-in is simply not given
 
 
 def accept_list_grids() -> None:
@@ -42,7 +57,10 @@ def accept_list_grids() -> None:
     original = cls.__init__
 
     def as_tuple(grid):
-        return tuple(grid) if isinstance(grid, list) else grid
+        if isinstance(grid, list):
+            standins.USED.add("list grids")
+            return tuple(grid)
+        return grid
 
     def __init__(self, fn, arg_names, grid, *args, **kwargs):  # noqa: N807 - replaces __init__
         if callable(grid):

@@ -1,0 +1,142 @@
+"""The interpreter backend's stand-ins: an active driver, a named GPU's device properties, fp8 casts
+rounded as the GPU rounds, list grids and `tl` aliases (issue 14, item 4).
+
+The stand-ins patch process globals (Triton's driver, torch.cuda): they are exercised in a child
+process, as the referee's workers use them, never in the pytest process itself.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_project import tiny_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = r'''
+import json, os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+from kernelsmith.referee.backend.interpret import InterpretBackend
+from kernelsmith.referee.backend import standins
+backend = InterpretBackend()
+backend.init_context()
+out = {}
+target = triton.runtime.driver.active.get_current_target()
+out["target"] = [target.backend, target.arch, target.warp_size]
+out["driver_props"] = triton.runtime.driver.active.utils.get_device_properties(0)["multiprocessor_count"]
+p = torch.cuda.get_device_properties(torch.cuda.current_device())
+out["torch_props"] = [p.name, p.major, p.minor, p.multi_processor_count, torch.cuda.get_device_capability()]
+
+@triton.jit
+def cast(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m).to(tl.float8e4nv), mask=m)
+
+x = torch.tensor([31.5, 1.0625, -17.3, 500.0, 3.0e-3, 0.3, 15.75, 448.0])
+y = torch.empty(8, dtype=torch.float8_e4m3fn)
+cast[(1,)](x, y, 8, BLOCK=8)
+out["fp8"] = y.float().tolist()
+out["fp8_torch"] = x.clamp(-448, 448).to(torch.float8_e4m3fn).float().tolist()
+
+fast_exp = tl.math.exp
+
+@triton.jit
+def alias(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, fast_exp(tl.load(x_ptr + offs)))
+
+z = torch.empty(4)
+alias[[1]](torch.zeros(4), z, BLOCK=4)
+out["alias_list_grid"] = z.tolist()
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def tuned(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+w = torch.randn(100)
+v = torch.empty(100)
+tuned[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](w, v, 100)
+out["autotune"] = bool(torch.equal(v, w * 2))
+out["info"] = backend.info()
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def child():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_active_driver_answers_as_a_cuda_h200(child):
+    assert child["target"] == ["cuda", 90, 32]
+    assert child["driver_props"] == 132
+
+
+def test_torch_device_properties_name_the_gpu(child):
+    assert child["torch_props"] == ["NVIDIA H200", 9, 0, 132, [9, 0]]
+
+
+def test_fp8_cast_rounds_to_nearest_even_with_the_carry(child):
+    # The triton 3.9 interpreter's own cast gives 16.0 for 31.5 (the mantissa carry is dropped).
+    assert child["fp8"][0] == 32.0 and child["fp8"][1] == 1.0  # 1.0625 is a tie: to even
+    assert child["fp8"] == child["fp8_torch"]
+    assert child["fp8"][3] == 448.0  # saturates as cvt.rn.satfinite does
+
+
+def test_list_grid_and_module_level_tl_alias(child):
+    assert child["alias_list_grid"] == [1.0] * 4
+
+
+def test_autotune_with_several_configs_runs_on_the_cpu_benchmarker(child):
+    assert child["autotune"]
+
+
+def test_device_names_the_stand_ins_used(child):
+    info = child["info"]
+    assert set(info["stand_ins"]) == {"active driver", "device properties", "fp8 cast", "list grids",
+                                      "tl aliases"}
+    assert "stand-ins: active driver" in info["name"] and info["stand_in_gpu"] == "NVIDIA H200"
+
+
+FP8_HARNESS = '''
+import torch
+
+SHAPES = [{"n": 4096}]
+CPU_SHAPES = [{"n": 100}]
+OUTPUTS = None
+VARY = {"n": [7, 64, 200]}
+
+
+def make_inputs(shape, device, seed):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return {"x": 2 * torch.randn(shape["n"], generator=g, device=device)}
+
+
+def reference(x):
+    return torch.exp(x.double()).clamp(max=448.0)
+'''
+
+
+def test_a_real_style_kernel_module_evaluates_under_the_interpreter(tmp_path, monkeypatch):
+    from kernelsmith.referee import Referee
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = tiny_task(tmp_path, "exp_to_fp8", "exp_to_fp8", FP8_HARNESS, kern="standin_kern.py")
+    with Referee(task, device="interpret", seed=3, timeout_s=120, prefork=False) as ref:
+        verdict = ref.evaluate(None)
+    assert verdict.accepted, verdict.feedback()
+    used = "stand-ins: active driver, device properties, fp8 cast, list grids, tl aliases"
+    assert used in verdict.device["name"]
