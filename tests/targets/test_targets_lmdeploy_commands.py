@@ -34,7 +34,9 @@ def _checkout() -> Path:
 
 def _run_yaml_command(op_name: str, root: Path) -> str:
     """The operator's `test:` command as verify runs it (interpreter, KERNELSMITH_TARGET_DIR set)."""
-    env = dict(os.environ, KERNELSMITH_TARGET_DIR=str(REPO / "targets"), TRITON_INTERPRET="1",
+    # `python` in the command is this interpreter (its venv), as on a runner with the venv active.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = dict(os.environ, PATH=path, KERNELSMITH_TARGET_DIR=str(REPO / "targets"), TRITON_INTERPRET="1",
                # No cache or benchmark folders written into the read-only checkout.
                PYTEST_ADDOPTS="-p no:cacheprovider -p no:benchmark -p no:hypothesispytest -rs")
     proc = subprocess.run(["bash", "-c", TARGET.operator(op_name).test], cwd=root, env=env,
