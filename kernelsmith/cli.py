@@ -10,6 +10,8 @@ from .errors import KernelsmithError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 COMMANDS = ["scan", "evaluate", "optimize", "verify", "report", "export", "bench"]
+# Commands that run untrusted code (candidates, a target's setup and tests): in the sandbox only.
+UNTRUSTED = ("scan", "evaluate", "optimize", "verify", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,14 +21,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"kernelsmith.commands.{name}").register(sub)
+    for name in UNTRUSTED:
+        sub.choices[name].add_argument(
+            "--no-sandbox", action="store_true",
+            help="run candidate code, setup and tests WITHOUT the sandbox (when this machine cannot build "
+                 "it: no user namespaces); every output then says so")
     return parser
+
+
+def _sandbox_for(args) -> None:
+    """Refuse early when the sandbox is needed and cannot be built; honour --no-sandbox loudly."""
+    from . import sandbox
+
+    if getattr(args, "no_sandbox", False):
+        sandbox.disable()
+        print(f"kernelsmith: WARNING: {sandbox.NO_SANDBOX_NOTE}", file=sys.stderr)
+    elif args.command in UNTRUSTED and not (args.command == "scan" and getattr(args, "static", False)):
+        sandbox.require()
+    if args.command in UNTRUSTED and args.command != "optimize":
+        # Nothing here needs a credential; optimize drops its own once its LLM broker holds the key.
+        sandbox.drop_secrets_from_environ()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; usage and config errors exit 2 with one clear line."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from . import sandbox
+
     try:
+        _sandbox_for(args)
         return int(args.func(args) or 0)
     except KernelsmithError as e:
         print(f"kernelsmith: error: {e}", file=sys.stderr)
@@ -34,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kernelsmith: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sandbox.enable()  # --no-sandbox holds for this command only (tests call main() in-process)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     with Referee(task, device=args.device, gpu=args.gpu, seed=args.seed, timeout_s=args.timeout) as referee:
         verdict = referee.evaluate(code, candidate_id=0 if code is None else 1, timing=args.timing)
     if args.json:
-        print(json.dumps(verdict.to_json(), indent=2))
+        from ..sandbox import summary
+
+        print(json.dumps({**verdict.to_json(), "sandbox": summary()}, indent=2))
     else:
         print_verdict(verdict, task.operator.name)
     return 0 if verdict.accepted else 1

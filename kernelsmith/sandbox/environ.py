@@ -26,6 +26,12 @@ def is_secret(name: str, value: str | None = "") -> bool:
                 or _SECRET_VALUE.search(value or ""))
 
 
+def is_credential(name: str, value: str | None = "") -> bool:
+    """Whether a variable holds a credential by its name or value (settings such as
+    KERNELSMITH_CACHE are not; `is_secret` also drops those from untrusted code's environment)."""
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value or ""))
+
+
 def scrubbed_env(base: dict[str, str] | None = None, keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment without GITHUB_*/KERNELSMITH_*/OPENAI_* or anything that looks like a secret.
 
@@ -68,7 +74,7 @@ def drop_secrets_from_environ(keep: tuple[str, ...] = ()) -> list[str]:
 
     Returns the names removed. Call it once the secrets were handed to whoever needs them.
     """
-    names = [k for k, v in os.environ.items() if k not in keep and is_secret(k, v)]
+    names = [k for k, v in os.environ.items() if k not in keep and is_credential(k, v)]
     for k in names:
         os.environ.pop(k, None)  # also unsetenv(): libc no longer points at the old strings
     if names and sys.platform.startswith("linux"):
