@@ -88,7 +88,7 @@ def _wipe_initial_block(names: set[bytes]) -> None:
 
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # env_start, env_end (stat fields 50 and 51)
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (stat fields 50 and 51)
         if not 0 < start < end or end - start > 1 << 20:
             return
         block = ctypes.string_at(start, end - start)
