@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.referee.process import netns_prefix
+from kernelsmith.sandbox import probe
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "ghp_environLeakCanary0123456789abcdefXYZ"
@@ -51,7 +51,7 @@ with Referee(task, device="interpret") as ref:
 '''
 
 
-@pytest.mark.skipif(not netns_prefix(), reason="needs unshare (user and network namespaces)")
+@pytest.mark.skipif(probe() is not None, reason="needs user namespaces (the sandbox)")
 def test_candidate_finds_no_token_in_its_ancestors(tmp_path):
     env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
