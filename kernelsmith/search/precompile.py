@@ -181,6 +181,7 @@ class Precompiler:
                 self.running[cid] = (child, began[0])
 
         reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S, started)
+        reply["pid"] = child.proc.pid  # which compile process ran it (inside, pids are the sandbox's own)
         with self.lock:
             self.running.pop(cid, None)
             self.stats["jobs"] += 1
@@ -372,7 +373,6 @@ def _main(spec: dict) -> None:
         except BaseException as e:  # the worker will compile (and judge) it instead
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         reply["s"] = round(time.monotonic() - start, 3)
-        reply["pid"] = os.getpid()
         protocol.write(json.dumps(reply) + "\n")
         protocol.flush()
 
