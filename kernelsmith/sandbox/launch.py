@@ -285,11 +285,16 @@ def fork_into_pid_namespace() -> None:
     a PID namespace of its own, so whatever it starts dies with it. The original process stays
     as a waiting parent that exits with the child's status (a signal as the same signal)."""
     uid, gid = os.geteuid(), os.getegid()
-    unshare(CLONE_NEWUSER | CLONE_NEWPID, "unshare(CLONE_NEWUSER|CLONE_NEWPID) for a worker")
+    unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, "unshare(user|pid|mount) for a worker")
     map_ids(uid, uid, gid, gid)
     child = os.fork()
     if child == 0:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:  # its own /proc: its pid there is os.getpid(), and no sibling worker is visible
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except SandboxSetupError:
+            pass  # the sandbox's /proc stays: still nothing outside the sandbox is visible
         return
     _close_fds_except(set())
     _, status = os.waitpid(child, 0)
