@@ -38,9 +38,21 @@ def _sandbox_for(args) -> None:
         print(f"kernelsmith: WARNING: {sandbox.NO_SANDBOX_NOTE}", file=sys.stderr)
     elif args.command in UNTRUSTED and not (args.command == "scan" and getattr(args, "static", False)):
         sandbox.require()
-    if args.command in UNTRUSTED and args.command != "optimize":
-        # Nothing here needs a credential; optimize drops its own once its LLM broker holds the key.
+    if args.command in UNTRUSTED:
+        # Before anything runs target code (setup, harnesses, candidates): an LLM key goes to the
+        # broker process (search/mutators/broker.py); then every credential leaves this process's
+        # environment and /proc/self/environ.
+        if _uses_llm(args):
+            from .search.mutators.broker import start_from_environment
+
+            start_from_environment()
         sandbox.drop_secrets_from_environ()
+
+
+def _uses_llm(args) -> bool:
+    if args.command == "optimize":
+        return args.mutator in (None, "llm", "all") and args.replay is None
+    return args.command == "bench" and args.mutator in ("llm", "all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         sandbox.enable()  # --no-sandbox holds for this command only (tests call main() in-process)
+        if args.command in UNTRUSTED and _uses_llm(args):
+            from .search.mutators.broker import stop_default
+
+            stop_default()
 
 
 if __name__ == "__main__":

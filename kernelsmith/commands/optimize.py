@@ -94,15 +94,6 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--budget", "--replay makes exactly one proposal")
         if args.resume:
             raise ConfigError("--replay", "a resumed run replays what its run.json holds; drop --replay")
-    # Before anything runs target code (setup, harness, candidates): the LLM key goes to the
-    # broker process, then leaves this process's environment (and /proc/self/environ).
-    from ..sandbox import drop_secrets_from_environ
-
-    if args.mutator in (None, "llm", "all") and args.replay is None:
-        from ..search.mutators.broker import start_from_environment
-
-        start_from_environment()
-    drop_secrets_from_environ()
     config = SearchConfig(
         target=args.target,
         op=args.op,
@@ -123,10 +114,5 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         compile_limit=args.compile_limit,
     )
-    try:
-        result = optimize(config)
-    finally:
-        from ..search.mutators.broker import stop_default
-
-        stop_default()
+    result = optimize(config)  # the LLM key is with the broker already (cli.py)
     return 0 if result.get("winner") else 1
