@@ -98,13 +98,14 @@ def _unescape(path: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
 
 
-def _mounts() -> list[tuple[str, set[str]]]:
-    """(mount point, per-mount options) of every mount in this mount namespace."""
+def _mounts() -> list[tuple[str, set[str], str]]:
+    """(mount point, per-mount options, file system type) of every mount in this mount namespace."""
     out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            out.append((_unescape(fields[4]), set(fields[5].split(","))))
+            fstype = fields[fields.index("-") + 1] if "-" in fields else ""
+            out.append((_unescape(fields[4]), set(fields[5].split(",")), fstype))
     return out
 
 
@@ -123,8 +124,10 @@ def _remount_flags(opts: set[str]) -> int:
 
 
 def _read_only_all(writable: list[str]) -> None:
-    for mp, opts in _mounts():
+    for mp, opts, fstype in _mounts():
         if "ro" in opts or _under(mp, "/proc") or any(_under(mp, w) for w in writable):
+            continue
+        if fstype == "autofs":  # an automount trigger holds no files itself (and remounting it can fail)
             continue
         try:
             _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _remount_flags(opts))
