@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
-from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: E402, F401
+from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
 
 
 def _sandboxed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], dict[str, str]]:
