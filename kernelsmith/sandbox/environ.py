@@ -49,8 +49,8 @@ def secret_files(env: dict[str, str] | None = None) -> list[str]:
     out = [os.path.join(home, p) for p in CREDENTIAL_PATHS]
     for k, v in env.items():  # only files: a secret-sounding variable naming a folder is left alone
         if (_SECRET_NAME.search(k) or k == "KERNELSMITH_LLM_CONFIG") and v.startswith("/") and len(v) < 4096 \
-                and os.path.isfile(v):
-            out.append(v)
+                and os.path.exists(v) and not os.path.isdir(v):
+            out.append(v)  # SSH_AUTH_SOCK too: the agent's socket would sign for anyone who connects
     return sorted({os.path.realpath(p) for p in out if os.path.exists(p)})
 
 
@@ -68,11 +68,12 @@ def hide_environ() -> bool:
         return False
 
 
-def drop_secrets_from_environ(keep: tuple[str, ...] = ()) -> list[str]:
+def drop_secrets_from_environ(keep: tuple[str, ...] = ("SSH_AUTH_SOCK",)) -> list[str]:
     """Remove every secret variable from this process's environment, and overwrite its value in
     the initial environment block that /proc/self/environ shows (os.environ edits leave it).
 
     Returns the names removed. Call it once the secrets were handed to whoever needs them.
+    SSH_AUTH_SOCK stays (git fetches over ssh need it); the sandbox hides the socket itself.
     """
     names = [k for k, v in os.environ.items() if k not in keep and is_credential(k, v)]
     for k in names:

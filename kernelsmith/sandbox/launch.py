@@ -159,7 +159,7 @@ def build_mounts(spec: dict) -> None:
     for h in spec.get("hide", []):
         if os.path.isdir(h) and not os.path.islink(h):
             _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k")
-        elif os.path.isfile(h) and not os.path.islink(h):
+        elif os.path.exists(h) and not os.path.islink(h):  # a file or a socket (ssh-agent's)
             _mount("/dev/null", h, None, MS_BIND)
     try:
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r'''
 import json, os, socket, subprocess, sys
-w, outside, port, netrc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+w, outside, port, netrc, agent = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 out = {}
 def attempt(key, fn):
     try:
@@ -34,6 +34,7 @@ attempt("write_dev_shm", lambda: open("/dev/shm/ks-probe", "w").write("x"))
 attempt("connect_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close())
 attempt("connect_remote", lambda: socket.create_connection(("192.0.2.1", 80), timeout=2).close())
 out["netrc"] = open(netrc).read() if os.path.exists(netrc) else None
+attempt("ssh_agent", lambda: socket.socket(socket.AF_UNIX).connect(agent))
 out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 out["cmdlines"] = [open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace") for p in out["pids"]
                    if os.path.exists(f"/proc/{p}/cmdline")]
@@ -72,16 +73,22 @@ def test_candidate_profile_isolation(tmp_path, listener, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     outside = tmp_path / "outside.txt"
     outside.write_text("original")
+    agent = socket.socket(socket.AF_UNIX)  # an ssh-agent: it signs for whoever connects
+    agent.bind(str(tmp_path / "agent.sock"))
+    agent.listen(1)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
     env = {"GITHUB_TOKEN": "ghs_" + "q" * 36, "KERNELSMITH_LLM_API_KEY": "sk-q0123456789abcdefgh",
            "HOME": str(home)}
     proc = _run([sys.executable, "-c", PROBE, str(tmp_path / "work"), str(outside), str(listener),
-                 str(home / ".netrc")], "candidate", tmp_path, env=env)
+                 str(home / ".netrc"), str(tmp_path / "agent.sock")], "candidate", tmp_path, env=env)
+    agent.close()
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["write_workdir"] == "ok" and out["write_tmpdir"] == "ok" and out["write_dev_shm"] == "ok"
     assert out["write_outside"] == "refused 30"  # EROFS
     assert out["connect_loopback"].startswith("refused") and out["connect_remote"].startswith("refused")
     assert out["netrc"] in ("", None)  # credential files are hidden
+    assert out["ssh_agent"].startswith("refused")
     assert out["secrets"] == []
     # Only the sandbox's own processes: its init (the launcher) and the probe itself.
     assert out["pids"] == [1, 2] and "launch.py" in out["cmdlines"][0], out["cmdlines"]
