@@ -88,3 +88,18 @@ def test_verify_refuses_without_user_namespaces_unless_no_sandbox(tmp_path, fixt
     assert "WITHOUT the sandbox" in (run / "report.md").read_text()
     # Without the sandbox the same attack goes through: what the sandbox is for.
     assert "WRITE-SUCCEEDED" in doc["base"]["output_tail"] and "SECRET-FOUND" in doc["base"]["output_tail"]
+
+
+def test_setup_installs_into_the_checkouts_own_environment(tmp_path, fixture_repo):
+    """Finding 6: `pip install -e .` in setup lands in the checkout's .kernelsmith-venv (which sees
+    the runner's packages), never in the runner's Python, which is read-only inside the sandbox."""
+    import sysconfig
+
+    target = load_target(make_target(tmp_path, fixture_repo))
+    runner_site = sysconfig.get_path("purelib")
+    target.setup = ("python -c \"import sys, numpy; open('prefix.txt', 'w').write(sys.prefix)\" && "
+                    f"(touch {runner_site}/planted.pth && echo PLANTED || echo REFUSED) > site.txt")
+    co = prepare_checkout(target)
+    assert (co.path / "prefix.txt").read_text() == str(co.path / ".kernelsmith-venv")
+    assert (co.path / "site.txt").read_text().strip() == "REFUSED"
+    assert not os.path.exists(f"{runner_site}/planted.pth")
