@@ -189,10 +189,17 @@ def push_url(server_url: str, full_name: str) -> str:
     return f"{server_url.rstrip('/')}/{full_name}.git"
 
 
+_GITHUB_CREDENTIALS = {"KERNELSMITH_TOKEN", "KERNELSMITH_APP_PRIVATE_KEY", "KERNELSMITH_APP_ID"}
+
+
 def scrubbed(env: dict | None = None) -> dict:
-    """A copy of the environment without GitHub or Actions credentials (for untrusted processes)."""
+    """A copy of the environment for the kernelsmith steps: the one scrubber (kernelsmith.sandbox)
+    minus GitHub and Actions credentials, keeping the kernelsmith settings and the LLM key, which
+    `optimize` hands to its LLM broker before any target code runs (and then drops)."""
+    from kernelsmith.sandbox import scrubbed_env
+
     src = dict(os.environ if env is None else env)
-    drop = {"KERNELSMITH_TOKEN", "KERNELSMITH_APP_PRIVATE_KEY", "KERNELSMITH_APP_ID", "GITHUB_TOKEN",
-            "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
-            "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_RESULTS_URL", "ACTIONS_CACHE_URL"}
-    return {k: v for k, v in src.items() if k not in drop and not k.startswith("GIT_CONFIG_")}
+    keep = tuple(k for k, v in src.items() if k.startswith(("KERNELSMITH_", "OPENAI_"))
+                 and k not in _GITHUB_CREDENTIALS and not v.startswith(("ghs_", "ghp_", "gho_", "ghu_",
+                                                                        "ghr_", "github_pat_")))
+    return {k: v for k, v in scrubbed_env(src, keep=keep).items() if not k.startswith("GIT_CONFIG_")}

@@ -3,7 +3,8 @@ user-given folder (`--checkout DIR`, which needs neither gitpython nor git).
 
 Layout under cache_dir():
   repos/<target>-<key>.git        bare clone of clone_url (fetched on later runs, never edited)
-  worktrees/<target>-<key>/<sha>  a clean worktree at one base commit; `setup` runs once in it
+  worktrees/<target>-<key>/<sha>  a worktree at one base commit, reset and cleaned of every untracked
+                                  and ignored file at each use; `setup` runs again in it each time
   snapshots/<target>-<key>        a plain folder clone_url (the demo) copied into a git repository
 """
 
@@ -27,8 +28,7 @@ from .paths import cache_dir
 BOT_AUTHOR = ("kernelsmith[bot]", "kernelsmith@users.noreply.github.com")
 KEEP_WORKTREES = 3  # worktrees kept per repository (older base commits are pruned)
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-# Environment variables never handed to `setup`, upstream tests or benchmarks (they run repo code).
-_SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL|_AUTH|APP_ID", re.I)
+VENV = ".kernelsmith-venv"  # per-checkout Python environment that `setup` installs into (finding 6)
 
 
 @dataclass
@@ -41,8 +41,10 @@ class Checkout:
 
 
 def safe_env(extra: dict | None = None) -> dict:
-    """The current environment minus anything that looks like a credential (for repo code)."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET_RE.search(k)}
+    """The current environment minus anything that looks like a credential (sandbox's scrubber)."""
+    from .sandbox import scrubbed_env
+
+    env = scrubbed_env()
     env.update(extra or {})
     return env
 
@@ -97,12 +99,53 @@ def read_at_base(folder: Path, base_sha: str, rel: str) -> bytes | None:
     return p.read_bytes() if p.is_file() else None
 
 
+def make_venv(folder: Path) -> Path:
+    """`folder`/.kernelsmith-venv: a Python environment of this checkout's own that sees the
+    runner's packages (read-only) and takes what `setup` installs, so `pip install -e .` never
+    lands in the runner's Python (where a later run would find it). Returns its bin folder."""
+    import site
+    import sysconfig
+    import venv
+
+    root = Path(folder) / VENV
+    if not (root / "bin" / "python").exists():
+        venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(root)
+        purelib = sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)})
+        dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if Path(d).is_dir()]
+        Path(purelib, "_kernelsmith_runner.pth").write_text(
+            "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+        pip = root / "bin" / "pip"
+        pip.write_text(f"#!{root / 'bin' / 'python'}\nimport sys\nfrom pip._internal.cli.main import main\n"
+                       "sys.exit(main())\n")
+        pip.chmod(0o755)
+    return root / "bin"
+
+
+def venv_env(folder: Path, env: dict) -> dict:
+    """`env` with `folder`'s own Python environment first on PATH (when setup made one)."""
+    bin_dir = Path(folder) / VENV / "bin"
+    if not bin_dir.is_dir():
+        return env
+    path = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    return {**env, "PATH": path, "VIRTUAL_ENV": str(bin_dir.parent)}
+
+
 def run_setup(target: Target, folder: Path) -> None:
-    """Run the target's `setup` command in `folder`, in a child process without tokens."""
+    """Run the target's `setup` command in `folder`, inside the "setup" sandbox: only `folder` and a
+    scratch folder are writable, installs go to `folder`'s own Python environment, no network,
+    no tokens."""
     if not target.setup:
         return
-    proc = subprocess.run(target.setup, shell=True, cwd=folder, env=safe_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    import tempfile
+
+    from .sandbox import wrap
+
+    make_venv(folder)
+    with tempfile.TemporaryDirectory(prefix="kernelsmith-setup-") as scratch:
+        cmd, env = wrap(["/bin/sh", "-c", target.setup], "setup", env=venv_env(folder, dict(os.environ)),
+                        writable=[folder], scratch=Path(scratch))
+        proc = subprocess.run(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-20:])
         raise KernelsmithError(f"{target.path}: setup {target.setup!r} failed (exit {proc.returncode}) "
@@ -182,14 +225,10 @@ def _worktree_checkout(target: Target, url: str, setup: bool = True) -> Checkout
         repo = _clone_or_fetch(git, url, bare, target)
         sha = repo.commit(f"refs/remotes/origin/{target.base}").hexsha
         wt = cache_dir() / "worktrees" / key / sha[:12]
-        fresh = _ensure_worktree(repo, wt, sha)
+        _ensure_worktree(repo, wt, sha)
         _prune_worktrees(repo, wt.parent, keep=wt)
-    marker = wt.parent / f"{wt.name}.setup-done"
-    if fresh:
-        marker.unlink(missing_ok=True)
-    if setup and target.setup and not marker.exists():
+    if setup and target.setup:
         run_setup(target, wt)
-        marker.write_text(sha + "\n")
     return Checkout(wt, sha, True)
 
 
@@ -210,18 +249,18 @@ def _clone_or_fetch(git, url: str, bare: Path, target: Target):
     return repo
 
 
-def _ensure_worktree(repo, wt: Path, sha: str) -> bool:
-    """A clean worktree at `sha` (reset when a tracked file was edited); True when newly made."""
+def _ensure_worktree(repo, wt: Path, sha: str) -> None:
+    """A clean worktree at `sha`, as new: nothing an earlier run left in it survives."""
     if wt.exists() and (wt / ".git").exists():
-        # Tracked edits are reverted; ignored build outputs (from `setup`) are kept.
+        # Tracked edits are reverted and every untracked or ignored file goes too (-ffdx): a file
+        # planted by an earlier run's setup or tests never reaches this run. Setup then runs again.
         repo.git.execute(["git", "-C", str(wt), "reset", "-q", "--hard", sha])
-        repo.git.execute(["git", "-C", str(wt), "clean", "-q", "-fd"])
-        return False
+        repo.git.execute(["git", "-C", str(wt), "clean", "-q", "-ffdx"])
+        return
     shutil.rmtree(wt, ignore_errors=True)
     repo.git.worktree("prune")
     wt.parent.mkdir(parents=True, exist_ok=True)
     repo.git.worktree("add", "--detach", "-f", str(wt), sha)
-    return True
 
 
 def _prune_worktrees(repo, folder: Path, keep: Path) -> None:
@@ -233,7 +272,6 @@ def _prune_worktrees(repo, folder: Path, keep: Path) -> None:
             repo.git.worktree("remove", "--force", str(old))
         except Exception:  # a worktree another process still uses stays; prune catches it later
             continue
-        (folder / f"{old.name}.setup-done").unlink(missing_ok=True)
 
 
 @contextmanager

@@ -225,6 +225,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         out += [f"**No winner:** {result['no_winner_reason']}.", ""]
     if not timed:
         out += [f"**{NO_TIMING}** No speedup is claimed.", ""]
+    if (result.get("sandbox") or {}).get("enabled") is False:
+        out += [f"**Warning: {result['sandbox'].get('note')}.**", ""]
     out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
     if winner:
         out.append(

@@ -3,7 +3,9 @@ clean worktree at the base commit, then again with the winner applied.
 
 Pass only when every test that passed on the base passes with the winner. A command that cannot
 run (missing dependency, no GPU, bad command, nothing passing on the base) is "could-not-run",
-never a pass. Commands run in child processes without credentials in their environment.
+never a pass. Setup, tests and benchmarks run inside the sandbox (kernelsmith/sandbox): they
+cannot write the run directory, the checkout cache or the user's files, reach the network, or see
+a credential.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .checkout import clean_worktree, run_setup, safe_env
+from .checkout import clean_worktree, run_setup, safe_env, venv_env
 from .errors import KernelsmithError
 from .paths import cache_dir
+from .sandbox import summary as sandbox_summary
 
 DEFAULT_TIMEOUT_S = 1800.0
 TAIL_LINES = 60
@@ -102,23 +105,34 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
-                junit: Path | None = None) -> CommandResult:
-    """Run a shell command in its own process group; kill the group on timeout."""
+                junit: Path | None = None, scratch: Path | None = None) -> CommandResult:
+    """Run a shell command inside the "tests" sandbox (writable: `cwd` and `scratch`, where the
+    junit file goes), in its own process group; kill the group on timeout."""
+    from .sandbox import wrap
+
     env = dict(env)
     if junit is not None:
         junit.unlink(missing_ok=True)
         env["PYTEST_ADDOPTS"] = f"{env.get('PYTEST_ADDOPTS', '')} --junitxml={junit}".strip()
-    start = time.monotonic()
-    proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
-    timed_out = False
+    own = scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="verify-cmd-")) if own else Path(scratch)
     try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        output += f"\n[kernelsmith] killed after {timeout_s:.0f} s"
+        argv, env = wrap(["/bin/sh", "-c", command], "tests", env=env, writable=[cwd],
+                         scratch=scratch, keep=("KERNELSMITH_TARGET_DIR",))
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        timed_out = False
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            output += f"\n[kernelsmith] killed after {timeout_s:.0f} s"
+    finally:
+        if own:
+            shutil.rmtree(scratch, ignore_errors=True)
     result = CommandResult(command=command, exit_code=None if timed_out else proc.returncode,
                            duration=time.monotonic() - start, output_tail=_tail(output),
                            timed_out=timed_out, counts=parse_pytest_counts(output), output=output)
@@ -210,7 +224,7 @@ def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has
         "target": str(target.path), "op": op.name, "file": op.file, "checkout": run["checkout"],
         "base_sha": run["base_sha"], "device": "cuda" if has_cuda else "interpret",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "newly_failing": [], "base": None, "winner": None,
+        "newly_failing": [], "base": None, "winner": None, "sandbox": sandbox_summary(),
     }
     winner_file = run_dir / "winner" / Path(op.file).name
     if not op.test:
@@ -240,12 +254,15 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
         env["TRITON_INTERPRET"] = "1"  # kernels run under the Triton interpreter on a CPU machine
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=cache_dir()))
     try:
+        # A new worktree per verify (never a cached one): nothing an earlier run planted is there.
         with clean_worktree(Path(run["checkout"]), run["base_sha"], scratch / "tree") as tree:
             run_setup(target, tree)
-            junit = scratch / "junit.xml"
+            env = venv_env(tree, env)  # what setup installed is in the worktree's own environment
+            junit = scratch / "out" / "junit.xml"
+            sandbox_tmp = scratch / "out"
             log(f"verify: base: {op.test}")
-            base = run_command(op.test, tree, env, timeout_s, junit)
-            base_bench = _bench(op, tree, env, timeout_s, log, "base")
+            base = run_command(op.test, tree, env, timeout_s, junit, sandbox_tmp)
+            base_bench = _bench(op, tree, env, timeout_s, log, "base", sandbox_tmp)
             doc["base"] = base.side(base_bench)
             reason = why_not_runnable(base, has_cuda)
             if reason is None and base_bench is not None and base_bench.exit_code != 0:
@@ -256,8 +273,8 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
                 return
             shutil.copyfile(winner_file, tree / op.file)
             log(f"verify: winner: {op.test}")
-            win = run_command(op.test, tree, env, timeout_s, junit)
-            win_bench = _bench(op, tree, env, timeout_s, log, "winner")
+            win = run_command(op.test, tree, env, timeout_s, junit, sandbox_tmp)
+            win_bench = _bench(op, tree, env, timeout_s, log, "winner", sandbox_tmp)
             doc["winner"] = win.side(win_bench)
             lost = regressions(base, win)
             if win_bench is not None and win_bench.exit_code != 0:
@@ -273,11 +290,12 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _bench(op, tree: Path, env: dict, timeout_s: float, log, side: str) -> CommandResult | None:
+def _bench(op, tree: Path, env: dict, timeout_s: float, log, side: str,
+           scratch: Path) -> CommandResult | None:
     if not op.benchmark:
         return None
     log(f"verify: {side} benchmark: {op.benchmark}")
-    return run_command(op.benchmark, tree, env, timeout_s)
+    return run_command(op.benchmark, tree, env, timeout_s, scratch=scratch)
 
 
 def _not_run(op, why: str) -> dict:
@@ -322,6 +340,8 @@ def render_section(doc: dict) -> str:
              f"Status: {words.get(doc['status'], doc['status'])} - {doc.get('reason') or ''}".rstrip(" -"),
              "", f"Checkout at base `{str(doc.get('base_sha'))[:12]}`, device: {doc.get('device')}, "
                  f"verified {doc.get('created_at')}.", ""]
+    if (doc.get("sandbox") or {}).get("enabled") is False:
+        lines += [f"**Warning: {doc['sandbox'].get('note')}.**", ""]
     sides = [(name, doc.get(name)) for name in ("base", "winner") if doc.get(name)]
     if sides:
         lines += ["| side | command | passed | failed | errors | skipped | duration |",

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     data = report(scores)
     data["device"] = args.device
     data["dtype"] = args.dtype
+    from ..sandbox import summary
+
+    data["sandbox"] = summary()
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(data, indent=2) + "\n")

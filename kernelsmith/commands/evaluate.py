@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
             raise RefereeError(f"the referee cannot run the base: {NOT_A_CANDIDATE}.\n  check: import_error\n"
                                f"  likely fix: {likely_fix('import_error', str(e))}\n{e}") from None
     if args.json:
-        print(json.dumps(verdict.to_json(), indent=2))
+        from ..sandbox import summary
+
+        print(json.dumps({**verdict.to_json(), "sandbox": summary()}, indent=2))
     else:
         print_verdict(verdict, task.operator.name)
     if base_verdict is not None and not base_verdict.accepted:

@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     c.add_argument("--checkout", help="use this folder as the target's source instead of a clone")
     c.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
     c.add_argument("--timeout", type=float, default=None, help="wall-clock seconds for the referee's run")
+    c.add_argument("--no-sandbox", action="store_true",
+                   help="run the base and the harness's checks WITHOUT the sandbox (no user namespaces); "
+                        "every output then says so")
     c.set_defaults(func=run_check)
     n = sub.add_parser("new", help="write a harness skeleton from the entry's signature (never overwrites)",
                        description="Writes the harness file the operator's yaml entry names, from the entry "

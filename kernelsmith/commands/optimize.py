@@ -115,5 +115,5 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         compile_limit=args.compile_limit,
     )
-    result = optimize(config)
+    result = optimize(config)  # the LLM key is with the broker already (cli.py)
     return 0 if result.get("winner") else 1

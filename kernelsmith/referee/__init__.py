@@ -37,7 +37,7 @@ class Referee:
     """Evaluates candidates for one Task in an isolated, recycled worker process."""
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
-                 timeout_s: float | None = None, workdir: Path | None = None, network: bool = False,
+                 timeout_s: float | None = None, workdir: Path | None = None,
                  prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None):
         try:
             self.device = resolve_device(device)
@@ -59,7 +59,6 @@ class Referee:
             workdir = Path(self._tmp.name)
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.network = network
         # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
         # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
         self.input_cache_bytes = input_cache_bytes
@@ -107,10 +106,9 @@ class Referee:
         if self.use_zygote and (self._zygote is None or not self._zygote.alive()):
             if self._zygote is not None:
                 self._zygote.close()
-            self._zygote = Zygote(self._env(), self.workdir, network=self.network,
-                                  log=self.workdir / "zygote.log")
+            self._zygote = Zygote(self._env(), self.workdir, log=self.workdir / "zygote.log")
         self.pinned.restore()  # a rejected candidate's rewrite of them must not reach this worker
-        worker = WorkerProcess(self._env(), self.workdir, network=self.network, zygote=self._zygote)
+        worker = WorkerProcess(self._env(), self.workdir, zygote=self._zygote)
         self.workers_started += 1
         try:
             nonce = worker.send({"op": "init", "fd": worker.fd_in_child, "spec": self._spec()})

@@ -47,6 +47,9 @@ _LAYOUT_OPS = {
 }
 _PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.posix_spawn",
                    "os.spawn", "os.exec", "os.startfile", "pty.spawn")
+# File-system changes other than open(): a write the sandbox refuses (EROFS) is still recorded.
+_WRITE_EVENTS = ("os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink",
+                 "shutil.rmtree")
 _INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
                          "gc.get_referents")
 _TAMPER_EVENTS = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "object.__setattr__",
@@ -414,6 +417,10 @@ class Monitor:
         try:
             if event == "open":
                 self._record_open(rec, args)
+            elif event in _WRITE_EVENTS:
+                for path in args[:2]:
+                    if isinstance(path, (str, bytes, os.PathLike)):
+                        rec.writes.add(os.path.realpath(os.fsdecode(path)))
             elif event.startswith("socket."):
                 rec.network.add(event)
             elif event.startswith(_PROCESS_EVENTS):

@@ -1,72 +1,29 @@
-"""The parent's handle on a worker process: scrubbed environment, no network, a wall clock."""
+"""The parent's handle on a worker process: inside the sandbox (kernelsmith/sandbox), a wall clock."""
 
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import os
-import re
 import secrets
 import select
-import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-_DROP_PREFIXES = ("GITHUB_", "KERNELSMITH_", "OPENAI_", "ACTIONS_", "ANTHROPIC_", "AWS_", "AZURE_",
-                  "GOOGLE_", "HF_", "HUGGING", "GH_", "SSH_", "GPG_", "NPM_", "PYPI_", "TWINE_")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|API_?KEY|PRIVATE|ACCESS_?KEY"
-                          r"|AUTH|COOKIE|SESSION|_KEY$|^KEY", re.I)
-_SECRET_VALUE = re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|sk-[A-Za-z0-9_-]{16,}"
-                           r"|-----BEGIN [A-Z ]*PRIVATE KEY|xox[abprs]-|AKIA[0-9A-Z]{16}"
-                           r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")
+# The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
+from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
 
 
-def scrubbed_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment without GITHUB_*/KERNELSMITH_*/OPENAI_* or anything that looks like a secret."""
-    env = dict(os.environ if base is None else base)
-    out = {}
-    for k, v in env.items():
-        if k.upper().startswith(_DROP_PREFIXES) or _SECRET_NAME.search(k) or _SECRET_VALUE.search(v or ""):
-            continue
-        out[k] = v
-    return out
-
-
-def hide_environ() -> bool:
-    """Make this process non-dumpable (Linux), so other processes of the same user cannot read its
-    /proc/<pid>/environ (where tokens given to the parent live, whatever os.environ says now).
-
-    Candidates run in a user namespace (`unshare -rn`), which already denies them that read; this
-    covers machines without it for non-root users. Returns whether it took effect.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        pr_set_dumpable = 4
-        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def netns_prefix() -> tuple[str, ...]:
-    """`unshare -rn` when this OS lets an unprivileged user drop into a network namespace."""
-    exe = shutil.which("unshare")
-    if not exe:
-        return ()
-    try:
-        ok = subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return (exe, "-rn") if ok else ()
+def _sandboxed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], dict[str, str]]:
+    """The worker's command inside the "candidate" sandbox: writable are only its work folder
+    (with its scratch) and Triton's cache folder."""
+    return wrap(argv, "candidate", env=_with_pythonpath(env), writable=[cwd], scratch=Path(cwd) / "tmp")
 
 
 class WorkerDied(Exception):
@@ -80,19 +37,27 @@ class WorkerTimeout(Exception):
 class Zygote:
     """The fork server (zygote.py): one per Referee, with the workers' environment and sandbox."""
 
-    def __init__(self, env: dict[str, str], cwd: Path, network: bool = False, log: Path | None = None):
+    def __init__(self, env: dict[str, str], cwd: Path, log: Path | None = None):
+        from .. import sandbox
+
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cmd = [*(() if network else netns_prefix()), sys.executable, "-m", "kernelsmith.referee.zygote",
-               str(child_sock.fileno())]
+        # In the sandbox each worker gets a PID namespace of its own (what it starts dies with it),
+        # and answers the fork itself: the kernel then tells us its pid as this namespace sees it.
+        self.pidns = sandbox.enabled()
+        if self.pidns:
+            parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
+                               *(["--pidns"] if self.pidns else [])], env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
-                                     env=_with_pythonpath(env), cwd=str(cwd), start_new_session=True)
+                                     env=env, cwd=str(cwd), start_new_session=True)
         child_sock.close()
         self.sock = parent_sock
         self.ready = False
+        self.inner_pids: dict[int, int] = {}  # our pid of a worker -> the zygote's pid of it
 
-    def _call(self, payload: dict, fds: list[int] = (), timeout: float = 30.0) -> dict:
+    def _call(self, payload: dict, fds: list[int] = (), timeout: float = 30.0, creds: bool = False) -> dict:
         self.sock.settimeout(timeout)
         if not self.ready:
             self.sock.settimeout(max(timeout, 300.0))  # the first answer waits for torch to import
@@ -101,10 +66,17 @@ class Zygote:
             self.ready = True
             self.sock.settimeout(timeout)
         socket.send_fds(self.sock, [json.dumps(payload).encode()], list(fds))
-        reply = self.sock.recv(4096)
+        reply, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
         if not reply:
             raise OSError("the zygote closed its socket")
-        return json.loads(reply)
+        out = json.loads(reply)
+        if creds:
+            sender = [struct.unpack("3i", data[:12])[0] for level, kind, data in ancillary
+                      if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS]
+            if not sender:
+                raise OSError("the forked worker's answer carried no credentials")
+            out["host_pid"] = sender[0]
+        return out
 
     def fork(self) -> tuple[int, int, int, int]:
         """A new worker: (pid, its stdin write end, its output read end, its answers read end)."""
@@ -112,7 +84,9 @@ class Zygote:
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
         try:
-            pid = int(self._call({"op": "fork"}, [in_r, out_w, res_w])["pid"])
+            reply = self._call({"op": "fork"}, [in_r, out_w, res_w], creds=self.pidns)
+            pid = int(reply.get("host_pid") or reply["pid"])
+            self.inner_pids[pid] = int(reply["pid"])
         except BaseException:
             for fd in (in_w, out_r, res_r):
                 os.close(fd)
@@ -125,7 +99,7 @@ class Zygote:
     def status(self, pid: int) -> int | None:
         """The exit code of a forked worker (negative: killed by that signal), None while it runs."""
         try:
-            return self._call({"op": "status", "pid": pid}).get("status")
+            return self._call({"op": "status", "pid": self.inner_pids.get(pid, pid)}).get("status")
         except (OSError, ValueError):
             try:
                 os.kill(pid, 0)
@@ -198,8 +172,7 @@ def _with_pythonpath(env: dict[str, str]) -> dict[str, str]:
 class WorkerProcess:
     """One worker in its own process group: forked by a zygote, else `python -m ...worker`."""
 
-    def __init__(self, env: dict[str, str], cwd: Path, network: bool = False, zygote: Zygote | None = None):
-        self.sandboxed = bool(netns_prefix()) and not network
+    def __init__(self, env: dict[str, str], cwd: Path, zygote: Zygote | None = None):
         self.forked = False
         self.base_cache: str | None = None  # its private Triton cache for the base (compile_cache.py)
         if zygote is not None and zygote.alive():
@@ -214,10 +187,10 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd = [*(() if network else netns_prefix()), sys.executable, "-m", "kernelsmith.referee.worker"]
+            cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                         env=_with_pythonpath(env), cwd=str(cwd), start_new_session=True)
+                                         env=env, cwd=str(cwd), start_new_session=True)
             os.close(write_fd)
             self.fd_in_child = write_fd
             self._read_fd = read_fd

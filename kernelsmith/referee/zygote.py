@@ -4,8 +4,9 @@ It imports torch, Triton and the referee once (never touching a CUDA device) and
 fresh worker per request, so replacing a worker after a rejected candidate costs a fork instead of
 a new interpreter and a torch import. The parent passes the worker's three pipe ends (stdin,
 output, answers) over a SOCK_SEQPACKET socket; each worker gets its own session (process group)
-and runs `kernelsmith.referee.worker.main` with its answers on fd 3. The zygote reaps its children
-and reports their exit status on request.
+and runs `kernelsmith.referee.worker.main` with its answers on fd 3 (with `--pidns`, inside the
+sandbox, as pid 1 of a PID namespace of its own). The zygote reaps its children and reports their
+exit status on request.
 """
 
 from __future__ import annotations
@@ -30,12 +31,23 @@ def _reap(statuses: dict[int, int]) -> None:
         statuses[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _child(sock: socket.socket, fds: list[int]) -> None:
-    """In the forked child: become a worker with the passed pipe ends as fds 0, 1, 2 and 3."""
+def _child(sock: socket.socket, fds: list[int], pidns: bool) -> None:
+    """In the forked child: become a worker with the passed pipe ends as fds 0, 1, 2 and 3.
+
+    With `pidns` (inside the sandbox) the child answers the fork request itself, so the parent's
+    kernel reports its pid in the parent's PID namespace, then continues as pid 1 of a PID
+    namespace of its own: whatever the candidate starts (double-forked too) dies with the worker.
+    """
     code = 70
     try:
-        sock.close()
         os.setsid()
+        if pidns:
+            sock.send(json.dumps({"pid": os.getpid()}).encode())
+        sock.close()
+        if pidns:
+            from ..sandbox.launch import fork_into_pid_namespace
+
+            fork_into_pid_namespace()  # only the new namespace's pid 1 returns
         stdin_fd, out_fd, res_fd = fds
         os.dup2(stdin_fd, 0)
         os.dup2(out_fd, 1)
@@ -60,6 +72,7 @@ def _child(sock: socket.socket, fds: list[int]) -> None:
 def main() -> int:
     """Preload, then serve fork and status requests until the parent closes the socket."""
     sock = socket.socket(fileno=int(sys.argv[1]))
+    pidns = "--pidns" in sys.argv[2:]
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - the first dispatch mode imports it; do it once here
@@ -82,11 +95,12 @@ def main() -> int:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(sock, fds)
+                _child(sock, fds, pidns)
             for fd in fds:
                 os.close(fd)
             _reap(statuses)
-            sock.send(json.dumps({"pid": pid}).encode())
+            if not pidns:  # in a PID namespace the child has answered
+                sock.send(json.dumps({"pid": pid}).encode())
         elif req.get("op") == "status":
             for fd in fds:
                 os.close(fd)

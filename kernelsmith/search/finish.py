@@ -155,6 +155,7 @@ def finish(search, evaluator, started: float) -> dict:
     """Pick the winner and write the run directory's result files; returns result.json's data."""
     from ..report import render_all
     from ..rundir import load_run
+    from ..sandbox import summary as sandbox_summary
 
     task, archive, path = search.task, search.archive, Path(search.path)
     winner, verdict, measured = pick_winner(search, evaluator)
@@ -213,6 +214,7 @@ def finish(search, evaluator, started: float) -> dict:
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
         "evaluator": evaluator.summary() if hasattr(evaluator, "summary") else None,
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
+        "sandbox": sandbox_summary(),
     }
     if search.run.get("replay"):
         result["replay"] = _replay_summary(search.run["replay"], rows)

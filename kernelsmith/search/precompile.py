@@ -1,7 +1,7 @@
 """Triton compilation on CPU cores ahead of evaluation, so the GPUs are not idle while kernels compile.
 
-While a GPU times one candidate, child processes (no GPU visible, scrubbed environment, no
-network where the OS allows, like the referee's workers) run the next candidates' entry on CPU
+While a GPU times one candidate, child processes (no GPU visible, in the same "candidate" sandbox
+as the referee's workers: kernelsmith/sandbox) run the next candidates' entry on CPU
 tensors of the harness's GPU shapes with Triton's driver replaced by a stand-in for the real GPU
 target and every launch turned into a compile-only warm-up. The compiled kernels land in Triton's
 on-disk cache under the same keys the referee's worker computes (same source, specialization,
@@ -47,9 +47,9 @@ class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
     def __init__(self, spec: dict):
-        from ..referee.process import netns_prefix, scrubbed_env
+        from ..sandbox import wrap
 
-        env = scrubbed_env()
+        env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)
         env["CUDA_VISIBLE_DEVICES"] = ""
         # CPU threads for torch's ops on inputs: a share, so the compile processes together leave
@@ -58,7 +58,10 @@ class _Child:
         env["OMP_NUM_THREADS"] = str(spec.get("threads") or 1)
         pkg_parent = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-        cmd = [*netns_prefix(), sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)]
+        # The "candidate" sandbox: writable are only the work folder and Triton's cache folder.
+        cmd, env = wrap([sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)],
+                        "candidate", env=env, writable=[spec["workdir"]],
+                        scratch=Path(spec["workdir"]) / "tmp")
         self.killed = False
         self.ready = False
         self.proc = subprocess.Popen(
@@ -178,6 +181,7 @@ class Precompiler:
                 self.running[cid] = (child, began[0])
 
         reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S, started)
+        reply["pid"] = child.proc.pid  # which compile process ran it (inside, pids are the sandbox's own)
         with self.lock:
             self.running.pop(cid, None)
             self.stats["jobs"] += 1
@@ -369,7 +373,6 @@ def _main(spec: dict) -> None:
         except BaseException as e:  # the worker will compile (and judge) it instead
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         reply["s"] = round(time.monotonic() - start, 3)
-        reply["pid"] = os.getpid()
         protocol.write(json.dumps(reply) + "\n")
         protocol.flush()
 

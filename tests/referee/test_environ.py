@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.referee.process import netns_prefix
+from kernelsmith.sandbox import probe
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "ghp_environLeakCanary0123456789abcdefXYZ"
@@ -51,7 +51,7 @@ with Referee(task, device="interpret") as ref:
 '''
 
 
-@pytest.mark.skipif(not netns_prefix(), reason="needs unshare (user and network namespaces)")
+@pytest.mark.skipif(probe() is not None, reason="needs user namespaces (the sandbox)")
 def test_candidate_finds_no_token_in_its_ancestors(tmp_path):
     env = {**os.environ, "GITHUB_TOKEN": SECRET, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
@@ -63,8 +63,10 @@ def test_candidate_finds_no_token_in_its_ancestors(tmp_path):
     verdict = json.loads(proc.stdout.strip().splitlines()[-1])
     text = json.dumps(verdict)
     assert "leaked" not in text and SECRET not in text
-    # It ran (a leak would have raised at import) and the monitor saw it read other processes' files.
-    assert verdict["violations"] == ["file_access"] and verdict["correct"], verdict
+    # It ran (a leak would have raised at import). Issue 13: the worker is pid 1 of a PID namespace
+    # of its own, so it has no visible ancestor at all (before the sandbox, the monitor saw it read
+    # other processes' files: file_access).
+    assert verdict["violations"] in ([], ["file_access"]) and verdict["correct"], verdict
 
 
 def test_hide_environ_makes_the_process_non_dumpable():

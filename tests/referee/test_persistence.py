@@ -126,7 +126,28 @@ def test_triton_cache_cheat_is_rejected_and_the_next_base_is_clean(tmp_path, mon
         assert base.accepted and not ref._worker.base_cache.startswith(str(shared))
 
 
-def test_device_json_cheat_is_rejected_and_never_read(tmp_path, monkeypatch):
+@pytest.fixture
+def without_sandbox():
+    """What stands behind the sandbox, for `--no-sandbox` runs: the damage lands, and is undone."""
+    from kernelsmith import sandbox
+
+    sandbox.disable()
+    yield
+    sandbox.enable()
+
+
+def test_device_json_cheat_cannot_write_inside_the_sandbox(tmp_path, monkeypatch):
+    from referee_helpers import demo_task
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cheat = (CORPUS / "cheats" / "rms_norm__device_json.py").read_text()
+    with Referee(demo_task("rms_norm"), device="interpret", seed=4, timeout_s=60) as ref:
+        v = ref.evaluate(cheat, candidate_id=1)
+    assert "file_access" in v.violations and not v.accepted, v.feedback()
+    assert not (tmp_path / "xdg" / "kernelsmith" / "device.json").exists()
+
+
+def test_device_json_cheat_is_rejected_and_never_read(tmp_path, monkeypatch, without_sandbox):
     from referee_helpers import demo_task
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -253,7 +274,21 @@ def test_binary_planted_by_a_precompiled_cheat_never_reaches_the_base(tmp_path, 
     assert names == {"private": "_rms_norm_kernel", "shared": "_slow_rms_norm_kernel"}
 
 
-def test_rewritten_base_file_is_put_back_before_the_next_worker(tmp_path):
+def test_base_file_cannot_be_rewritten_inside_the_sandbox(tmp_path):
+    checkout = tmp_path / "miniserve"
+    shutil.copytree(MINISERVE, checkout, ignore=shutil.ignore_patterns("__pycache__"))
+    task = load_task(str(ROOT / "targets" / "demo.yaml"), "rms_norm", checkout=str(checkout))
+    base_file = checkout / "miniserve" / "kernels" / "rms_norm.py"
+    original = base_file.read_bytes()
+    mtime = base_file.stat().st_mtime_ns
+    with Referee(task, device="interpret", seed=5, timeout_s=60) as ref:
+        v = ref.evaluate((CORPUS / "cheats" / "rms_norm__rewrite_base.py").read_text(), candidate_id=1)
+        assert "file_access" in v.violations and not v.accepted, v.feedback()
+        assert base_file.read_bytes() == original and base_file.stat().st_mtime_ns == mtime
+        assert ref.pinned.restore() == []  # nothing to put back
+
+
+def test_rewritten_base_file_is_put_back_before_the_next_worker(tmp_path, without_sandbox):
     """The base file (like its siblings, the harness and stubs) is pinned to its content at the
     Referee's start: a candidate's rewrite is rejected and never reaches a later worker."""
     checkout = tmp_path / "miniserve"

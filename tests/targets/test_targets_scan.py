@@ -96,20 +96,28 @@ def test_broken_operator_and_bad_yaml_exit_2(tmp_path, fixture_repo, capsys):
 
 
 def test_cached_clone_fetches_and_keeps_a_clean_worktree(tmp_path, fixture_repo, monkeypatch):
+    # Issue 13 (finding 6): setup runs in the sandbox (it may write only its checkout) and the
+    # cached worktree is cleaned of every untracked and ignored file at each use, so setup runs
+    # again each time and nothing an earlier run planted survives.
     log = tmp_path / "setup.log"
     monkeypatch.setenv("SETUP_LOG", str(log))
     monkeypatch.setenv("KERNELSMITH_TOKEN", "tok")
     target = load_target(make_target(tmp_path, fixture_repo))
-    target.setup = 'echo "run ${KERNELSMITH_TOKEN:-no-token}" >> "$SETUP_LOG"'
+    target.setup = 'echo "run ${KERNELSMITH_TOKEN:-no-token}" >> setup-ran.txt; echo x > "$SETUP_LOG" || true'
     first = prepare_checkout(target)
     assert first.is_git and first.base_sha == git(fixture_repo, "rev-parse", "HEAD")
+    assert (first.path / "setup-ran.txt").read_text() == "run no-token\n" and not log.exists()
     (first.path / "eng/ops.py").write_text("edited\n")
+    (first.path / "build").mkdir()
+    (first.path / "build" / "planted.py").write_text("planted\n")
     again = prepare_checkout(target)
     assert again.path == first.path and "edited" not in (again.path / "eng/ops.py").read_text()
+    assert not (again.path / "build").exists()
+    assert (again.path / "setup-ran.txt").read_text() == "run no-token\n"  # ran again, in a clean tree
     git(fixture_repo, "commit", "-q", "--allow-empty", "-m", "new upstream commit")
     newer = prepare_checkout(target)
     assert newer.base_sha != first.base_sha and newer.path != first.path
-    assert log.read_text().splitlines() == ["run no-token", "run no-token"]  # once per fresh worktree
+    assert (newer.path / "setup-ran.txt").read_text() == "run no-token\n" and not log.exists()
 
 
 def test_checkout_dir_needs_neither_gitpython_nor_git(tmp_path, fixture_repo, monkeypatch):

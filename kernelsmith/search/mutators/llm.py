@@ -5,7 +5,8 @@ OPENAI_API_KEY), or a yaml file named by KERNELSMITH_LLM_CONFIG (keys: base_url,
 timeout_s, max_retries, temperature, max_tokens); the environment wins over the file. Timeouts,
 429s, 5xx and dropped connections are retried a bounded number of times with backoff; an answer
 that cannot be used (no edits, SEARCH text not found, not Python) is recorded as a malformed
-proposal and the model gets one chance to fix it. The `openai` package is imported only here.
+proposal and the model gets one chance to fix it. The requests go through the LLM broker
+(broker.py), the one process that holds the key and imports the `openai` package.
 """
 
 from __future__ import annotations
@@ -37,11 +38,22 @@ class LLMSettings:
     max_tokens: int = 8192
     backoff_s: float = 2.0
     problem: str | None = None
+    broker: object = field(default=None, repr=False)  # the process holding the key (broker.py)
 
 
 def llm_settings(env: dict | None = None) -> LLMSettings:
-    """Settings from the environment (and KERNELSMITH_LLM_CONFIG), with `problem` set if unusable."""
-    env = dict(os.environ if env is None else env)
+    """Settings from the environment (and KERNELSMITH_LLM_CONFIG), with `problem` set if unusable.
+    Once `optimize` started its broker (which took the key), the broker's key-less settings."""
+    from . import broker
+
+    if env is None and broker.default() is not None:
+        s = LLMSettings(**{k: v for k, v in _from_env(dict(os.environ)).__dict__.items() if k != "problem"})
+        s.broker, s.api_key = broker.default(), None
+        return s
+    return _from_env(dict(os.environ if env is None else env))
+
+
+def _from_env(env: dict) -> LLMSettings:
     s = LLMSettings()
     path = env.get("KERNELSMITH_LLM_CONFIG")
     if path:
@@ -63,9 +75,9 @@ def llm_settings(env: dict | None = None) -> LLMSettings:
     elif not s.base_url and not s.api_key:
         s.problem = "no endpoint configured (set KERNELSMITH_LLM_BASE_URL, including /v1, or OPENAI_API_KEY)"
     else:
-        try:
-            import openai  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        if importlib.util.find_spec("openai") is None:
             s.problem = "the openai package is not installed"
     return s
 
@@ -82,11 +94,10 @@ class LLMMutator:
 
     name = "llm"
 
-    def __init__(self, task, settings: LLMSettings, *, device: str = "cuda", client=None):
+    def __init__(self, task, settings: LLMSettings, *, device: str = "cuda"):
         self.task = task
         self.settings = settings
         self.device_hint = "an NVIDIA GPU" if device == "cuda" else "an NVIDIA GPU (checked here on CPU)"
-        self._client = client
         self.dead_calls = 0
         self.stats = {
             "requests": 0,
@@ -106,56 +117,38 @@ class LLMMutator:
     def sync(self, rows: list[dict]) -> None:
         """Nothing to learn from the archive beyond what the prompt shows."""
 
-    def client(self):
-        """The openai client (created on first use; retries are ours, not the client's)."""
-        if self._client is None:
-            from openai import OpenAI
+    def broker(self):
+        """The process that calls the model and alone holds the key (started on first use when
+        `optimize` did not start one; the key then leaves these settings)."""
+        if self.settings.broker is None:
+            from .broker import broker_for
 
-            self._client = OpenAI(
-                base_url=self.settings.base_url,
-                api_key=self.settings.api_key or "none",
-                timeout=self.settings.timeout_s,
-                max_retries=0,
-            )
-        return self._client
+            self.settings.broker = broker_for(self.settings.base_url, self.settings.api_key)
+            self.settings.api_key = None
+        return self.settings.broker
 
     def chat(self, messages: list[dict], rng: random.Random) -> tuple[str | None, list[dict]]:
         """(answer text or None, log of failed attempts) with bounded retries on transient errors."""
-        import openai
+        from .broker import LLMCallError
 
         log: list[dict] = []
         for attempt in range(self.settings.max_retries + 1):
             self.stats["requests"] += 1
             try:
-                resp = self.client().chat.completions.create(
+                text = self.broker().complete(
                     model=self.settings.model,
                     messages=messages,
                     temperature=self.settings.temperature,
                     max_tokens=self.settings.max_tokens,
                     seed=rng.randrange(1 << 31),
+                    timeout_s=self.settings.timeout_s,
                 )
                 self.dead_calls = 0
-                choice = resp.choices[0] if resp.choices else None
-                return (choice.message.content or "") if choice is not None else "", log
-            except openai.APITimeoutError as e:
-                kind, retry = "timeout", True
-                self.stats["timeouts"] += 1
-                err = str(e)
-            except openai.RateLimitError as e:
-                kind, retry = "429", True
-                self.stats["rate_limited"] += 1
-                err = str(e)
-            except openai.InternalServerError as e:
-                kind, retry = f"{e.status_code}", True
-                self.stats["server_errors"] += 1
-                err = str(e)
-            except openai.APIConnectionError as e:
-                kind, retry = "connection", True
-                self.stats["connection_errors"] += 1
-                err = str(e)
-            except openai.APIStatusError as e:  # 400, 401, 404...: asking again will not help
-                kind, retry = f"{e.status_code}", False
-                err = str(e)
+                return text, log
+            except LLMCallError as e:
+                kind, retry, err = e.kind, e.retry, e.detail
+                if e.stat:
+                    self.stats[e.stat] += 1
             log.append({"attempt": attempt + 1, "error": kind, "detail": err[:300]})
             if not retry or attempt == self.settings.max_retries:
                 break
