@@ -11,7 +11,7 @@ HAS_CUDA = torch.cuda.is_available()
 # The bot's tests need PyGithub, PyJWT and GitPython, which a GPU box may lack: leave the folder out
 # there rather than break the collection of every other folder.
 _BOT_DEPS = ("github", "jwt", "git")
-collect_ignore_glob = ["bot/*"] if any(importlib.util.find_spec(m) is None for m in _BOT_DEPS) else []
+collect_ignore = ["bot"] if any(importlib.util.find_spec(m) is None for m in _BOT_DEPS) else []
 
 # Without CUDA every kernel runs under the Triton interpreter; it must be set before @triton.jit runs.
 if not HAS_CUDA:

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import OPS, make_run, make_target
+from targets_fixtures import OPS, make_run, make_target
 
 from kernelsmith.checkout import prepare_checkout
 from kernelsmith.cli import main
