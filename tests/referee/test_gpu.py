@@ -3,6 +3,7 @@
 import pytest
 from referee_helpers import CORPUS, MINISERVE, ROOT, demo_task
 
+from kernelsmith import sandbox
 from kernelsmith.referee import Referee
 
 pytestmark = pytest.mark.gpu
@@ -128,8 +129,11 @@ def test_rewritten_device_json_drives_no_verdict(tmp_path, monkeypatch):
         measured = json.loads(json.dumps(ref.calibration))
         v = ref.evaluate(cheat, candidate_id=2, timing="screen")
         assert v.reason == "file_access", v.feedback()
-        written = json.loads((tmp_path / "xdg" / "kernelsmith" / "device.json").read_text())
-        assert written["bandwidth_gbs"] == 1e9
+        # Inside the sandbox the write fails (the user's cache is read-only there); without one the
+        # file is rewritten. Either way the verdicts below use the first worker's numbers.
+        path = tmp_path / "xdg" / "kernelsmith" / "device.json"
+        written = json.loads(path.read_text()) if path.is_file() else {}
+        assert (written.get("bandwidth_gbs") == 1e9) == (not sandbox.enabled())
         after = ref.evaluate(None, candidate_id=3, timing="screen")
     assert ref.calibration == measured and 100 < measured["bandwidth_gbs"] < 1e5
     assert measured["sleep_cycles_per_us"] > 100  # GPU clocks are GHz: thousands of cycles per µs
