@@ -128,7 +128,9 @@ def test_rewritten_device_json_drives_no_verdict(tmp_path, monkeypatch):
         ref.evaluate(None, candidate_id=1, timing="screen")
         measured = json.loads(json.dumps(ref.calibration))
         v = ref.evaluate(cheat, candidate_id=2, timing="screen")
-        assert v.reason == "file_access", v.feedback()
+        # Inside the sandbox the write fails (the cheat then crashes on the read-only folder), and the
+        # attempt is still named.
+        assert not v.accepted and "file_access" in v.violations, v.feedback()
         # Inside the sandbox the write fails (the user's cache is read-only there); without one the
         # file is rewritten. Either way the verdicts below use the first worker's numbers.
         path = tmp_path / "xdg" / "kernelsmith" / "device.json"
