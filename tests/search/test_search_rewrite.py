@@ -101,13 +101,16 @@ def test_merge_loads_keeps_a_load_after_a_store():
 
 
 def test_a_wrong_rewrite_is_caught_by_the_referee():
-    """The guard matters: without it the extra former programs of the last group write out of bounds."""
+    """The guard matters: one that drops the last former program leaves its rows unwritten.
+
+    (A guard that lets former programs past the end would write out of bounds: under the CPU
+    interpreter that corrupts the worker's own memory, and once hung it instead of crashing.)"""
     task = task_for("head_scale")
     (site,) = _sites(task)[0].values()
-    code = coarsen(site, 1, 4).code.replace("if pid < num_programs_1:", "if pid < num_programs_1 + 3:")
+    code = coarsen(site, 1, 4).code.replace("if pid < num_programs_1:", "if pid < num_programs_1 - 1:")
     with Referee(task, device="interpret") as referee:
         verdict = referee.evaluate(code, candidate_id=1).to_json()
-    assert not verdict["accepted"]
+    assert not verdict["accepted"] and "unwritten_output" in verdict["violations"], verdict
 
 
 @pytest.mark.parametrize(
