@@ -61,10 +61,10 @@ class ParamsMutator(ConfigSpace):
 
     def _global_study(self) -> Study:
         if "global" not in self.studies:
+            singles = [r for r in self.records.values() if not r.params.get("table")]
             obs = [
                 Observation(r.values, r.state, math.log(r.geomean) if r.geomean else 0.0)
-                for r in self.records.values()
-                if not r.params.get("table")
+                for r in singles + self.table_failures  # a table's failure singled out to one row
             ]
             allowed = {t.key: self.allowed(t.key) for t in self.tunables}
             self.studies["global"] = Study(allowed, obs, self.n_startup)

@@ -89,6 +89,7 @@ class Record:
     state: str
     geomean: float | None = None
     speed: list[float | None] = field(default_factory=list)  # per harness shape, when measured
+    ci: list[tuple[float, float] | None] = field(default_factory=list)  # its 95% CI, per shape
     edge: bool = False  # a failure that says a value is out of the kernel's or device's reach
 
 
@@ -120,8 +121,8 @@ class ConfigSpace:
         self.sizes = sizes
         self.limits, self.bucket_of = buckets(sizes)
         # A second level: the grid's other axes (tokens, batch), for shapes one first-level size holds.
-        self.key2: SizeKey | None = None
-        self.sizes2: list[int] | None = None
+        self.key2: SizeKey | None
+        self.key2, self.sizes2 = None, None
         if self.key is not None and sizes is not None and harness is not None:
             try:
                 first = grid_key(self.base_code, self.tunables, task.operator.entry, self.key)
@@ -144,6 +145,7 @@ class ConfigSpace:
         self.base_id: int | None = None
         self.hi: dict[str, int] = {}
         self.lo: dict[str, int] = {}
+        self.table_failures: list[Record] = []  # failed tables' rows singled out (_learn_edges)
 
     # -- learning from the archive --------------------------------------------------------------
     def sync(self, rows: list[dict]) -> None:
@@ -179,13 +181,16 @@ class ConfigSpace:
             edge = verdict.get("reason") in EDGE_REASONS and not slow_build
             return Record(row["id"], params, values, "failed", edge=edge)
         speed: list[float | None] = [None] * len(self.shapes)
+        ci: list[tuple[float, float] | None] = [None] * len(self.shapes)
         noisy = (verdict.get("timing") or {}).get("noisy")
         if verdict.get("timed") and not noisy:  # a noisy control: no per-shape call for a table
             for s in verdict.get("shapes") or []:
                 i = shape_index.get(json.dumps(s.get("shape"), sort_keys=True))
                 if i is not None and s.get("speedup"):
                     speed[i] = float(s["speedup"])
-        return Record(row["id"], params, values, "ok", row.get("speedup"), speed)
+                    lo, hi = (s.get("ci95") or [None, None])[:2]
+                    ci[i] = (float(lo), float(hi)) if lo and hi else (speed[i], speed[i])
+        return Record(row["id"], params, values, "ok", row.get("speedup"), speed, ci)
 
     def _learn_edges(self) -> None:
         """A value is an edge when failures at or beyond it (away from the base) reach EDGE_EVIDENCE
@@ -201,6 +206,16 @@ class ConfigSpace:
             if r.state == "ok":
                 for k, v in r.values.items():
                     self._working.setdefault(k, set()).add(v)
+        # A failed table all of whose rows but one are configs known to work singles that row out.
+        works = [self.base_values] + [r.values for r in singles if r.state == "ok"]
+        self.table_failures.clear()
+        for r in self.records.values():
+            table = r.params.get("table")
+            if r.state == "failed" and table:
+                unknown = [v for v in ({**r.values, **row} for row in table["rows"]) if v not in works]
+                if len(unknown) == 1:
+                    self.table_failures.append(Record(r.id, {}, unknown[0], "failed", edge=r.edge))
+        singles += self.table_failures
         for t in self.tunables:
             for sign, edges in ((1, self.hi), (-1, self.lo)):
                 edge = self._edge(t.key, t.base, sign, singles)
@@ -321,10 +336,10 @@ class ConfigSpace:
         return [dict(lookup(table, self.sizes[first[c]], sizes2[first[c]])) for c in self.cells]
 
     # -- per-shape tables -----------------------------------------------------------------------
-    def _best_rows(self, idx: list[int]) -> dict[str, float]:
-        """{row: mean log speedup over the shapes `idx`} of the best-measured rows, every trial
-        whose rows for those shapes agree (single configs and tables alike)."""
-        per_row: dict[str, list[float]] = {}
+    def _best_rows(self, idx: list[int]) -> dict[str, tuple[float, float, float]]:
+        """{row: (mean log speedup, and of its 95% CI bounds) over the shapes `idx`}, from every
+        trial whose rows for those shapes agree (single configs and tables alike)."""
+        per_row: dict[str, list[tuple[float, float, float]]] = {}
         for rec in self.records.values():
             if rec.state != "ok" or not rec.speed or any(rec.speed[i] is None for i in idx):
                 continue
@@ -333,13 +348,16 @@ class ConfigSpace:
                 continue
             rows = {json.dumps({t.key: configs[i][t.key] for t in self.tabled}, sort_keys=True) for i in idx}
             if len(rows) == 1:
-                per_row.setdefault(rows.pop(), []).append(fmean(math.log(rec.speed[i]) for i in idx))
-        return {r: fmean(v) for r, v in per_row.items()}
+                cis = {i: rec.ci[i] if len(rec.ci) > i and rec.ci[i] else (rec.speed[i],) * 2 for i in idx}
+                logs = [(math.log(rec.speed[i]), math.log(cis[i][0]), math.log(cis[i][1])) for i in idx]
+                per_row.setdefault(rows.pop(), []).append(tuple(fmean(x[j] for x in logs) for j in range(3)))
+        return {r: tuple(fmean(x[j] for x in v) for j in range(3)) for r, v in per_row.items()}
 
     def table_proposal(self) -> dict | None:
         """Each bucket's best config as a table, when it beats the best single config by the margin.
-        A bucket is split by the second-level size only where its cells' best rows differ and
-        serving them apart is predicted to beat its best single row by the same margin."""
+        A bucket is split by the second-level size only where its cells' best rows differ, serving
+        them apart is predicted to beat its best single row by the same margin, and each cell served
+        apart is faster on its own row beyond both rows' 95% CIs (no split on noise)."""
         if len(self.cells) < 2 or not self.tabled or self.sizes is None:
             return None
         singles = [
@@ -348,10 +366,7 @@ class ConfigSpace:
             if rec.state == "ok" and rec.speed and not rec.params.get("table")
             and all(s is not None for s in rec.speed)
         ]
-        if not singles:
-            return None
-        rows: list[dict] = []
-        total = 0.0
+        rows, total = [], 0.0
         for b in range(len(self.limits)):
             idx = [i for i, x in enumerate(self.bucket_of) if x == b]
             whole = self._best_rows(idx)
@@ -359,16 +374,19 @@ class ConfigSpace:
             split = [self._best_rows([i for i, x in enumerate(self.cell_of) if x == c]) for c in mine]
             if not whole or not all(split):
                 return None
-            row, value = max(whole.items(), key=lambda kv: kv[1])
-            best = [max(d.items(), key=lambda kv: kv[1]) for d in split]
+            row, value = max(((r, v[0]) for r, v in whole.items()), key=lambda kv: kv[1])
+            best = [max(((r, v[0]) for r, v in d.items()), key=lambda kv: kv[1]) for d in split]
             counts = [self.cell_of.count(c) for c in mine]
             apart = sum(v * n for (_, v), n in zip(best, counts, strict=True)) / len(idx)
-            if len({r for r, _ in best}) > 1 and apart >= value + math.log(TABLE_MARGIN):
+            clear = all(r == row or d[r][1] > d[row][2] for (r, _), d in zip(best, split, strict=True))
+            if len({r for r, _ in best}) > 1 and apart >= value + math.log(TABLE_MARGIN) and clear:
                 rows += [json.loads(r) for r, _ in best]
                 total += apart * len(idx)
             else:
                 rows += [json.loads(row)] * len(mine)
                 total += value * len(idx)
+        if not singles:
+            return None
         top, top_rec = max(singles, key=lambda x: x[0])
         predicted = total / len(self.sizes)
         if predicted < top + math.log(TABLE_MARGIN) or all(r == rows[0] for r in rows):
