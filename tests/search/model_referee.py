@@ -9,7 +9,9 @@ real configs behave. BLOCK above 8192 "fails to compile". Every call is logged f
 from __future__ import annotations
 
 import ast
+import functools
 import math
+import threading
 
 import torch
 
@@ -18,19 +20,31 @@ from kernelsmith.search.mutators.tunables import discover
 
 CALLS: list[dict] = []
 SMS = 132
+# Evaluator threads parse candidates concurrently; CPython 3.11 before 3.11.8 can fail building the
+# AST of two parses at once ("AST constructor recursion depth mismatch"): parse each code once, alone.
+_PARSE = threading.Lock()
 
 
+@functools.lru_cache(maxsize=512)
+def _parsed(code: str) -> ast.Module:
+    with _PARSE:
+        return ast.parse(code)
+
+
+@functools.lru_cache(maxsize=512)
 def config_of(code: str) -> list[tuple[int | None | tuple, dict]]:
     """[(limit, {"BLOCK", "num_warps"})]: one row for a plain config, several for a table (a
     two-level table's limit is a pair: first-level and second-level size limits)."""
-    tree = ast.parse(code)
+    tree = _parsed(code)
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_KS_CONFIGS":
             return [
                 (limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
                 for limit, cfg in ast.literal_eval(node.value)
             ]
-    vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in discover(code)}
+    with _PARSE:
+        found = discover(code)
+    vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in found}
     return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
 
 
@@ -40,7 +54,7 @@ def table_size(code: str, tokens: int, d: int) -> tuple[int, ...]:
     tensor's element count."""
     x = torch.empty(tokens, 2 * d, device="meta")
     out = torch.empty(tokens, d, device="meta")
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(_parsed(code)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_ks_config" and node.args:
             if not any(isinstance(a, ast.Name) for a in node.args):
                 exprs = [compile(ast.Expression(a), "<key>", "eval") for a in node.args]
