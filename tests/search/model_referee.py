@@ -9,7 +9,9 @@ real configs behave. BLOCK above 8192 "fails to compile". Every call is logged f
 from __future__ import annotations
 
 import ast
+import functools
 import math
+import threading
 
 import torch
 
@@ -18,32 +20,52 @@ from kernelsmith.search.mutators.tunables import discover
 
 CALLS: list[dict] = []
 SMS = 132
+# Evaluator threads parse candidates concurrently; CPython 3.11 before 3.11.8 can fail building the
+# AST of two parses at once ("AST constructor recursion depth mismatch"): parse each code once, alone.
+_PARSE = threading.Lock()
 
 
-def config_of(code: str) -> list[tuple[int | None, dict]]:
-    """[(limit, {"BLOCK", "num_warps"})]: one row for a plain config, several for a table."""
-    tree = ast.parse(code)
+@functools.lru_cache(maxsize=512)
+def _parsed(code: str) -> ast.Module:
+    with _PARSE:
+        return ast.parse(code)
+
+
+@functools.lru_cache(maxsize=512)
+def config_of(code: str) -> list[tuple[int | None | tuple, dict]]:
+    """[(limit, {"BLOCK", "num_warps"})]: one row for a plain config, several for a table (a
+    two-level table's limit is a pair: first-level and second-level size limits)."""
+    tree = _parsed(code)
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_KS_CONFIGS":
             return [
                 (limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
                 for limit, cfg in ast.literal_eval(node.value)
             ]
-    vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in discover(code)}
+    with _PARSE:
+        found = discover(code)
+    vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in found}
     return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
 
 
-def table_size(code: str, tokens: int, d: int) -> int:
-    """The size a rendered table looks up for silu_and_mul(out, x) at one shape: its key expression
-    (`x.shape[-1]`) evaluated on meta tensors, or the largest tensor's element count."""
+def table_size(code: str, tokens: int, d: int) -> tuple[int, ...]:
+    """The sizes a rendered table looks up for silu_and_mul(out, x) at one shape: its key expressions
+    (`x.shape[-1]`, then `x.numel() // x.shape[-1]`) evaluated on meta tensors, or the largest
+    tensor's element count."""
     x = torch.empty(tokens, 2 * d, device="meta")
     out = torch.empty(tokens, d, device="meta")
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(_parsed(code)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_ks_config" and node.args:
-            if len(node.args) == 1 and not isinstance(node.args[0], ast.Name):
-                expr = compile(ast.Expression(node.args[0]), "<key>", "eval")
-                return int(eval(expr, {}, {"x": x, "out": out}))
-    return x.numel()
+            if not any(isinstance(a, ast.Name) for a in node.args):
+                exprs = [compile(ast.Expression(a), "<key>", "eval") for a in node.args]
+                return tuple(int(eval(e, {}, {"x": x, "out": out})) for e in exprs)
+    return (x.numel(),)
+
+
+def serves(limit, sizes: tuple[int, ...]) -> bool:
+    """Whether a table row's limit (one or a pair; None: any size) admits the sizes."""
+    limits = limit if isinstance(limit, tuple) else (limit,)
+    return all(lim is None or s <= lim for lim, s in zip(limits, sizes, strict=False))
 
 
 def model_ms(tokens: int, d: int, block: int, warps: int) -> float:
@@ -87,8 +109,8 @@ class ModelReferee:
             return Verdict.rejected("compile_error", "out of resources: shared memory").finalize()
         shapes, speedups = [], []
         for s in self.shapes:
-            size = table_size(code, s["tokens"], s["d"]) if len(rows) > 1 else 0
-            cfg = next(c for limit, c in rows if limit is None or size <= limit)
+            sizes = table_size(code, s["tokens"], s["d"]) if len(rows) > 1 else (0,)
+            cfg = next(c for limit, c in rows if serves(limit, sizes))
             base = model_ms(s["tokens"], s["d"], 64, 1)
             cand = model_ms(s["tokens"], s["d"], cfg["BLOCK"], cfg["num_warps"])
             sp = base / cand
@@ -104,7 +126,7 @@ class ModelReferee:
                     "device_ms": cand,
                     "host_ms": None,
                     "bitwise_identical": True,
-                    "pct_roofline": 100 * (6 * size / 2 / 4.0e9) / cand,
+                    "pct_roofline": 100 * (6 * s["tokens"] * s["d"] / 4.0e9) / cand,
                     "samples_ms": {
                         "base": [base * f for f in (0.99, 1.0, 1.01)],
                         "candidate": [cand * f for f in (0.99, 1.0, 1.02)],

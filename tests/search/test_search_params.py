@@ -183,6 +183,8 @@ def test_the_table_keys_on_the_size_the_launcher_reads(tmp_path):
     mutator = ParamsMutator(task, device="cuda")
     assert mutator.key.expr == "x.shape[1]" and mutator.sizes == [24, 24, 300, 300]
     assert mutator.limits == [int(math.sqrt(24 * 300)), None] and mutator.bucket_of == [0, 0, 1, 1]
+    # The grid's other axis (rows) is the second level, used only where measurements ask for it.
+    assert mutator.key2.expr == "x.shape[0]" and mutator.sizes2 == [3, 17, 3, 17]
     base_verdict = {"accepted": True, "timed": True, "timing": {"noisy": False},
                     "shapes": [{"shape": s, "speedup": 1.0} for s in ROW_SUM_SHAPES]}
     rows = [_row(1, "base", None, ROW_SUM, {**base_verdict, "geomean_speedup": 1.0})]
@@ -207,6 +209,8 @@ def test_the_table_keys_on_the_size_the_launcher_reads(tmp_path):
     assert [r["row_sum:BLOCK"] for r in table.params["table"]["rows"]] == best and best[0] < best[1]
     assert table.params["table"]["limits"] == [84, None]
     assert "_ks_config(x.shape[1])" in table.code and "launch configurations by x.shape[1]" in table.code
+    # The row count does not change the best block: no table of the run keys on it.
+    assert not any(r["params"].get("table", {}).get("limits2") for r in rows[1:])
     path = tmp_path / "row_sum_table.py"
     path.write_text(table.code)  # Triton reads kernel source through inspect: it must be a file
     spec = importlib.util.spec_from_file_location("ks_row_sum_table", path)
@@ -251,3 +255,54 @@ def test_a_parent_from_another_mutator_is_retuned_with_a_study_of_its_own():
         assert changed and all(parent_values[k] == old for k, (old, _) in changed.items())
         rows.append(_row(len(rows) + 1, "params", p.params, p.code, referee.evaluate(p.code).to_json(), 2))
     assert len({r["code"] for r in rows}) == len(rows)
+
+
+def _measured(cid: int, space, params: dict, speed, ci: float) -> dict:
+    """An archive row for `params` whose per-shape speedup is speed(shape, row), its CI ±ci."""
+    configs = space.shape_configs(SimpleNamespace(params=params, values=params["values"]))
+    sp = [speed(s, c) for s, c in zip(space.shapes, configs, strict=True)]
+    shapes = [{"shape": s, "speedup": v, "ci95": [v * (1 - ci), v * (1 + ci)]}
+              for s, v in zip(space.shapes, sp, strict=True)]
+    verdict = {"accepted": True, "timed": True, "timing": {"noisy": False}, "shapes": shapes,
+               "geomean_speedup": math.prod(sp) ** (1 / len(sp))}
+    return _row(cid, "base" if cid == 1 else "params", None if cid == 1 else params, "", verdict)
+
+
+def _singles_table(speed, ci: float = 0.01):
+    """The demo space told the base and three single configs; its table proposal."""
+    space = ParamsMutator(_task(), device="cuda")
+    configs = [(64, 1), (128, 8), (1024, 4), (4096, 8)]
+    warps = "silu_and_mul:_silu_and_mul_kernel.num_warps"
+    space.sync([_measured(i + 1, space, {"values": {BLOCK: b, warps: w}}, speed, ci)
+                for i, (b, w) in enumerate(configs)])
+    return space, space.table_proposal()
+
+
+def test_a_second_level_only_where_one_buckets_optima_disagree():
+    """The demo's d=11008 bucket holds 1 and 4096 tokens. Where the 1-token shape's best block differs
+    from the bucket's beyond the CIs, the table serves it apart (by the token count); where the
+    difference is within noise, the table keys on `d` alone."""
+    def apart(shape, cfg):  # the model: the 1-token shape wants a small block, the rest a big one
+        return model_referee.model_ms(shape["tokens"], shape["d"], 64, 1) / model_referee.model_ms(
+            shape["tokens"], shape["d"], cfg[BLOCK], cfg["silu_and_mul:_silu_and_mul_kernel.num_warps"])
+
+    space, table = _singles_table(apart)
+    assert space.key.expr == "x.shape[-1]" and space.key2.expr == "x.numel() // x.shape[-1]"
+    assert space.sizes2 == [1, 256, 4096, 8192] and space.cell_limits == [[64, None], [1448, None]]
+    assert table is not None and table["table"]["limits2"][0] == 64  # 1 token: a row of its own
+    rows = table["table"]["rows"]
+    assert rows[0][BLOCK] < rows[1][BLOCK] and table["predicted"] > 5.96  # the best single config
+    code = space.render(table)
+    assert "_ks_cfg = _ks_config(x.shape[-1], x.numel() // x.shape[-1])" in code
+    verdict = model_referee.ModelReferee(space.task).evaluate(code)  # looked up by the rendered key
+    assert all(s["speedup"] >= 0.98 for s in verdict.shapes) and verdict.geomean_speedup > 5.96
+
+    def slight(shape, cfg):  # 6% faster on 1 token with block 128; elsewhere d decides the block
+        if shape["tokens"] == 1:
+            return 1.06 if cfg[BLOCK] == 128 else 1.0
+        return 3.0 if cfg[BLOCK] == (1024 if shape["d"] < 12000 else 4096) else 1.5
+
+    _, table = _singles_table(slight, ci=0.01)  # beyond CIs of ±1%: served apart
+    assert table is not None and table["table"].get("limits2") == [64, None, None]
+    _, table = _singles_table(slight, ci=0.04)  # within CIs of ±4%: one level, keyed on d only
+    assert table is not None and "limits2" not in table["table"] and len(table["table"]["rows"]) == 2

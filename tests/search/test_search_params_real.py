@@ -136,3 +136,37 @@ def test_the_samplers_table_buckets_by_vocabulary():
     assert space.limits == [int(math.sqrt(32000 * 128256)), int(math.sqrt(128256 * 151936)), None]
     assert [t.key.rsplit(".", 1)[-1] for t in space.tabled] == ["multinomial_sampling:BLOCK_N", "num_warps",
                                                                  "num_stages"]
+    # The batch is the second level, used only where the measurements say it matters.
+    batches = [s["batch"] for s in harness.shapes_for("cuda")]
+    assert space.key2.expr == "scores.shape[0]" and space.sizes2 == batches
+    block, warps = space.tabled[0].key, space.tabled[1].key
+
+    def speed(shape, n, w, small_batch_gain):
+        """Long rows want BLOCK_N 4096, 32k rows 1024 with 4 warps; with 4096, 4 warps instead of 8
+        gain `small_batch_gain` below batch 50 and lose 5% above."""
+        if shape["vocab"] < 64000:
+            return 3.0 if (n, w) == (1024, 4) else 1.5
+        if (n, w) == (4096, 4):
+            return 3.0 * (small_batch_gain if shape["batch"] < 50 else 0.95)
+        return 3.0 if (n, w) == (4096, 8) else 1.5
+
+    def measured(cid, n, w, gain, ci):
+        sp = [speed(s, n, w, gain) for s in space.shapes]
+        shapes = [{"shape": s, "speedup": v, "ci95": [v * (1 - ci), v * (1 + ci)]}
+                  for s, v in zip(space.shapes, sp, strict=True)]
+        verdict = {"accepted": True, "timed": True, "timing": {"noisy": False}, "shapes": shapes,
+                   "geomean_speedup": math.prod(sp) ** (1 / len(sp))}
+        return {"id": cid, "mutator": "base" if cid == 1 else "params", "status": "evaluated",
+                "params": None if cid == 1 else {"values": {**space.base_values, block: n, warps: w}},
+                "verdict": verdict, "speedup": verdict["geomean_speedup"]}
+
+    configs = [(128, 1), (1024, 4), (4096, 8), (4096, 4)]
+    for gain, ci in ((1.0, 0.01), (1.03, 0.03)):  # batch does not matter; a 3% edge within ±3% CIs
+        space.sync([measured(i + 1, n, w, gain, ci) for i, (n, w) in enumerate(configs)])
+        table = space.table_proposal()
+        assert table is not None and "limits2" not in table["table"]  # keyed on the vocabulary only
+        assert "_ks_cfg = _ks_config(scores.shape[1])" in space.render(table)
+    space.sync([measured(i + 1, n, w, 1.10, 0.01) for i, (n, w) in enumerate(configs)])
+    table = space.table_proposal()  # 10% beyond ±1% CIs: the measurements say the batch matters
+    assert table is not None and "limits2" in table["table"]
+    assert "_ks_cfg = _ks_config(scores.shape[1], scores.shape[0])" in space.render(table)

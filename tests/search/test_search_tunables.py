@@ -381,6 +381,37 @@ def test_per_shape_table_runs_and_picks_by_size(tmp_path):
         torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :d]) * x[:, d:])
 
 
+def test_two_level_table_runs_and_picks_by_both_sizes(tmp_path):
+    """A table keyed on `d`, then on the token count where one `d` wants two configs: under the
+    interpreter each shape runs with its row and the output is right."""
+    code = (KERNELS / "silu_and_mul.py").read_text()
+    ts = relevant(discover(code), code, "silu_and_mul")
+    warps = "silu_and_mul:_silu_and_mul_kernel.num_warps"
+    rows = [
+        {"silu_and_mul:BLOCK": 16, warps: 1},  # small d, up to 2 tokens
+        {"silu_and_mul:BLOCK": 64, warps: 2},  # small d, more tokens
+        {"silu_and_mul:BLOCK": 256, warps: 4},  # larger d, any token count
+    ]
+    table = render_table(code, ts, [200, 200, None], rows, {}, key="x.shape[-1]",
+                         limits2=[2, None, None], key2="x.numel() // x.shape[-1]")
+    assert "_ks_cfg = _ks_config(x.shape[-1], x.numel() // x.shape[-1])" in table
+    assert "    ((200, 2), {'BLOCK': 16, 'num_warps': 1}),\n" in table  # one row a line, readable
+    mod = load_operator_module(
+        ROOT / "examples" / "miniserve",
+        "miniserve/kernels/silu_and_mul.py",
+        code=table,
+        tag="table2_test",
+        source_path=tmp_path / "silu_and_mul.py",
+    )
+    assert [mod._ks_config(100, t)["BLOCK"] for t in (1, 2, 3)] == [16, 16, 64]
+    assert mod._ks_config(600, 1)["BLOCK"] == 256
+    for tokens, d in ((2, 50), (3, 50), (1, 300)):  # one shape per row
+        x = torch.randn(tokens, 2 * d)
+        out = torch.empty(tokens, d)
+        mod.silu_and_mul(out, x)
+        torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :d]) * x[:, d:])
+
+
 def _speed(cap: int, d: int) -> float:
     """Measured speedups, modelled: small rows want a small block cap, long rows a large one."""
     best = 16 if d < 100 else 1024

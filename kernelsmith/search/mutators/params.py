@@ -61,24 +61,26 @@ class ParamsMutator(ConfigSpace):
 
     def _global_study(self) -> Study:
         if "global" not in self.studies:
+            singles = [r for r in self.records.values() if not r.params.get("table")]
             obs = [
                 Observation(r.values, r.state, math.log(r.geomean) if r.geomean else 0.0)
-                for r in self.records.values()
-                if not r.params.get("table")
+                for r in singles + self.table_failures  # a table's failure singled out to one row
             ]
             allowed = {t.key: self.allowed(t.key) for t in self.tunables}
             self.studies["global"] = Study(allowed, obs, self.n_startup)
         return self.studies["global"]
 
-    def _bucket_study(self, b: int) -> Study:
-        """Bucket b's study: the tabled knobs, told the speedups of b's shapes from every trial."""
-        if b not in self.studies:
-            idx = [i for i, x in enumerate(self.bucket_of) if x == b]
+    def _bucket_study(self, idx: tuple[int, ...]) -> Study:
+        """The study of a bucket (or cell) holding shapes `idx`: the tabled knobs, told the speedups
+        of those shapes from every trial."""
+        if idx not in self.studies:
             obs = []
             for rec in self.records.values():
                 configs = self.shape_configs(rec)
                 if configs is None:
                     continue
+                if len({json.dumps(configs[i], sort_keys=True) for i in idx}) > 1:
+                    continue  # a table serving these shapes apart: no one row's outcome
                 row = {t.key: configs[idx[0]][t.key] for t in self.tabled}
                 speeds = [rec.speed[i] for i in idx] if rec.speed else []
                 if rec.state != "ok":
@@ -88,8 +90,8 @@ class ParamsMutator(ConfigSpace):
                 elif rec.geomean is None and not any(rec.speed):  # untimed (interpreter): neutral
                     obs.append(Observation(row, "ok", 0.0))
             allowed = {t.key: self.allowed(t.key) for t in self.tabled}
-            self.studies[b] = Study(allowed, obs, self.n_startup)
-        return self.studies[b]
+            self.studies[idx] = Study(allowed, obs, self.n_startup)
+        return self.studies[idx]
 
     # -- proposing ------------------------------------------------------------------------------
     def propose(
@@ -156,33 +158,30 @@ class ParamsMutator(ConfigSpace):
                 return p
         return None
 
-    def _bucket_rows(self, table: dict) -> list[dict]:
-        """A table's row for each of this space's size buckets."""
-        out = []
-        for b in range(len(self.limits)):
-            size = next(s for s, x in zip(self.sizes, self.bucket_of, strict=True) if x == b)
-            i = next(i for i, lim in enumerate(table["limits"]) if lim is None or size <= lim)
-            out.append(dict(table["rows"][i]))
-        return out
-
     def _bucket_ask(self, parent: dict, rng: random.Random, known: set[str]) -> Proposal | None:
-        """The parent's table with one bucket's row from that bucket's study."""
+        """The parent's table with one bucket's row from that bucket's study; where the parent
+        already serves a bucket's cells apart (second level), one cell's row from that cell's."""
         pparams = parent["params"]
-        rows = self._bucket_rows(pparams["table"])
-        b = rng.randrange(len(rows))
-        study = self._bucket_study(b)
+        rows = self.cell_rows(pparams["table"])
+        b = rng.randrange(len(self.limits))
+        mine = [k for k, c in enumerate(self.cells) if c[0] == b]
+        if len({json.dumps(rows[k], sort_keys=True) for k in mine}) > 1:
+            mine = [rng.choice(mine)]
+        cells = {self.cells[k] for k in mine}
+        study = self._bucket_study(tuple(i for i, c in enumerate(self.cell_of) if c in cells))
+        where = f"{b}" if len(mine) > 1 or len(self.cell_limits[b]) == 1 else f"{b}.{self.cells[mine[0]][1]}"
         for _ in range(MAX_ASKS):
-            row = {**rows[b], **study.ask(rng.getrandbits(31))}
-            new = [dict(r) for r in rows]
-            new[b] = row
+            row = {**rows[mine[0]], **study.ask(rng.getrandbits(31))}
+            new = [dict(row) if k in mine else dict(r) for k, r in enumerate(rows)]
             table = self.table_of(new)
             if len(table["rows"]) < 2:
                 continue
+            old = rows[mine[0]]
             params = {
                 "op": "bucket",
                 "values": dict(pparams["values"]),
                 "table": table,
-                "changed": {f"{k}@{b}": [rows[b].get(k), v] for k, v in row.items() if v != rows[b].get(k)},
+                "changed": {f"{k}@{where}": [old.get(k), v] for k, v in row.items() if v != old.get(k)},
             }
             if (p := self._proposal(params, known, parent)) is not None:
                 return p

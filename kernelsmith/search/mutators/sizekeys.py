@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .launchers import _KNOB, Tunable, jit_functions
 
-Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("value", arg)
+Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("rows", arg): numel // shape[-1] | ("value", arg)
 _SAME_SHAPE = {"contiguous", "float", "half", "bfloat16", "to", "clone", "detach", "type_as", "cuda"}
 _FACTORIES = {"empty", "zeros", "ones", "full", "arange", "rand", "randn", "randint", "tensor"}
 _NOT_SIZES = {"stride", "dim", "ndim", "data_ptr", "element_size", "dtype", "device", "is_contiguous"}
@@ -46,13 +46,20 @@ class SizeKey:
         out = 1
         for a in self.atoms:
             v = inputs[a[1]]
-            out *= int(v.shape[a[2]]) if a[0] == "shape" else int(v.numel()) if a[0] == "numel" else int(v)
+            if a[0] == "rows":
+                out *= int(v.numel()) // max(1, int(v.shape[-1]))
+            elif a[0] == "shape":
+                out *= int(v.shape[a[2]])
+            else:
+                out *= int(v.numel()) if a[0] == "numel" else int(v)
         return out
 
 
 def _atom_text(a: Atom) -> str:
     if a[0] == "shape":
         return f"{a[1]}.shape[{a[2]}]"
+    if a[0] == "rows":
+        return f"{a[1]}.numel() // {a[1]}.shape[-1]"
     return f"{a[1]}.numel()" if a[0] == "numel" else a[1]
 
 
@@ -116,7 +123,11 @@ class _Launcher:
                 if method in _SAME_SHAPE:
                     return self.tensors[src]
                 if method in ("reshape", "view") and value.args:
-                    dims = [self.dim(src, None) if _int(x) == -1 else self.atoms(x) for x in value.args]
+                    # (-1, x.shape[-1]) flattens the leading dimensions: rows, not every element
+                    rows = len(value.args) == 2 and self.atoms(value.args[1]) == self.dim(src, -1) != set()
+                    param = self.tensors[src][0] == "param"
+                    lead = {("rows", src)} if rows and param else self.dim(src, None)
+                    dims = [lead if _int(x) == -1 else self.atoms(x) for x in value.args]
                     return ("dims", dims)
                 if method not in _NOT_SIZES and method not in ("size", "numel"):
                     return ("any", self.dim(src, None))
@@ -336,3 +347,33 @@ def resolve(harness, shapes: list[dict], key: SizeKey) -> tuple[SizeKey, list[in
         return None
     atoms = tuple(values)
     return SizeKey(key.scope, atoms), [math.prod(v[i] for v in values.values()) for i in range(len(shapes))]
+
+
+def grid_key(code: str, tunables: list[Tunable], entry: str, first: SizeKey) -> SizeKey | None:
+    """The second level of a table's key: the sizes of the launch grid's other axes (the token or
+    batch count: how many programs a block choice leaves), where `first` does not already read them."""
+    tree = ast.parse(code)
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if entry not in funcs:
+        return None
+    fn = funcs[entry]
+    lc = _Launcher(fn)
+    tabled = [t for t in tunables if t.per_call and len(t.domain) > 1 and t.scope == entry]
+    knobs = set().union(*(t.names for t in tabled)) if tabled else set()
+    found: set = set()
+    for kname in set().union(*(t.kernels for t in tabled)) if tabled else set():
+        for call in _launches(fn, kname):
+            grid = call.func.slice
+            entries = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
+            if isinstance(grid, ast.Name):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Assign) and _names(node.targets) == {grid.id}:
+                        v = node.value
+                        entries = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+            for e in entries:
+                if not _names([e]) & knobs:  # an axis the knobs do not divide
+                    found |= lc.atoms(e)
+    found -= set(first.atoms)
+    if not found:
+        return None
+    return SizeKey(entry, tuple(sorted(found, key=lambda a: (a[1], a[0], str(a[2:])))))

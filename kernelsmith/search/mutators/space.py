@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from .sizekeys import SizeKey, resolve, size_key
+from .sizekeys import SizeKey, grid_key, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
 
 TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
@@ -49,6 +49,31 @@ def buckets(sizes: list[int] | None) -> tuple[list[int | None], list[int]]:
     return limits, [distinct.index(s) for s in sizes]
 
 
+def cells(bucket_of: list[int], sizes2: list[int] | None, n: int) -> tuple[list[list], list[tuple[int, int]]]:
+    """(second-level limits per first-level bucket, each shape's (bucket, cell)): a bucket's shapes
+    split by their second-level size as `buckets` splits by the first."""
+    if sizes2 is None:
+        return [[None] for _ in range(n)], [(b, 0) for b in bucket_of]
+    limits2: list[list] = []
+    cell_of: list[tuple[int, int]] = [(0, 0)] * len(bucket_of)
+    for b in range(n):
+        idx = [i for i, x in enumerate(bucket_of) if x == b]
+        lim, of = buckets([sizes2[i] for i in idx])
+        limits2.append(lim)
+        for i, c in zip(idx, of, strict=True):
+            cell_of[i] = (b, c)
+    return limits2, cell_of
+
+
+def lookup(table: dict, size: int, size2: int | None = None) -> dict:
+    """The row of a table serving one call's sizes: the first whose limits both admit them."""
+    limits2 = table.get("limits2") or [None] * len(table["limits"])
+    for row, lim, lim2 in zip(table["rows"], table["limits"], limits2, strict=True):
+        if (lim is None or size <= lim) and (lim2 is None or size2 is None or size2 <= lim2):
+            return row
+    return table["rows"][-1]
+
+
 def config_key(params: dict) -> str:
     """What makes two params candidates the same config."""
     return json.dumps({"values": params.get("values"), "table": params.get("table")}, sort_keys=True)
@@ -64,6 +89,7 @@ class Record:
     state: str
     geomean: float | None = None
     speed: list[float | None] = field(default_factory=list)  # per harness shape, when measured
+    ci: list[tuple[float, float] | None] = field(default_factory=list)  # its 95% CI, per shape
     edge: bool = False  # a failure that says a value is out of the kernel's or device's reach
 
 
@@ -94,6 +120,21 @@ class ConfigSpace:
                 self.key, sizes = None, shape_sizes(harness, self.shapes)
         self.sizes = sizes
         self.limits, self.bucket_of = buckets(sizes)
+        # A second level: the grid's other axes (tokens, batch), for shapes one first-level size holds.
+        self.key2: SizeKey | None
+        self.key2, self.sizes2 = None, None
+        if self.key is not None and sizes is not None and harness is not None:
+            try:
+                first = grid_key(self.base_code, self.tunables, task.operator.entry, self.key)
+                resolved = resolve(harness, self.shapes, first) if first is not None else None
+            except Exception:  # a launcher shape the analysis does not know: one level
+                resolved = None
+            if resolved is not None:
+                self.key2, self.sizes2 = resolved
+        self.cell_limits, self.cell_of = cells(self.bucket_of, self.sizes2, len(self.limits))
+        if all(len(c) == 1 for c in self.cell_limits):  # no bucket holds two second-level sizes
+            self.key2, self.sizes2 = None, None
+        self.cells = sorted(set(self.cell_of))
         # Knobs a table varies per size bucket: those evaluated per call (in the keyed launcher).
         self.tabled = [
             t for t in self.tunables
@@ -104,6 +145,7 @@ class ConfigSpace:
         self.base_id: int | None = None
         self.hi: dict[str, int] = {}
         self.lo: dict[str, int] = {}
+        self.table_failures: list[Record] = []  # failed tables' rows singled out (_learn_edges)
 
     # -- learning from the archive --------------------------------------------------------------
     def sync(self, rows: list[dict]) -> None:
@@ -139,13 +181,16 @@ class ConfigSpace:
             edge = verdict.get("reason") in EDGE_REASONS and not slow_build
             return Record(row["id"], params, values, "failed", edge=edge)
         speed: list[float | None] = [None] * len(self.shapes)
+        ci: list[tuple[float, float] | None] = [None] * len(self.shapes)
         noisy = (verdict.get("timing") or {}).get("noisy")
         if verdict.get("timed") and not noisy:  # a noisy control: no per-shape call for a table
             for s in verdict.get("shapes") or []:
                 i = shape_index.get(json.dumps(s.get("shape"), sort_keys=True))
                 if i is not None and s.get("speedup"):
                     speed[i] = float(s["speedup"])
-        return Record(row["id"], params, values, "ok", row.get("speedup"), speed)
+                    lo, hi = (s.get("ci95") or [None, None])[:2]
+                    ci[i] = (float(lo), float(hi)) if lo and hi else (speed[i], speed[i])
+        return Record(row["id"], params, values, "ok", row.get("speedup"), speed, ci)
 
     def _learn_edges(self) -> None:
         """A value is an edge when failures at or beyond it (away from the base) reach EDGE_EVIDENCE
@@ -161,6 +206,16 @@ class ConfigSpace:
             if r.state == "ok":
                 for k, v in r.values.items():
                     self._working.setdefault(k, set()).add(v)
+        # A failed table all of whose rows but one are configs known to work singles that row out.
+        works = [self.base_values] + [r.values for r in singles if r.state == "ok"]
+        self.table_failures.clear()
+        for r in self.records.values():
+            table = r.params.get("table")
+            if r.state == "failed" and table:
+                unknown = [v for v in ({**r.values, **row} for row in table["rows"]) if v not in works]
+                if len(unknown) == 1:
+                    self.table_failures.append(Record(r.id, {}, unknown[0], "failed", edge=r.edge))
+        singles += self.table_failures
         for t in self.tunables:
             for sign, edges in ((1, self.hi), (-1, self.lo)):
                 edge = self._edge(t.key, t.base, sign, singles)
@@ -221,6 +276,8 @@ class ConfigSpace:
                 table["rows"],
                 params["values"],
                 key=self.key.expr if self.key is not None else None,
+                limits2=table.get("limits2"),
+                key2=self.key2.expr if self.key2 is not None else None,
             )
         return render(self.base_code, self.tunables, params["values"])
 
@@ -231,6 +288,8 @@ class ConfigSpace:
         if params.get("table"):
             by = self.key.expr if self.key is not None else "largest tensor size"
             what += f"; per-shape table by {by} with limits {params['table']['limits']}"
+            if params["table"].get("limits2") and self.key2 is not None:
+                what += f", then by {self.key2.expr} with limits {params['table']['limits2']}"
         return what
 
     def shape_configs(self, rec: Record) -> list[dict[str, int]] | None:
@@ -240,55 +299,96 @@ class ConfigSpace:
             return [rec.values] * len(self.shapes)
         if self.sizes is None:
             return None
-        out = []
-        for size in self.sizes:
-            i = next(i for i, lim in enumerate(table["limits"]) if lim is None or size <= lim)
-            out.append({**rec.values, **table["rows"][i]})
-        return out
+        sizes2 = self.sizes2 or [None] * len(self.sizes)
+        return [{**rec.values, **lookup(table, s, s2)} for s, s2 in zip(self.sizes, sizes2, strict=True)]
 
     def changed_from_base(self, values: dict[str, int]) -> dict[str, list[int]]:
         """{key: [base value, new value]} for the knobs `values` changes."""
         return {k: [self.base_values[k], v] for k, v in values.items() if v != self.base_values.get(k)}
 
     def table_of(self, rows: list[dict]) -> dict:
-        """Per-bucket rows merged where neighbours agree: {"limits", "rows"}."""
-        limits, merged = [], []
-        for limit, row in zip(self.limits, rows, strict=True):
-            if merged and merged[-1] == row:
-                limits[-1] = limit
+        """Per-cell rows (one per `self.cells`) merged where neighbours agree: {"limits", "rows"},
+        and "limits2" (the second level's, parallel to "limits") where a bucket's cells differ."""
+        groups: list[tuple[int | None, list]] = []  # (first-level limit, [(second-level limit, row)])
+        for b, limit in enumerate(self.limits):
+            sub: list[tuple[int | None, dict]] = []
+            for (cb, c), row in zip(self.cells, rows, strict=True):
+                if cb == b:
+                    lim2 = self.cell_limits[b][c]
+                    if sub and sub[-1][1] == row:
+                        sub[-1] = (lim2, row)
+                    else:
+                        sub.append((lim2, row))
+            if groups and len(sub) == 1 and len(groups[-1][1]) == 1 and groups[-1][1][0][1] == sub[0][1]:
+                groups[-1] = (limit, groups[-1][1])
             else:
-                limits.append(limit)
-                merged.append(row)
-        return {"limits": limits, "rows": merged}
+                groups.append((limit, sub))
+        flat = [(limit, lim2, row) for limit, sub in groups for lim2, row in sub]
+        table = {"limits": [f[0] for f in flat], "rows": [f[2] for f in flat]}
+        if any(f[1] is not None for f in flat):
+            table["limits2"] = [f[1] for f in flat]
+        return table
+
+    def cell_rows(self, table: dict) -> list[dict]:
+        """A table's row for each of this space's cells (first-level bucket, second-level cell)."""
+        sizes2 = self.sizes2 or [None] * len(self.sizes)
+        first = {cell: i for i, cell in reversed(list(enumerate(self.cell_of)))}
+        return [dict(lookup(table, self.sizes[first[c]], sizes2[first[c]])) for c in self.cells]
 
     # -- per-shape tables -----------------------------------------------------------------------
-    def table_proposal(self) -> dict | None:
-        """Each bucket's best config as a table, when it beats the best single config by the margin."""
-        if len(self.limits) < 2 or not self.tabled or self.sizes is None:
-            return None
-        n = len(self.limits)
-        singles: list[tuple[float, Record]] = []
-        per_bucket: list[dict[str, list[float]]] = [{} for _ in range(n)]
+    def _best_rows(self, idx: list[int]) -> dict[str, tuple[float, float, float]]:
+        """{row: (mean log speedup, and of its 95% CI bounds) over the shapes `idx`}, from every
+        trial whose rows for those shapes agree (single configs and tables alike)."""
+        per_row: dict[str, list[tuple[float, float, float]]] = {}
         for rec in self.records.values():
-            if rec.state != "ok" or not rec.speed:
+            if rec.state != "ok" or not rec.speed or any(rec.speed[i] is None for i in idx):
                 continue
-            if not rec.params.get("table") and all(s is not None for s in rec.speed):
-                singles.append((fmean(math.log(s) for s in rec.speed), rec))
             configs = self.shape_configs(rec)
             if configs is None:
                 continue
-            for b in range(n):
-                idx = [i for i, x in enumerate(self.bucket_of) if x == b]
-                if all(rec.speed[i] is not None for i in idx):
-                    row = json.dumps({t.key: configs[idx[0]][t.key] for t in self.tabled}, sort_keys=True)
-                    per_bucket[b].setdefault(row, []).append(fmean(math.log(rec.speed[i]) for i in idx))
-        if not singles or not all(per_bucket):
+            rows = {json.dumps({t.key: configs[i][t.key] for t in self.tabled}, sort_keys=True) for i in idx}
+            if len(rows) == 1:
+                cis = {i: rec.ci[i] if len(rec.ci) > i and rec.ci[i] else (rec.speed[i],) * 2 for i in idx}
+                logs = [(math.log(rec.speed[i]), math.log(cis[i][0]), math.log(cis[i][1])) for i in idx]
+                per_row.setdefault(rows.pop(), []).append(tuple(fmean(x[j] for x in logs) for j in range(3)))
+        return {r: tuple(fmean(x[j] for x in v) for j in range(3)) for r, v in per_row.items()}
+
+    def table_proposal(self) -> dict | None:
+        """Each bucket's best config as a table, when it beats the best single config by the margin.
+        A bucket is split by the second-level size only where its cells' best rows differ, serving
+        them apart is predicted to beat its best single row by the same margin, and each cell served
+        apart is faster on its own row beyond both rows' 95% CIs (no split on noise)."""
+        if len(self.cells) < 2 or not self.tabled or self.sizes is None:
+            return None
+        singles = [
+            (fmean(math.log(s) for s in rec.speed), rec)
+            for rec in self.records.values()
+            if rec.state == "ok" and rec.speed and not rec.params.get("table")
+            and all(s is not None for s in rec.speed)
+        ]
+        rows, total = [], 0.0
+        for b in range(len(self.limits)):
+            idx = [i for i, x in enumerate(self.bucket_of) if x == b]
+            whole = self._best_rows(idx)
+            mine = [c for c in self.cells if c[0] == b]
+            split = [self._best_rows([i for i, x in enumerate(self.cell_of) if x == c]) for c in mine]
+            if not whole or not all(split):
+                return None
+            row, value = max(((r, v[0]) for r, v in whole.items()), key=lambda kv: kv[1])
+            best = [max(((r, v[0]) for r, v in d.items()), key=lambda kv: kv[1]) for d in split]
+            counts = [self.cell_of.count(c) for c in mine]
+            apart = sum(v * n for (_, v), n in zip(best, counts, strict=True)) / len(idx)
+            clear = all(r == row or d[r][1] > d[row][2] for (r, _), d in zip(best, split, strict=True))
+            if len({r for r, _ in best}) > 1 and apart >= value + math.log(TABLE_MARGIN) and clear:
+                rows += [json.loads(r) for r, _ in best]
+                total += apart * len(idx)
+            else:
+                rows += [json.loads(row)] * len(mine)
+                total += value * len(idx)
+        if not singles:
             return None
         top, top_rec = max(singles, key=lambda x: x[0])
-        best = [max(d.items(), key=lambda kv: fmean(kv[1])) for d in per_bucket]
-        counts = [self.bucket_of.count(b) for b in range(n)]
-        predicted = sum(fmean(v) * c for (_, v), c in zip(best, counts, strict=True)) / sum(counts)
-        rows = [json.loads(r) for r, _ in best]
+        predicted = total / len(self.sizes)
         if predicted < top + math.log(TABLE_MARGIN) or all(r == rows[0] for r in rows):
             return None
         return {

@@ -164,11 +164,15 @@ def render_table(
     rows: list[dict],
     values: dict[str, int],
     key: str | None = None,
+    limits2: list[int | None] | None = None,
+    key2: str | None = None,
 ) -> str:
     """`code` choosing per-call tunables from a table by problem size: `key`, an expression over the
     launcher's arguments (`scores.shape[1]`, see sizekeys.py), else the largest tensor argument's
-    element count. rows[i] serves sizes up to limits[i] (None: the rest). Other tunables take
-    `values`. A one-row table renders as plain literals."""
+    element count. rows[i] serves sizes up to limits[i] (None: the rest) and, with a second level
+    (`key2`, e.g. the token count), second sizes up to limits2[i]; the first row admitting both
+    serves. Other tunables take `values`. A one-row table renders as plain literals."""
+    two = key is not None and key2 is not None and limits2 is not None and any(x is not None for x in limits2)
     per_call = [t for t in tunables if t.per_call and any(t.key in r for r in rows)]
     if len(rows) == 1 or not per_call:
         return render(code, tunables, {**values, **(rows[0] if rows else {})})
@@ -201,7 +205,7 @@ def render_table(
         params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
         if a.vararg:
             params.append("*" + a.vararg.arg)
-        args = key if key is not None else ", ".join(params)
+        args = f"{key}, {key2}" if two else key if key is not None else ", ".join(params)
         at = offsets[first.lineno - 1]
         edits.append((at, at, f"{indent}_ks_cfg = _ks_config({args})\n"))
     head = funcs[scopes[0]]
@@ -211,10 +215,25 @@ def render_table(
         start -= 1  # keep comments attached to the def (e.g. a `# kernelsmith: hotspot` mark)
     # Every row sets every tabled value (one a row leaves out keeps `values`, else the base).
     full = [{t.key: row.get(t.key, values.get(t.key, t.base)) for t in per_call} for row in rows]
-    table = "".join(
-        f"    ({limit!r}, {{{', '.join(f'{names[k]!r}: {v}' for k, v in row.items())}}}),\n"
-        for limit, row in zip(limits, full, strict=True)
-    )
+    configs = [f"{{{', '.join(f'{names[k]!r}: {v}' for k, v in row.items())}}}" for row in full]
+    if two:
+        table = "".join(
+            f"    (({limit!r}, {limit2!r}), {config}),\n"
+            for limit, limit2, config in zip(limits, limits2, configs, strict=True)
+        )
+        head = (
+            f"# kernelsmith: launch configurations by {key}, then by {key2}\n"
+            "# (what they depend on); each row is ((first up to, second up to), config),\n"
+            "# the first row admitting both sizes serves (None: any size).\n"
+            f"_KS_CONFIGS = (\n{table})\n\n\n"
+            "def _ks_config(size, size2):\n"
+            "    for (limit, limit2), config in _KS_CONFIGS:\n"
+            "        if (limit is None or size <= limit) and (limit2 is None or size2 <= limit2):\n"
+            "            return config\n"
+            "    return _KS_CONFIGS[-1][1]\n\n\n"
+        )
+        return _apply(data, [*edits, (offsets[start - 1], offsets[start - 1], head)])
+    table = "".join(f"    ({limit!r}, {config}),\n" for limit, config in zip(limits, configs, strict=True))
     if key is not None:
         head = (
             f"# kernelsmith: launch configurations by {key} (what they depend on);\n"
@@ -237,7 +256,10 @@ def render_table(
         "            return config\n"
         "    return _KS_CONFIGS[-1][1]\n\n\n"
     )
-    edits.append((offsets[start - 1], offsets[start - 1], helper))
+    return _apply(data, [*edits, (offsets[start - 1], offsets[start - 1], helper)])
+
+
+def _apply(data: bytes, edits: list[tuple[int, int, str]]) -> str:
     for s, e, text in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
         data = data[:s] + text.encode() + data[e:]
     return data.decode()
