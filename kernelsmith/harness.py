@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-# Default (atol, rtol) by output dtype name (DESIGN.md, pinned details).
+# Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
 DEFAULT_TOLERANCE = {
     "float64": {"atol": 1e-7, "rtol": 1e-7},
     "float32": {"atol": 1e-4, "rtol": 1e-4},
@@ -26,7 +26,7 @@ DEFAULT_TOLERANCE = {
 
 @dataclass
 class Harness:
-    """A validated harness module (see DESIGN.md: Harness module)."""
+    """A validated harness module (see docs/design.md: Harness module)."""
 
     path: Path
     module: Any

@@ -112,7 +112,7 @@ def check_tolerance(p: Probe, h, where: str, b: torch.Tensor, e: torch.Tensor) -
     p.expect(used <= 0.5, "tolerance", f"{where}: the base's error uses {used:.0%} of the {name} tolerance",
              "a candidate that rounds slightly differently would fail: compute the reference as the kernel "
              f"rounds, or loosen TOLERANCE['{name}']")
-    if name in h.tolerance:  # the defaults are pinned (DESIGN.md); an override is the harness's choice
+    if name in h.tolerance:  # the defaults are pinned (docs/design.md); an override is the harness's choice
         floor = torch.finfo(b.dtype).eps * float(ee.abs().max())
         base_err = max(float(err.max()), floor, 1e-30)
         room = atol + rtol * float(ee.abs().mean())

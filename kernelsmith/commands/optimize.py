@@ -44,8 +44,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--exploit",
         type=float,
-        default=0.7,
-        help="share of parents drawn from the elites rather than the diversity grid",
+        default=None,
+        help="share of parents drawn from the elites rather than the diversity grid (default 0.7; "
+        "a resumed run keeps its own)",
     )
     p.add_argument(
         "--stagnation",
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--budget", "must be at least 1")
     if args.minutes is not None and args.minutes <= 0:
         raise ConfigError("--minutes", "must be positive")
-    if not 0.0 <= args.exploit <= 1.0:
+    if args.exploit is not None and not 0.0 <= args.exploit <= 1.0:
         raise ConfigError("--exploit", "must be between 0 and 1")
     if args.replay is not None:
         if args.mutator is not None:

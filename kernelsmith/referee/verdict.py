@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-# Every named rejection (DESIGN.md, pinned details), in the order a verdict reports them first.
+# Every named rejection (docs/design.md, Pinned details), in the order a verdict reports them first.
 REJECTIONS = (
     "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout",
     "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
@@ -14,8 +14,6 @@ REJECTIONS = (
     "precision_downgrade", "input_mutation", "dtype_mismatch", "shape_mismatch", "unwritten_output",
     "nondeterministic", "incorrect", "wrong_on_fresh_shape",
 )
-# Rejections that are integrity failures rather than plain errors or wrong answers.
-ERRORS = {"malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout"}
 
 NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity only)."
 
@@ -54,7 +52,7 @@ SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", 
 
 @dataclass
 class Verdict:
-    """What the referee decided about one candidate (DESIGN.md: Verdict JSON)."""
+    """What the referee decided about one candidate (docs/design.md, Pinned details: Verdict JSON)."""
 
     accepted: bool
     correct: bool
@@ -91,7 +89,7 @@ class Verdict:
     def to_json(self) -> dict:
         """The verdict as JSON-serialisable data (non-finite floats become null).
 
-        Every shape carries DESIGN.md's per-shape keys; those not measured (no timing) are null.
+        Every shape carries the per-shape keys of docs/design.md; those not measured (no timing) are null.
         """
         data = _clean(asdict(self))
         data["shapes"] = [{**dict.fromkeys(SHAPE_KEYS), **s} for s in data.get("shapes") or []]

@@ -252,7 +252,7 @@ class Evaluator:
         self._store(row, verdict, "full" if full else "screen")
         return True
 
-    def _store(self, row: dict, verdict, timing: str, awaiting_full: bool = False) -> None:
+    def _store(self, row: dict, verdict, timing: str) -> None:
         data = verdict.to_json()
         g = data.get("geomean_speedup") or 0.0
         # The bootstrap outside the lock (a fraction of a second): only for what could raise the bar.
@@ -260,14 +260,12 @@ class Evaluator:
         with self.lock:
             if self._closing:
                 return
-            self.archive.set_verdict(
-                row["id"], data, verdict.feedback(), timing=timing, awaiting_full=awaiting_full
-            )
+            self.archive.set_verdict(row["id"], data, verdict.feedback(), timing=timing)
             if data.get("device") and not self.device_info:
                 self.device_info = data["device"]
             if win:
                 self.best = max(self.best, g)
-        if self.on_verdict is not None and not awaiting_full:
+        if self.on_verdict is not None:
             self.on_verdict(row, data, timing)
 
     def summary(self) -> list[dict]:

@@ -24,6 +24,7 @@ from .progress import Progress
 from .selection import Population, SelectionConfig
 
 DEFAULT_BUDGET = 40
+DEFAULT_EXPLOIT = 0.7
 PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
 FINAL_SEED_OFFSET = 1_000_003  # the winner is re-measured on inputs no earlier evaluation saw
 
@@ -44,7 +45,7 @@ class SearchConfig:
     resume: bool = False
     seed: int = 0
     islands: int | None = None
-    exploit: float = 0.7
+    exploit: float | None = None  # None: DEFAULT_EXPLOIT, or what a resumed run's run.json holds
     stagnation: int | None = None
     progress: bool = True
     targets: str | None = None
@@ -93,6 +94,7 @@ def _resolve(config: SearchConfig):
             run["budget"] = config.budget
         if config.minutes is not None:
             run["minutes"] = config.minutes
+        _resume_layout(run, config, out)
         return task, rd.path, run, run["device"], run["gpus"]
     try:
         device = resolve_device(config.device)
@@ -133,11 +135,34 @@ def _resolve(config: SearchConfig):
         argv=config.argv,
     )
     run["command"] = config.command
+    # The population's layout and the stop rule, so a --resume without the same flags keeps them.
+    run["islands"] = config.islands or _default_islands(budget)
+    run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    run["stagnation"] = config.stagnation  # None: from the budget
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "run.json", run)
     return task, out.resolve(), run, device, gpus
+
+
+def _default_islands(budget: int | None) -> int:
+    return max(1, min(4, (budget or DEFAULT_BUDGET) // 10))
+
+
+def _resume_layout(run: dict, config: SearchConfig, out: Path) -> None:
+    """Islands, exploit share and stagnation of a resumed run: run.json's, unless a flag says
+    otherwise (exploit and stagnation may change; the island count may not)."""
+    recorded = run.get("islands")
+    if recorded is None:  # a run.json written before these were recorded: the flags, as then
+        run["islands"] = config.islands or _default_islands(run.get("budget"))
+    elif config.islands is not None and config.islands != recorded:
+        raise ConfigError(out / "run.json", f"the run has {recorded} islands; resume it without "
+                          f"--islands or with --islands {recorded}", "islands")
+    if config.exploit is not None or "exploit" not in run:
+        run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    if config.stagnation is not None or "stagnation" not in run:
+        run["stagnation"] = config.stagnation
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
@@ -191,9 +216,9 @@ class Search:
         self.minutes = self.run.get("minutes")
         self.archive = Archive(self.path / "archive.sqlite")
         self.timed = self.device == "cuda"
-        n_islands = config.islands or max(1, min(4, (self.budget or DEFAULT_BUDGET) // 10))
         self.population = Population(
-            SelectionConfig(islands=n_islands, exploit=config.exploit), self.task.base_code
+            SelectionConfig(islands=int(self.run["islands"]), exploit=float(self.run["exploit"])),
+            self.task.base_code,
         )
         # Proposals per generation; with PIPELINE generations in flight each GPU has two queued.
         self.batch = config.batch or max(2, len(self.gpus))
@@ -206,7 +231,7 @@ class Search:
             sweep_seed=self.seed if sweep else None,
         )
         # A sweep visits the whole grid: no stagnation stop.
-        self.stagnation = float("inf") if sweep else config.stagnation or max(12, (3 * hint) // 4)
+        self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 

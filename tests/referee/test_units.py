@@ -24,7 +24,7 @@ def test_verdict_roundtrip_and_reason_order():
     assert v.violations == ["no_kernel_launch", "reference_call"]
     data = v.to_json()
     assert data["shapes"][0]["max_abs_err"] is None  # JSON has no NaN
-    # DESIGN.md's per-shape keys are always there; unmeasured ones (no timing) are null.
+    # docs/design.md's per-shape keys are always there; unmeasured ones (no timing) are null.
     assert {"baseline_ms", "candidate_ms", "speedup", "ci95"} <= set(data["shapes"][0])
     assert data["shapes"][0]["speedup"] is None
     back = Verdict.from_json({**data, "something_new": 3})
