@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..referee.verdict import is_noisy
+
 DEFAULT_MIN_GAIN = 1.02  # two referee measurements, each within the ±1% A/A control
 
 
@@ -29,7 +31,7 @@ class Step:
 
 
 def _noisy(row: dict) -> bool:
-    return bool(((row.get("verdict") or {}).get("timing") or {}).get("noisy"))
+    return is_noisy(row.get("verdict"))
 
 
 def _timed(row: dict) -> bool:

@@ -308,9 +308,11 @@ class Archive:
 
 
 def _timing_of(verdict: dict) -> str:
+    from ..referee.verdict import fully_measured
+
     if not verdict.get("timed"):
         return "none"
-    return "full" if (verdict.get("timing") or {}).get("aa_ratio") is not None else "screen"
+    return "full" if fully_measured(verdict) else "screen"
 
 
 def _decode(row: sqlite3.Row) -> dict:

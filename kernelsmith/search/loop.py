@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
+from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
 from ..rundir import default_run_dir, load_run, run_json, write_json
 from .archive import Archive, code_hash
 from .mutators import Proposal
@@ -275,8 +276,7 @@ class Search:
     def _settled(self, row: dict, verdict: dict, timing: str) -> None:
         from .prompt import status_line
 
-        best = verdict.get("geomean_speedup") if verdict.get("accepted") and timing == "full" else None
-        noisy = (verdict.get("timing") or {}).get("noisy")
+        noisy = is_noisy(verdict)
         summary = status_line({"status": "evaluated", "verdict": verdict}) + (
             f" [{timing}]" if self.timed else ""
         )
@@ -289,7 +289,7 @@ class Search:
             summary + (" (noisy)" if noisy else ""),
             evaluated=True,
             accepted=bool(verdict.get("accepted")),
-            best=None if noisy else best,
+            best=trusted_speedup(verdict, timing),
             generation=row.get("generation"),
         )
 
@@ -375,12 +375,7 @@ class Search:
         rows = self.archive.where("accepted=1 AND mutator!='base'")
         if not self.timed:
             return float(len({r["code_hash"] for r in rows}))  # progress = new distinct accepted code
-        good = [
-            r["speedup"]
-            for r in rows
-            if r["timing"] == "full" and r["speedup"] and not (r["verdict"].get("timing") or {}).get("noisy")
-        ]
-        return max(good, default=None)
+        return max(filter(None, map(row_trusted_speedup, rows)), default=None)
 
     def _should_stop(self, evaluator, since: int) -> str | None:
         """Why no further generation is proposed, or None."""
