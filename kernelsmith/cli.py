@@ -47,7 +47,7 @@ def _sandbox_for(args) -> None:
         # broker process (search/mutators/broker.py); then every credential leaves this process's
         # environment and /proc/self/environ.
         if _uses_llm(args):
-            from .search.mutators.broker import start_from_environment
+            from .search.mutators.llm_settings import start_from_environment
 
             start_from_environment()
         sandbox.drop_secrets_from_environ()

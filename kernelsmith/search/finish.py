@@ -21,7 +21,7 @@ from ..rundir import write_json, write_text
 from .archive import rejected_counts
 from .edits import unified_diff
 from .evidence import ci_seed, judge
-from .loop import FINAL_SEED_OFFSET
+from .seeds import FINAL_SEED_OFFSET
 
 SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
 

@@ -10,8 +10,6 @@ the proposal sequence given the same verdicts, however many GPUs evaluate and ho
 
 from __future__ import annotations
 
-import hashlib
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +20,12 @@ from ..rundir import default_run_dir, load_run, run_json, write_json
 from .archive import Archive, code_hash
 from .mutators import Proposal
 from .progress import Progress
+from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
 PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
-FINAL_SEED_OFFSET = 1_000_003  # the winner is re-measured on inputs no earlier evaluation saw
 
 
 @dataclass
@@ -61,12 +59,6 @@ class SearchConfig:
     command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
-
-
-def slot_rng(seed: int, generation: int, slot: int) -> random.Random:
-    """The random generator of one proposal slot (independent of evaluation order)."""
-    digest = hashlib.sha256(f"{seed}/{generation}/{slot}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
 
 
 def _resolve(config: SearchConfig):
