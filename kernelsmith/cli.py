@@ -54,9 +54,11 @@ def _sandbox_for(args) -> None:
 
 
 def _uses_llm(args) -> bool:
+    from .search.mutators import uses_llm
+
     if args.command == "optimize":
-        return args.mutator in (None, "llm", "all") and args.replay is None
-    return args.command == "bench" and args.mutator in ("llm", "all")
+        return uses_llm(args.mutator) and args.replay is None
+    return args.command == "bench" and args.mutator is not None and uses_llm(args.mutator)
 
 
 def main(argv: list[str] | None = None) -> int:

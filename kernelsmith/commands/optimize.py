@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-
-MUTATORS = ("params", "llm", "rewrite", "all", "grid")
+from ..search import mutators
 
 
 def register(subparsers) -> None:
@@ -26,9 +25,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--mutator",
         default=None,
-        choices=MUTATORS,
-        help="params (no LLM), llm, rewrite (structural rewrites, no LLM), all (all three; the default), "
-        "or grid (plain sweep, a baseline)",
+        choices=mutators.CHOICES,
+        help=mutators.CHOICES_HELP,
     )
     p.add_argument(
         "--replay",
@@ -103,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         budget=args.budget,
         minutes=args.minutes,
-        mutator=args.mutator or "all",
+        mutator=args.mutator or mutators.DEFAULT,
         gpus=_gpus(args.gpus),
         device=args.device,
         resume=args.resume,

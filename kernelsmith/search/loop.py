@@ -18,7 +18,8 @@ from ..errors import ConfigError, KernelsmithError
 from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
 from ..rundir import default_run_dir, load_run, run_json, write_json
 from .archive import Archive, code_hash
-from .mutators import Proposal
+from .mutators import DEFAULT as DEFAULT_MUTATOR
+from .mutators import Mutator, Proposal, members
 from .progress import Progress
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
@@ -38,7 +39,7 @@ class SearchConfig:
     out: str | None = None
     budget: int | None = None
     minutes: float | None = None
-    mutator: str = "all"
+    mutator: str = DEFAULT_MUTATOR
     gpus: list[int] | None = None
     device: str = "auto"
     resume: bool = False
@@ -159,7 +160,7 @@ def _resume_layout(run: dict, config: SearchConfig, out: Path) -> None:
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
-                   sweep_seed: int | None = None) -> list:
+                   sweep_seed: int | None = None) -> list[Mutator]:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
     the grid of `kernelsmith sweep`, every point once in that seed's order."""
     from .mutators.llm import LLMMutator, llm_settings
@@ -181,13 +182,14 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     if name == "grid":
         return [GridMutator(task, device=device, budget_hint=budget_hint)]
     out = []
-    if name in ("params", "all"):
+    chosen = members(name)
+    if "params" in chosen:
         out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
-    if name in ("rewrite", "all"):
+    if "rewrite" in chosen:
         from .mutators.rewrite import RewriteMutator
 
         out.append(RewriteMutator(task, note=note))
-    if name in ("llm", "all"):
+    if "llm" in chosen:
         settings = llm_settings()
         if settings.problem is None:
             out.append(LLMMutator(task, settings, device=device))
