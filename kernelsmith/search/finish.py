@@ -16,6 +16,7 @@ import hashlib
 import time
 from pathlib import Path
 
+from ..errors import KernelsmithError
 from ..referee.verdict import is_noisy, row_trusted_speedup
 from ..rundir import write_json, write_text
 from .archive import rejected_counts
@@ -234,3 +235,13 @@ def finish(search, evaluator, started: float) -> dict:
     write_json(path / "result.json", result)
     render_all(load_run(path))
     return result
+
+
+def record_state(run_dir: Path, progress) -> None:
+    """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
+    from ..state import record_run_dir
+
+    try:
+        record_run_dir(run_dir)
+    except (KernelsmithError, OSError) as e:  # the run itself is complete and stays valid
+        progress.note(f"warning: could not record the run in the state file: {e}")

@@ -16,16 +16,14 @@ from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
 from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
-from ..rundir import default_run_dir, load_run, run_json, write_json
 from .archive import Archive, code_hash
 from .mutators import DEFAULT as DEFAULT_MUTATOR
 from .mutators import Mutator, Proposal, members
 from .progress import Progress
+from .resolve import DEFAULT_BUDGET, resolve_run
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
 
-DEFAULT_BUDGET = 40
-DEFAULT_EXPLOIT = 0.7
 PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
 
 
@@ -62,103 +60,6 @@ class SearchConfig:
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
 
 
-def _resolve(config: SearchConfig):
-    """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run."""
-    from ..referee.backend import cuda_available, resolve_device
-    from ..task import load_task
-
-    out = Path(config.out) if config.out else None
-    if config.resume:
-        if out is None:
-            raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
-        rd = load_run(out)
-        run = rd.run
-        if run.get("command", "optimize") != config.command:
-            raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
-                              f"that command, not {config.command}", "command")
-        task = load_task(run["target"], run["op"], checkout=run["checkout"])
-        if task.base_sha != run["base_sha"]:
-            raise ConfigError(
-                out / "run.json",
-                f"checkout {run['checkout']} moved from base {run['base_sha']} "
-                f"to {task.base_sha}; start a new run",
-                "base_sha",
-            )
-        if config.budget is not None:
-            run["budget"] = config.budget
-        if config.minutes is not None:
-            run["minutes"] = config.minutes
-        _resume_layout(run, config, out)
-        return task, rd.path, run, run["device"], run["gpus"]
-    try:
-        device = resolve_device(config.device)
-    except ValueError as e:
-        raise ConfigError("--device", str(e)) from None
-    if device == "cuda" and not cuda_available():
-        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
-    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
-    if device == "cuda":
-        import torch
-
-        count = torch.cuda.device_count()
-        gpus = config.gpus if config.gpus is not None else list(range(count))
-        bad = [g for g in gpus if g >= count]
-        if bad:
-            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
-    else:
-        gpus = [None]  # the interpreter: one worker on the CPU
-    out = out or default_run_dir(task.target.name, task.operator.name)
-    if (out / "archive.sqlite").exists() or (out / "run.json").exists():
-        raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
-    budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
-    if config.command == "sweep":
-        budget = config.budget  # None: until the grid is done (or --minutes)
-    replay = None
-    if config.replay is not None:
-        from .mutators.replay import load_replay
-
-        replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
-    run = run_json(
-        task,
-        seed=config.seed,
-        budget=budget,
-        minutes=config.minutes,
-        mutator=config.mutator,
-        device=device,
-        gpus=gpus,
-        argv=config.argv,
-    )
-    run["command"] = config.command
-    # The population's layout and the stop rule, so a --resume without the same flags keeps them.
-    run["islands"] = config.islands or _default_islands(budget)
-    run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
-    run["stagnation"] = config.stagnation  # None: from the budget
-    if replay is not None:
-        run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "run.json", run)
-    return task, out.resolve(), run, device, gpus
-
-
-def _default_islands(budget: int | None) -> int:
-    return max(1, min(4, (budget or DEFAULT_BUDGET) // 10))
-
-
-def _resume_layout(run: dict, config: SearchConfig, out: Path) -> None:
-    """Islands, exploit share and stagnation of a resumed run: run.json's, unless a flag says
-    otherwise (exploit and stagnation may change; the island count may not)."""
-    recorded = run.get("islands")
-    if recorded is None:  # a run.json written before these were recorded: the flags, as then
-        run["islands"] = config.islands or _default_islands(run.get("budget"))
-    elif config.islands is not None and config.islands != recorded:
-        raise ConfigError(out / "run.json", f"the run has {recorded} islands; resume it without "
-                          f"--islands or with --islands {recorded}", "islands")
-    if config.exploit is not None or "exploit" not in run:
-        run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
-    if config.stagnation is not None or "stagnation" not in run:
-        run["stagnation"] = config.stagnation
-
-
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
                    sweep_seed: int | None = None) -> list[Mutator]:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
@@ -172,7 +73,6 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
         grid = SweepGrid(task, device=device, seed=sweep_seed, budget_hint=budget_hint)
         note(f"sweep: {grid.describe_grid()}")
         return [grid]
-
     if name == "replay":
         from .mutators.replay import ReplayMutator
 
@@ -205,7 +105,7 @@ class Search:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.task, self.path, self.run, self.device, self.gpus = _resolve(config)
+        self.task, self.path, self.run, self.device, self.gpus = resolve_run(config)
         self.seed = int(self.run["seed"])
         self.budget = self.run.get("budget")
         self.minutes = self.run.get("minutes")
@@ -424,20 +324,10 @@ class Search:
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
-def _record_state(run_dir: Path, progress) -> None:
-    """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from ..state import record_run_dir
-
-    try:
-        record_run_dir(run_dir)
-    except (KernelsmithError, OSError) as e:  # the run itself is complete and stays valid
-        progress.note(f"warning: could not record the run in the state file: {e}")
-
-
 def optimize(config: SearchConfig) -> dict:
     """Run or resume a search; returns result.json's content (winner null when none)."""
     from .evaluator import Evaluator
-    from .finish import finish
+    from .finish import finish, record_state
 
     search = Search(config)
     progress = search.progress
@@ -494,7 +384,7 @@ def optimize(config: SearchConfig) -> dict:
         search.search(evaluator, started)
         progress.note(f"search stopped: {search.stop_reason}")
         result = finish(search, evaluator, started)
-        _record_state(search.path, progress)
+        record_state(search.path, progress)
         return result
     finally:
         progress.close()

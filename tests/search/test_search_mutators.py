@@ -39,8 +39,8 @@ def test_the_cli_choices_come_from_the_registry():
 def test_every_built_mutator_is_a_mutator_named_by_the_registry(monkeypatch):
     monkeypatch.setenv("KERNELSMITH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("KERNELSMITH_LLM_MODEL", "scripted")
-    task = make_task(load_target(ROOT / "targets" / "demo.yaml"), "silu_and_mul", ROOT / "examples" / "miniserve",
-                     "0" * 40)
+    target = load_target(ROOT / "targets" / "demo.yaml")
+    task = make_task(target, "silu_and_mul", ROOT / "examples" / "miniserve", "0" * 40)
     notes = []
     for choice in mutators.CHOICES:
         built = build_mutators(choice, task, "interpret", 12, notes.append)
