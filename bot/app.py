@@ -24,7 +24,7 @@ from kernelsmith.errors import KernelsmithError
 from kernelsmith.state import entry, load_state, save_state, set_ignored, staleness
 
 from . import dashboard, prs
-from .commands import HELP, CommandError, parse_command
+from .commands import HELP, CommandError, addresses_bot, parse_command
 from .rebase import RebaseCommand
 from .stage_publish import PublishStage
 from .work import Reply, WorkItem  # noqa: F401 (named here too: bot.cli, tests)
@@ -216,7 +216,7 @@ class Bot(RebaseCommand, PublishStage):
         user = (comment.get("user") or {})
         if payload.get("action") != "created" or user.get("type") == "Bot":
             return []
-        if parse_command_safe(comment.get("body")) is None:
+        if not addresses_bot(comment.get("body")):
             return []
         repo_name = (payload.get("repository") or {}).get("full_name") or self.env.repository
         repo = self.auth.repo(repo_name)
@@ -304,14 +304,6 @@ class Bot(RebaseCommand, PublishStage):
             header = comment.body.split("\n\n", 1)[0]
             self._replies[key] = Reply(issue, header, comment)
         return self._replies[key]
-
-
-def parse_command_safe(body: str | None):
-    """Like parse_command, but an invalid command still counts as addressed (returns True)."""
-    try:
-        return parse_command(body)
-    except CommandError:
-        return True
 
 
 def _quote_cmd(body: str | None) -> str:
