@@ -41,6 +41,10 @@ class Harness:
     reference: Callable[..., Any]
     bytes_moved: Callable[[dict], int] | None = None
     flops: Callable[[dict], int] | None = None
+    # How to call a loaded module (`bind(module)`: KernelBench tasks, whose entry is a class).
+    bind: Callable[[Any], Callable] | None = None
+    # The base is a pure library call (KernelBench): it is the reference itself, with zero error.
+    library_base: bool = False
     extra: dict = field(default_factory=dict)
 
     def shapes_for(self, device: str) -> list[dict]:
@@ -144,4 +148,6 @@ def load_harness(path: str | Path) -> Harness:
         reference=_callable(module, path, "reference", True),
         bytes_moved=_callable(module, path, "bytes_moved", False),
         flops=_callable(module, path, "flops", False),
+        bind=_callable(module, path, "bind", False),
+        library_base=bool(getattr(module, "LIBRARY_BASE", False)),
     )
