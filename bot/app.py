@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelsmith.config import Target, load_target, targets_dir
@@ -24,9 +24,10 @@ from kernelsmith.errors import KernelsmithError
 from kernelsmith.state import entry, load_state, save_state, set_ignored, staleness
 
 from . import dashboard, prs
-from .commands import HELP, CommandError, parse_command
+from .commands import HELP, CommandError, addresses_bot, parse_command
 from .rebase import RebaseCommand
 from .stage_publish import PublishStage
+from .work import Reply, WorkItem  # noqa: F401 (named here too: bot.cli, tests)
 
 DEFAULT_OP_MINUTES = 30.0
 DEFAULT_RUN_MINUTES = 60.0
@@ -57,44 +58,6 @@ class ActionsEnv:
                    event_path=env.get("GITHUB_EVENT_PATH"), step_summary=env.get("GITHUB_STEP_SUMMARY"),
                    output=env.get("GITHUB_OUTPUT"),
                    run_url=f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else None)
-
-
-class Reply:
-    """The bot's one answer to a command comment, edited as the work progresses."""
-
-    def __init__(self, issue, header: str, comment=None):
-        self.issue, self.header, self.comment = issue, header, comment
-
-    def set(self, status: str, text: str = "") -> None:
-        body = f"{self.header}\n\n{status}" + (f"\n\n{text}" if text else "")
-        if self.comment is None:
-            self.comment = self.issue.create_comment(body)
-        elif self.comment.body != body:
-            self.comment.edit(body)
-
-    def ref(self) -> dict:
-        """Enough to find this comment again in a later job."""
-        return {"issue": self.issue.number, "comment": self.comment.id if self.comment else None}
-
-
-@dataclass
-class WorkItem:
-    """One operator to optimize, verify and publish."""
-
-    target: str
-    op: str
-    budget: int | None = None
-    minutes: float | None = None
-    repo: str | None = None
-    reply: dict | None = None
-    source_hash: str | None = None
-    notes: list[str] = field(default_factory=list)
-    replay: str | None = None  # a rebase: the PR's winner diff, re-applied to the current base
-    pr: int | None = None      # the PR a rebase updates
-
-    @property
-    def slug(self) -> str:
-        return f"{self.target}-{self.op}"
 
 
 class Bot(RebaseCommand, PublishStage):
@@ -253,7 +216,7 @@ class Bot(RebaseCommand, PublishStage):
         user = (comment.get("user") or {})
         if payload.get("action") != "created" or user.get("type") == "Bot":
             return []
-        if parse_command_safe(comment.get("body")) is None:
+        if not addresses_bot(comment.get("body")):
             return []
         repo_name = (payload.get("repository") or {}).get("full_name") or self.env.repository
         repo = self.auth.repo(repo_name)
@@ -341,14 +304,6 @@ class Bot(RebaseCommand, PublishStage):
             header = comment.body.split("\n\n", 1)[0]
             self._replies[key] = Reply(issue, header, comment)
         return self._replies[key]
-
-
-def parse_command_safe(body: str | None):
-    """Like parse_command, but an invalid command still counts as addressed (returns True)."""
-    try:
-        return parse_command(body)
-    except CommandError:
-        return True
 
 
 def _quote_cmd(body: str | None) -> str:

@@ -117,3 +117,11 @@ def parse_command(body: str | None) -> Command | None:
             i += 2
         return Command("optimize", op, budget, minutes)
     raise CommandError("Unknown command.")
+
+
+def addresses_bot(body: str | None) -> bool:
+    """Whether a comment is a `/kernelsmith` command at all, valid or not."""
+    try:
+        return parse_command(body) is not None
+    except CommandError:
+        return True

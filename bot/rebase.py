@@ -13,7 +13,7 @@ from .commands import HELP
 from .publish import BRANCH_PREFIX, PublishError, read_marker
 
 if TYPE_CHECKING:
-    from .app import Reply
+    from .work import Reply
 
 
 class RebaseCommand:
@@ -43,9 +43,9 @@ class RebaseCommand:
 
     def _queue_rebase(self, reply: Reply, repo_name: str, target: Target, op, pr, marker: dict):
         """Read the PR's winner (its diff against the base it was made on) and queue its replay."""
-        from .app import WorkItem
         from .gitops import GitError
         from .remote import winner_diff
+        from .work import WorkItem
 
         if pr.head.repo is None or pr.head.repo.full_name != (target.fork or target.repo):
             reply.set(f"🚫 **not rebased**: PR #{pr.number} does not come from the bot's branch in "

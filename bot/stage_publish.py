@@ -17,7 +17,7 @@ from . import dashboard, prs
 from .publish import PublishError, write_summary
 
 if TYPE_CHECKING:
-    from .app import WorkItem
+    from .work import WorkItem
 
 
 def _now() -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .referee.verdict import row_trusted_speedup
+
 
 def progress_series(rows: list[dict]) -> tuple[list[int], list[float | None], list[float | None]]:
     """(evaluation index, candidate geomean or None, best full-measured geomean so far) per evaluation."""
@@ -14,11 +16,10 @@ def progress_series(rows: list[dict]) -> tuple[list[int], list[float | None], li
         if r["mutator"] == "base" or r["status"] != "evaluated" or (r.get("reason") == "malformed_proposal"):
             continue
         n += 1
-        v = r.get("verdict") or {}
         g = r.get("speedup") if r.get("accepted") else None
-        noisy = (v.get("timing") or {}).get("noisy")
-        if g is not None and r.get("timing") == "full" and not noisy:
-            best = g if best is None else max(best, g)
+        trusted = row_trusted_speedup(r)
+        if trusted is not None:
+            best = trusted if best is None else max(best, trusted)
         xs.append(n)
         ys.append(g)
         best_so_far.append(best)

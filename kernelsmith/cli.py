@@ -47,16 +47,18 @@ def _sandbox_for(args) -> None:
         # broker process (search/mutators/broker.py); then every credential leaves this process's
         # environment and /proc/self/environ.
         if _uses_llm(args):
-            from .search.mutators.broker import start_from_environment
+            from .search.mutators.llm_settings import start_from_environment
 
             start_from_environment()
         sandbox.drop_secrets_from_environ()
 
 
 def _uses_llm(args) -> bool:
+    from .search.mutators import uses_llm
+
     if args.command == "optimize":
-        return args.mutator in (None, "llm", "all") and args.replay is None
-    return args.command == "bench" and args.mutator in ("llm", "all")
+        return uses_llm(args.mutator) and args.replay is None
+    return args.command == "bench" and args.mutator is not None and uses_llm(args.mutator)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-# Default (atol, rtol) by output dtype name (DESIGN.md, pinned details).
+# Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
 DEFAULT_TOLERANCE = {
     "float64": {"atol": 1e-7, "rtol": 1e-7},
     "float32": {"atol": 1e-4, "rtol": 1e-4},
@@ -26,7 +26,7 @@ DEFAULT_TOLERANCE = {
 
 @dataclass
 class Harness:
-    """A validated harness module (see DESIGN.md: Harness module)."""
+    """A validated harness module (see docs/design.md: Harness module)."""
 
     path: Path
     module: Any
@@ -41,6 +41,10 @@ class Harness:
     reference: Callable[..., Any]
     bytes_moved: Callable[[dict], int] | None = None
     flops: Callable[[dict], int] | None = None
+    # How to call a loaded module (`bind(module)`: KernelBench tasks, whose entry is a class).
+    bind: Callable[[Any], Callable] | None = None
+    # The base is a pure library call (KernelBench): it is the reference itself, with zero error.
+    library_base: bool = False
     extra: dict = field(default_factory=dict)
 
     def shapes_for(self, device: str) -> list[dict]:
@@ -144,4 +148,6 @@ def load_harness(path: str | Path) -> Harness:
         reference=_callable(module, path, "reference", True),
         bytes_moved=_callable(module, path, "bytes_moved", False),
         flops=_callable(module, path, "flops", False),
+        bind=_callable(module, path, "bind", False),
+        library_base=bool(getattr(module, "LIBRARY_BASE", False)),
     )

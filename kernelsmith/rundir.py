@@ -1,4 +1,4 @@
-"""Run directories (DESIGN.md): run.json, archive.sqlite, winner/, result.json, report files."""
+"""Run directories (docs/design.md): run.json, archive.sqlite, winner/, result.json, report files."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def run_json(
     gpus: list,
     argv: list[str] | None,
 ) -> dict:
-    """The run.json record of a new run (interfaces.md lists the keys)."""
+    """The run.json record of a new run (docs/design.md, Run directory, lists the keys)."""
     return {
         "target": str(task.target.path),
         "op": task.operator.name,

@@ -11,8 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ConfigError
-
-MUTATORS = ("params", "llm", "rewrite", "all", "grid")
+from ..search import mutators
 
 
 def register(subparsers) -> None:
@@ -27,7 +26,8 @@ def register(subparsers) -> None:
     p.add_argument("tasks", metavar="TASKS_DIR", help="folder of KernelBench problem files")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--solutions", metavar="DIR", help="folder of solutions named like the problems")
-    how.add_argument("--mutator", choices=MUTATORS, help="run optimize on each task with this mutator")
+    how.add_argument("--mutator", choices=mutators.CHOICES,
+                     help="run optimize on each task with this mutator")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "interpret"))
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
                    help="precision of inputs and weights (KernelBench's default: float32)")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-
-MUTATORS = ("params", "llm", "rewrite", "all", "grid")
+from ..search import mutators
 
 
 def register(subparsers) -> None:
@@ -26,9 +25,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--mutator",
         default=None,
-        choices=MUTATORS,
-        help="params (no LLM), llm, rewrite (structural rewrites, no LLM), all (all three; the default), "
-        "or grid (plain sweep, a baseline)",
+        choices=mutators.CHOICES,
+        help=mutators.CHOICES_HELP,
     )
     p.add_argument(
         "--replay",
@@ -44,8 +42,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--exploit",
         type=float,
-        default=0.7,
-        help="share of parents drawn from the elites rather than the diversity grid",
+        default=None,
+        help="share of parents drawn from the elites rather than the diversity grid (default 0.7; "
+        "a resumed run keeps its own)",
     )
     p.add_argument(
         "--stagnation",
@@ -86,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--budget", "must be at least 1")
     if args.minutes is not None and args.minutes <= 0:
         raise ConfigError("--minutes", "must be positive")
-    if not 0.0 <= args.exploit <= 1.0:
+    if args.exploit is not None and not 0.0 <= args.exploit <= 1.0:
         raise ConfigError("--exploit", "must be between 0 and 1")
     if args.replay is not None:
         if args.mutator is not None:
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         budget=args.budget,
         minutes=args.minutes,
-        mutator=args.mutator or "all",
+        mutator=args.mutator or mutators.DEFAULT,
         gpus=_gpus(args.gpus),
         device=args.device,
         resume=args.resume,

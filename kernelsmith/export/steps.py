@@ -1,9 +1,10 @@
 """Which steps of an evolution archive become training data.
 
 A step is one archive row (the child) with the row it was proposed from (the parent). Rules:
-- a first step (the parent is the base) is kept when the child was accepted (correct and clean);
-- a later step is kept only when the child was accepted and is faster than its parent: both timed
-  (a verdict with timing, not marked noisy) and child speedup / parent speedup >= `min_gain`.
+- a step is kept only when the child was accepted (correct and clean) and is faster than its
+  parent: both timed (a verdict with timing, not marked noisy) and child speedup / parent speedup
+  >= `min_gain`, the base counting as 1.0 (so a first step that made the kernel slower is dropped);
+- the one exception: a first step (the parent is the base) whose child was not timed at all.
 Runs without timing (the Triton interpreter) have no speedups, so none of their later steps is
 "faster": from them only accepted first steps are kept. Rejected parents, duplicates, malformed
 and pending proposals never make a step.
@@ -12,6 +13,8 @@ and pending proposals never make a step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..referee.verdict import is_noisy
 
 DEFAULT_MIN_GAIN = 1.02  # two referee measurements, each within the ±1% A/A control
 
@@ -28,12 +31,17 @@ class Step:
 
 
 def _noisy(row: dict) -> bool:
-    return bool(((row.get("verdict") or {}).get("timing") or {}).get("noisy"))
+    return is_noisy(row.get("verdict"))
 
 
 def _timed(row: dict) -> bool:
     verdict = row.get("verdict") or {}
     return row.get("speedup") is not None and bool(verdict.get("timed", True)) and not _noisy(row)
+
+
+def _untimed(row: dict) -> bool:
+    """No timing was done for this row (an interpreter run), as opposed to a timed verdict."""
+    return not (row.get("verdict") or {}).get("timed", row.get("speedup") is not None)
 
 
 def step_gain(parent: dict, child: dict) -> float | None:
@@ -78,19 +86,20 @@ def select_steps(rows: list[dict], min_gain: float = DEFAULT_MIN_GAIN) -> tuple[
             continue
         inspirations = [by_id[i] for i in row.get("inspiration_ids") or [] if i in by_id]
         gain = step_gain(parent, row)
-        if parent.get("mutator") == "base":
+        first = parent.get("mutator") == "base"
+        if first and _untimed(row):
             kept.append(Step(parent, row, "first", gain, inspirations))
             continue
-        if not parent.get("accepted"):
+        if not first and not parent.get("accepted"):
             drop("parent_rejected")
-        elif _noisy(row) or _noisy(parent):
+        elif _noisy(row) or (not first and _noisy(parent)):
             drop("noisy")
         elif gain is None:
             drop("untimed")
         elif gain < min_gain:
             drop("not_faster")
         else:
-            kept.append(Step(parent, row, "improve", gain, inspirations))
+            kept.append(Step(parent, row, "first" if first else "improve", gain, inspirations))
     return kept, dropped
 
 

@@ -122,7 +122,7 @@ class Session(ListedInputs):
             self.base_mod = load_operator_module(self.root, self.file, tag="base", stubs=self.stubs)
         self.base_import = rec
         # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
-        self.bind = getattr(self.harness.module, "bind", None)
+        self.bind = self.harness.bind
         self.base_fn = self._entry_fn(self.base_mod)
         if not callable(self.base_fn):
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
@@ -447,7 +447,7 @@ class Session(ListedInputs):
             msgs.append(self.fresh_outputs.finding)
         # Integrity is judged on everything observed, whether or not the answers were right.
         # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
-        library_base = code is not None and bool(getattr(self.harness.module, "LIBRARY_BASE", False))
+        library_base = code is not None and self.harness.library_base
         found = violations_vs_base(rec, base_rec, library_base=library_base, complete=out["correct"])
         for viol, msg in found:
             out["violations"].append(viol)

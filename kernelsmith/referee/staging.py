@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .timing import geomean
+from .verdict import is_contender
 
 SUBSET_SIZE = 3
 SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there
@@ -75,7 +76,7 @@ def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, 
             return _depth(out, "screen")
     mark("screen_timing")
     g = out["geomean_speedup"]
-    if out["violations"] or g is None or contender_at is None or g < contender_at:
+    if out["violations"] or not is_contender(g, contender_at):
         return _depth(out, "screen")
     out["details"]["screen_geomean"] = g
     timer("full", None, False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-# Every named rejection (DESIGN.md, pinned details), in the order a verdict reports them first.
+# Every named rejection (docs/design.md, Pinned details), in the order a verdict reports them first.
 REJECTIONS = (
     "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout",
     "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
@@ -14,10 +14,50 @@ REJECTIONS = (
     "precision_downgrade", "input_mutation", "dtype_mismatch", "shape_mismatch", "unwritten_output",
     "nondeterministic", "incorrect", "wrong_on_fresh_shape",
 )
-# Rejections that are integrity failures rather than plain errors or wrong answers.
-ERRORS = {"malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout"}
 
 NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity only)."
+# A candidate is a contender (gets the full measurement) when its all-shape screen geomean is at
+# least this share of the best measured win so far.
+CONTENDER_MARGIN = 1.0
+
+
+# The rules below are the only place the search, export, chart and report read "may this number be
+# trusted": verdicts and archive rows travel as JSON dicts, so they are plain functions over those.
+def is_noisy(verdict: dict | None) -> bool:
+    """The A/A control strayed past ±1%: the measurement is no evidence either way."""
+    return bool(((verdict or {}).get("timing") or {}).get("noisy"))
+
+
+def fully_measured(verdict) -> bool:
+    """The full interleaved measurement with its A/A control was done (a Verdict or its JSON)."""
+    timing = verdict.timing if isinstance(verdict, Verdict) else (verdict or {}).get("timing")
+    return (timing or {}).get("aa_ratio") is not None
+
+
+def trusted_speedup(verdict: dict | None, depth: str | None) -> float | None:
+    """The geomean speedup a decision may rest on: accepted, fully timed (`depth` "full", the
+    archive's timing column) and not noisy; else None."""
+    verdict = verdict or {}
+    if verdict.get("accepted") and depth == "full" and not is_noisy(verdict):
+        return verdict.get("geomean_speedup")
+    return None
+
+
+def row_trusted_speedup(row: dict) -> float | None:
+    """`trusted_speedup` read off an archive row (its accepted, timing and speedup columns)."""
+    verdict = {"accepted": row.get("accepted"), "geomean_speedup": row.get("speedup"),
+               "timing": (row.get("verdict") or {}).get("timing")}
+    return trusted_speedup(verdict, row.get("timing"))
+
+
+def contender_bar(best: float) -> float:
+    """The screen geomean from which a candidate is a contender, given the best measured win."""
+    return CONTENDER_MARGIN * best
+
+
+def is_contender(screen_geomean: float | None, bar: float | None) -> bool:
+    """Whether an all-shape screen geomean earns the full measurement (no bar: nobody does)."""
+    return screen_geomean is not None and bar is not None and screen_geomean >= bar
 
 
 def timing_depth(verdict: dict) -> str:
@@ -31,7 +71,7 @@ def timing_depth(verdict: dict) -> str:
     depth = (verdict.get("details") or {}).get("timing_depth") or (verdict.get("timing") or {}).get("mode")
     if depth in ("screen_subset", "screen", "full"):
         return depth
-    return "full" if (verdict.get("timing") or {}).get("aa_ratio") is not None else "screen"
+    return "full" if fully_measured(verdict) else "screen"
 
 
 def subset_geomean(verdict: dict) -> float | None:
@@ -54,7 +94,7 @@ SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", 
 
 @dataclass
 class Verdict:
-    """What the referee decided about one candidate (DESIGN.md: Verdict JSON)."""
+    """What the referee decided about one candidate (docs/design.md, Pinned details: Verdict JSON)."""
 
     accepted: bool
     correct: bool
@@ -91,7 +131,7 @@ class Verdict:
     def to_json(self) -> dict:
         """The verdict as JSON-serialisable data (non-finite floats become null).
 
-        Every shape carries DESIGN.md's per-shape keys; those not measured (no timing) are null.
+        Every shape carries the per-shape keys of docs/design.md; those not measured (no timing) are null.
         """
         data = _clean(asdict(self))
         data["shapes"] = [{**dict.fromkeys(SHAPE_KEYS), **s} for s in data.get("shapes") or []]

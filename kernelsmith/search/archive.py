@@ -6,7 +6,7 @@ updated with the verdict after it, so a run killed mid-evaluation finds its one 
 `--resume` and completed evaluations are never repeated. Writes commit immediately (autocommit);
 SQLite's journal makes each one atomic under kill -9.
 
-Columns (interfaces.md): id, parent_id, island, generation, mutator, code, diff, inspiration_ids
+Columns (docs/design.md): id, parent_id, island, generation, mutator, code, diff, inspiration_ids
 (JSON list), prompt, response, verdict (JSON), feedback, status ("pending" | "evaluated" |
 "duplicate"), speedup (geomean or NULL), accepted (0/1), code_hash, created_at, evaluated_at.
 Extra columns: params (JSON: the params mutator's configuration), timing ("none" | "screen" |
@@ -308,9 +308,11 @@ class Archive:
 
 
 def _timing_of(verdict: dict) -> str:
+    from ..referee.verdict import fully_measured
+
     if not verdict.get("timed"):
         return "none"
-    return "full" if (verdict.get("timing") or {}).get("aa_ratio") is not None else "screen"
+    return "full" if fully_measured(verdict) else "screen"
 
 
 def _decode(row: sqlite3.Row) -> dict:

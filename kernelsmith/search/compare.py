@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..referee.verdict import row_trusted_speedup
 from .efficiency import best_at, candidate_rows, curve, run_summary, time_to
 from .evidence import ci_seed, judge
 
@@ -36,7 +37,7 @@ def win_curve(rows: list[dict], seed: int) -> list[tuple[float, float]]:
     """efficiency.curve counting only full measurements that are measured wins."""
     best, claimable = 1.0, []
     for r in rows:
-        faster = r["timing"] == "full" and r["accepted"] and (r["speedup"] or 0.0) > best
+        faster = (row_trusted_speedup(r) or 0.0) > best  # a noisy one would fail judge() anyway
         # Judged only where it would raise the best so far (a bootstrap costs a fraction of a second).
         if faster and judge(r["verdict"] or {}, ci_seed(seed, r["id"]))["win"]:
             best = r["speedup"]

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..referee.verdict import timing_depth
+from ..referee.verdict import row_trusted_speedup, timing_depth
 from .archive import Archive
 
 
@@ -32,9 +32,7 @@ def curve(rows: list[dict]) -> list[tuple[float, float]]:
         if not r["eval_s"]:
             continue
         t += r["eval_s"]
-        v = r["verdict"] or {}
-        if r["accepted"] and r["timing"] == "full" and not (v.get("timing") or {}).get("noisy"):
-            best = max(best, r["speedup"] or 0.0)
+        best = max(best, row_trusted_speedup(r) or 0.0)
         out.append((t, best))
     return out
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..referee.verdict import Verdict
+from ..referee.verdict import Verdict, contender_bar, fully_measured, row_trusted_speedup, trusted_speedup
 from .archive import Archive
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
@@ -30,7 +30,6 @@ from .archive import Archive
 # 2026-11-30 (docs/benchmarks.md): screen and full agree within ~1.3%, and at 0.99 most full
 # measurements on a plateau changed nothing; 1.0 would have skipped 5-10 per run and missed only
 # gains of 0.3-0.7%, which the winner rule (the smallest change within 1%) ignores anyway.
-CONTENDER_MARGIN = 1.0
 POLL_S = 0.2
 
 
@@ -120,7 +119,7 @@ class Evaluator:
     def note_best(self, rows: list[dict]) -> None:
         """Seed the contender threshold from rows already in the archive (on resume)."""
         for r in sorted(rows, key=lambda r: -(r.get("speedup") or 0.0)):  # the fastest measured win
-            if (r.get("timing") == "full" and (r.get("speedup") or 0.0) > self.best and r.get("verdict")
+            if ((row_trusted_speedup(r) or 0.0) > self.best and r.get("verdict")
                     and _measured_win(r["verdict"], r["id"])):
                 self.best = r["speedup"]
                 break
@@ -246,28 +245,25 @@ class Evaluator:
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
-            bar = CONTENDER_MARGIN * self.best
+            bar = contender_bar(self.best)
         verdict = ref.evaluate(code, candidate_id=row["id"], timing="staged", contender_at=bar)
-        full = (verdict.timing or {}).get("aa_ratio") is not None
-        self._store(row, verdict, "full" if full else "screen")
+        self._store(row, verdict, "full" if fully_measured(verdict) else "screen")
         return True
 
-    def _store(self, row: dict, verdict, timing: str, awaiting_full: bool = False) -> None:
+    def _store(self, row: dict, verdict, timing: str) -> None:
         data = verdict.to_json()
         g = data.get("geomean_speedup") or 0.0
         # The bootstrap outside the lock (a fraction of a second): only for what could raise the bar.
-        win = timing == "full" and g > self.best and _measured_win(data, row["id"])
+        win = (trusted_speedup(data, timing) or 0.0) > self.best and _measured_win(data, row["id"])
         with self.lock:
             if self._closing:
                 return
-            self.archive.set_verdict(
-                row["id"], data, verdict.feedback(), timing=timing, awaiting_full=awaiting_full
-            )
+            self.archive.set_verdict(row["id"], data, verdict.feedback(), timing=timing)
             if data.get("device") and not self.device_info:
                 self.device_info = data["device"]
             if win:
                 self.best = max(self.best, g)
-        if self.on_verdict is not None and not awaiting_full:
+        if self.on_verdict is not None:
             self.on_verdict(row, data, timing)
 
     def summary(self) -> list[dict]:

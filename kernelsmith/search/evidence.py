@@ -13,6 +13,8 @@ import hashlib
 
 import numpy as np
 
+from ..referee.verdict import is_noisy
+
 SLOWEST_SHAPE = 0.98  # a shape whose CI lies entirely below this disqualifies the candidate
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
 
@@ -61,7 +63,7 @@ def judge(verdict: dict, seed: int) -> dict:
     if not verdict.get("accepted"):
         out["reason"] = f"rejected on re-measurement ({verdict.get('reason')})"
         return out
-    if (verdict.get("timing") or {}).get("noisy"):
+    if is_noisy(verdict):
         out["reason"] = "the A/A control strayed past ±1% (noisy measurement)"
         return out
     if g is None:

@@ -16,11 +16,13 @@ import hashlib
 import time
 from pathlib import Path
 
+from ..errors import KernelsmithError
+from ..referee.verdict import is_noisy, row_trusted_speedup
 from ..rundir import write_json, write_text
 from .archive import rejected_counts
 from .edits import unified_diff
 from .evidence import ci_seed, judge
-from .loop import FINAL_SEED_OFFSET
+from .seeds import FINAL_SEED_OFFSET
 
 SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
 
@@ -32,20 +34,12 @@ def changed_lines(base_code: str, code: str) -> int:
                if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
-def _noisy(v: dict) -> bool:
-    return bool((v.get("timing") or {}).get("noisy"))
-
-
 def _finalists(search, rows: list[dict]) -> list[dict]:
     base_hash = search.archive.base()["code_hash"]
     accepted = [r for r in rows if r["accepted"] and r["mutator"] != "base" and r["code_hash"] != base_hash]
     if not search.timed:
         return list(reversed(accepted))[: search.config.final_k]
-    full = [
-        r
-        for r in accepted
-        if r["timing"] == "full" and (r["speedup"] or 0) > 1.0 and not _noisy(r["verdict"])
-    ]
+    full = [r for r in accepted if (row_trusted_speedup(r) or 0) > 1.0]
     # Candidates whose search measurement already is a measured win go first: a faster one that
     # loses a shape would fail the same rule again on re-measurement and crowd out one that passes.
     # Judged fastest first, only until enough pass (a bootstrap costs a fraction of a second).
@@ -66,7 +60,7 @@ def _remeasure(search, evaluator, row: dict, seed: int) -> dict:
     the candidate) is taken again on new inputs, up to NOISY_RETAKES times, and the last one kept."""
     verdict = evaluator.remeasure(row, seed)
     for attempt in range(1, NOISY_RETAKES + 1):
-        if not (search.timed and verdict.get("accepted") and _noisy(verdict)):
+        if not (search.timed and verdict.get("accepted") and is_noisy(verdict)):
             break
         search.progress.note(f"re-measuring candidate #{row['id']} again: its A/A control strayed past ±1%")
         verdict = evaluator.remeasure(row, seed + attempt)
@@ -95,7 +89,7 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
                 "reason": v.get("reason"),
                 "search_speedup": row["speedup"],
                 "final_speedup": v.get("geomean_speedup"),
-                "noisy": _noisy(v),
+                "noisy": is_noisy(v),
             }
         )
         if not search.timed and v.get("accepted"):
@@ -241,3 +235,13 @@ def finish(search, evaluator, started: float) -> dict:
     write_json(path / "result.json", result)
     render_all(load_run(path))
     return result
+
+
+def record_state(run_dir: Path, progress) -> None:
+    """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
+    from ..state import record_run_dir
+
+    try:
+        record_run_dir(run_dir)
+    except (KernelsmithError, OSError) as e:  # the run itself is complete and stays valid
+        progress.note(f"warning: could not record the run in the state file: {e}")

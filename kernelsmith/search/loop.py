@@ -10,22 +10,21 @@ the proposal sequence given the same verdicts, however many GPUs evaluate and ho
 
 from __future__ import annotations
 
-import hashlib
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
-from ..rundir import default_run_dir, load_run, run_json, write_json
+from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
 from .archive import Archive, code_hash
-from .mutators import Proposal
+from .mutators import DEFAULT as DEFAULT_MUTATOR
+from .mutators import Mutator, Proposal, members
 from .progress import Progress
+from .resolve import DEFAULT_BUDGET, resolve_run
+from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
 
-DEFAULT_BUDGET = 40
 PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
-FINAL_SEED_OFFSET = 1_000_003  # the winner is re-measured on inputs no earlier evaluation saw
 
 
 @dataclass
@@ -38,13 +37,13 @@ class SearchConfig:
     out: str | None = None
     budget: int | None = None
     minutes: float | None = None
-    mutator: str = "all"
+    mutator: str = DEFAULT_MUTATOR
     gpus: list[int] | None = None
     device: str = "auto"
     resume: bool = False
     seed: int = 0
     islands: int | None = None
-    exploit: float = 0.7
+    exploit: float | None = None  # None: DEFAULT_EXPLOIT, or what a resumed run's run.json holds
     stagnation: int | None = None
     progress: bool = True
     targets: str | None = None
@@ -61,87 +60,8 @@ class SearchConfig:
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
 
 
-def slot_rng(seed: int, generation: int, slot: int) -> random.Random:
-    """The random generator of one proposal slot (independent of evaluation order)."""
-    digest = hashlib.sha256(f"{seed}/{generation}/{slot}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
-
-
-def _resolve(config: SearchConfig):
-    """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run."""
-    from ..referee.backend import cuda_available, resolve_device
-    from ..task import load_task
-
-    out = Path(config.out) if config.out else None
-    if config.resume:
-        if out is None:
-            raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
-        rd = load_run(out)
-        run = rd.run
-        if run.get("command", "optimize") != config.command:
-            raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
-                              f"that command, not {config.command}", "command")
-        task = load_task(run["target"], run["op"], checkout=run["checkout"])
-        if task.base_sha != run["base_sha"]:
-            raise ConfigError(
-                out / "run.json",
-                f"checkout {run['checkout']} moved from base {run['base_sha']} "
-                f"to {task.base_sha}; start a new run",
-                "base_sha",
-            )
-        if config.budget is not None:
-            run["budget"] = config.budget
-        if config.minutes is not None:
-            run["minutes"] = config.minutes
-        return task, rd.path, run, run["device"], run["gpus"]
-    try:
-        device = resolve_device(config.device)
-    except ValueError as e:
-        raise ConfigError("--device", str(e)) from None
-    if device == "cuda" and not cuda_available():
-        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
-    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
-    if device == "cuda":
-        import torch
-
-        count = torch.cuda.device_count()
-        gpus = config.gpus if config.gpus is not None else list(range(count))
-        bad = [g for g in gpus if g >= count]
-        if bad:
-            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
-    else:
-        gpus = [None]  # the interpreter: one worker on the CPU
-    out = out or default_run_dir(task.target.name, task.operator.name)
-    if (out / "archive.sqlite").exists() or (out / "run.json").exists():
-        raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
-    budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
-    if config.command == "sweep":
-        budget = config.budget  # None: until the grid is done (or --minutes)
-    replay = None
-    if config.replay is not None:
-        from .mutators.replay import load_replay
-
-        replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
-    run = run_json(
-        task,
-        seed=config.seed,
-        budget=budget,
-        minutes=config.minutes,
-        mutator=config.mutator,
-        device=device,
-        gpus=gpus,
-        argv=config.argv,
-    )
-    run["command"] = config.command
-    if replay is not None:
-        run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "run.json", run)
-    return task, out.resolve(), run, device, gpus
-
-
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
-                   sweep_seed: int | None = None) -> list:
+                   sweep_seed: int | None = None) -> list[Mutator]:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
     the grid of `kernelsmith sweep`, every point once in that seed's order."""
     from .mutators.llm import LLMMutator, llm_settings
@@ -153,7 +73,6 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
         grid = SweepGrid(task, device=device, seed=sweep_seed, budget_hint=budget_hint)
         note(f"sweep: {grid.describe_grid()}")
         return [grid]
-
     if name == "replay":
         from .mutators.replay import ReplayMutator
 
@@ -163,13 +82,14 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     if name == "grid":
         return [GridMutator(task, device=device, budget_hint=budget_hint)]
     out = []
-    if name in ("params", "all"):
+    chosen = members(name)
+    if "params" in chosen:
         out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
-    if name in ("rewrite", "all"):
+    if "rewrite" in chosen:
         from .mutators.rewrite import RewriteMutator
 
         out.append(RewriteMutator(task, note=note))
-    if name in ("llm", "all"):
+    if "llm" in chosen:
         settings = llm_settings()
         if settings.problem is None:
             out.append(LLMMutator(task, settings, device=device))
@@ -185,15 +105,15 @@ class Search:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.task, self.path, self.run, self.device, self.gpus = _resolve(config)
+        self.task, self.path, self.run, self.device, self.gpus = resolve_run(config)
         self.seed = int(self.run["seed"])
         self.budget = self.run.get("budget")
         self.minutes = self.run.get("minutes")
         self.archive = Archive(self.path / "archive.sqlite")
         self.timed = self.device == "cuda"
-        n_islands = config.islands or max(1, min(4, (self.budget or DEFAULT_BUDGET) // 10))
         self.population = Population(
-            SelectionConfig(islands=n_islands, exploit=config.exploit), self.task.base_code
+            SelectionConfig(islands=int(self.run["islands"]), exploit=float(self.run["exploit"])),
+            self.task.base_code,
         )
         # Proposals per generation; with PIPELINE generations in flight each GPU has two queued.
         self.batch = config.batch or max(2, len(self.gpus))
@@ -206,7 +126,7 @@ class Search:
             sweep_seed=self.seed if sweep else None,
         )
         # A sweep visits the whole grid: no stagnation stop.
-        self.stagnation = float("inf") if sweep else config.stagnation or max(12, (3 * hint) // 4)
+        self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 
@@ -250,8 +170,7 @@ class Search:
     def _settled(self, row: dict, verdict: dict, timing: str) -> None:
         from .prompt import status_line
 
-        best = verdict.get("geomean_speedup") if verdict.get("accepted") and timing == "full" else None
-        noisy = (verdict.get("timing") or {}).get("noisy")
+        noisy = is_noisy(verdict)
         summary = status_line({"status": "evaluated", "verdict": verdict}) + (
             f" [{timing}]" if self.timed else ""
         )
@@ -264,7 +183,7 @@ class Search:
             summary + (" (noisy)" if noisy else ""),
             evaluated=True,
             accepted=bool(verdict.get("accepted")),
-            best=None if noisy else best,
+            best=trusted_speedup(verdict, timing),
             generation=row.get("generation"),
         )
 
@@ -350,12 +269,7 @@ class Search:
         rows = self.archive.where("accepted=1 AND mutator!='base'")
         if not self.timed:
             return float(len({r["code_hash"] for r in rows}))  # progress = new distinct accepted code
-        good = [
-            r["speedup"]
-            for r in rows
-            if r["timing"] == "full" and r["speedup"] and not (r["verdict"].get("timing") or {}).get("noisy")
-        ]
-        return max(good, default=None)
+        return max(filter(None, map(row_trusted_speedup, rows)), default=None)
 
     def _should_stop(self, evaluator, since: int) -> str | None:
         """Why no further generation is proposed, or None."""
@@ -410,20 +324,10 @@ class Search:
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
-def _record_state(run_dir: Path, progress) -> None:
-    """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from ..state import record_run_dir
-
-    try:
-        record_run_dir(run_dir)
-    except (KernelsmithError, OSError) as e:  # the run itself is complete and stays valid
-        progress.note(f"warning: could not record the run in the state file: {e}")
-
-
 def optimize(config: SearchConfig) -> dict:
     """Run or resume a search; returns result.json's content (winner null when none)."""
     from .evaluator import Evaluator
-    from .finish import finish
+    from .finish import finish, record_state
 
     search = Search(config)
     progress = search.progress
@@ -480,7 +384,7 @@ def optimize(config: SearchConfig) -> dict:
         search.search(evaluator, started)
         progress.note(f"search stopped: {search.stop_reason}")
         result = finish(search, evaluator, started)
-        _record_state(search.path, progress)
+        record_state(search.path, progress)
         return result
     finally:
         progress.close()

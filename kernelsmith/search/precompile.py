@@ -363,8 +363,7 @@ def _main(spec: dict) -> None:
                 stubs=stubs,
             )
             # A harness may say how to call a loaded module (KernelBench tasks: an instance of ModelNew).
-            bind = getattr(harness.module, "bind", None)
-            fn = bind(mod) if bind is not None else getattr(mod, spec["entry"])
+            fn = harness.bind(mod) if harness.bind is not None else getattr(mod, spec["entry"])
             for i, shape in enumerate(harness.shapes_for("cuda")):
                 if i not in inputs_cache:
                     inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)

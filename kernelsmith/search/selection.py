@@ -14,7 +14,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from ..referee.verdict import subset_geomean, timing_depth
+from ..referee.verdict import is_noisy, subset_geomean, timing_depth
 
 _WARPS = re.compile(r"\bnum_warps\b\s*[=:]\s*[\"']?\s*(\d+)")
 _BLOCK = re.compile(r"\b\w*(?:BLOCK|TILE)\w*\b[\"']?\s*[=:]\s*(\d+)\b", re.I)
@@ -48,7 +48,7 @@ def fitness(row: dict) -> float | None:
     if not row.get("accepted") or row.get("status") != "evaluated":
         return None
     v = row.get("verdict") or {}
-    if (v.get("timing") or {}).get("noisy"):
+    if is_noisy(v):
         return 1.0  # a noisy number is no evidence either way
     if timing_depth(v) == "screen_subset":
         # Timed on a few shapes only and behind the best there: not faster than the base, and its

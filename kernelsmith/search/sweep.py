@@ -19,6 +19,7 @@ import math
 import random
 from statistics import geometric_mean
 
+from ..referee.verdict import is_noisy, row_trusted_speedup
 from .mutators.params import GridMutator
 from .mutators.tunables import label
 
@@ -57,7 +58,7 @@ def _per_shape(row: dict, index: dict[str, int], n: int) -> list[float | None]:
     """Per-shape speedups of an accepted, timed, non-noisy row (screen or full), in shape order."""
     v = row.get("verdict") or {}
     out: list[float | None] = [None] * n
-    if not (row.get("accepted") and v.get("timed")) or (v.get("timing") or {}).get("noisy"):
+    if not (row.get("accepted") and v.get("timed")) or is_noisy(v):
         return out
     for s in v.get("shapes") or []:
         i = index.get(json.dumps(s.get("shape"), sort_keys=True))
@@ -73,8 +74,7 @@ def summary(search, rows: list[dict]) -> dict:
     index = {json.dumps(s, sort_keys=True): i for i, s in enumerate(shapes)}
     points = [r for r in rows if r["mutator"] == "grid"]
     evaluated = [r for r in points if r["status"] == "evaluated" and r.get("reason") != "malformed_proposal"]
-    single = [(r["speedup"], r) for r in evaluated if r["accepted"] and r["timing"] == "full"
-              and r["speedup"] and not ((r["verdict"] or {}).get("timing") or {}).get("noisy")]
+    single = [(r["speedup"], r) for r in evaluated if row_trusted_speedup(r)]
     best_single, best_row = max(single, key=lambda x: (x[0], -x[1]["id"]), default=(1.0, None))
     # The base is a point of the grid too (1.0 on every shape).
     best = [(1.0, None) for _ in shapes]

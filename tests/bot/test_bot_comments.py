@@ -12,7 +12,7 @@ from conftest import replies as _replies
 
 from bot.app import ActionsEnv, Bot, WorkItem
 from bot.auth import GitHubAuth
-from bot.commands import CommandError, parse_command
+from bot.commands import CommandError, addresses_bot, parse_command
 from bot.dashboard import TITLE, read_block
 from bot.engine import Engine
 
@@ -184,3 +184,7 @@ def test_parse_invalid_commands(body):
     with pytest.raises(CommandError):
         parse_command(body)
     assert parse_command("no command here") is None and parse_command("/kernelsmithx help") is None
+    # An invalid command is still addressed to the bot (it gets a reply); other comments are not.
+    assert addresses_bot(body) and addresses_bot("/kernelsmith help")
+    assert not addresses_bot("no command here") and not addresses_bot("/kernelsmithx help")
+    assert not addresses_bot(None)

@@ -54,7 +54,7 @@ def add(archive, code, parent, mutator="params", v=None, status=None, response=N
 
 
 def write_run(path: Path, device: str, mutator: str) -> Path:
-    """run.json as the engine writes it (the keys of interfaces.md)."""
+    """run.json as the engine writes it (the keys docs/design.md lists)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "run.json").write_text(json.dumps({
         "target": str(DEMO_YAML), "op": "rms_norm", "repo": "kernelsmith/demo", "file": OP_FILE,

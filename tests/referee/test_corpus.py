@@ -31,7 +31,7 @@ def test_corpus_file(path: Path, referees):
 
 
 def test_corpus_covers_every_pinned_hack():
-    """One corpus file per named violation that a candidate can commit (DESIGN.md's list)."""
+    """One corpus file per named violation that a candidate can commit (docs/design.md's list)."""
     named = {expected_outcome(f) for f in FILES} - {None}
     required = {"unwritten_output", "input_mutation", "nondeterministic",
                 "no_kernel_launch", "library_fallback", "reference_call", "extra_threads", "extra_streams",

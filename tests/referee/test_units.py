@@ -24,7 +24,7 @@ def test_verdict_roundtrip_and_reason_order():
     assert v.violations == ["no_kernel_launch", "reference_call"]
     data = v.to_json()
     assert data["shapes"][0]["max_abs_err"] is None  # JSON has no NaN
-    # DESIGN.md's per-shape keys are always there; unmeasured ones (no timing) are null.
+    # docs/design.md's per-shape keys are always there; unmeasured ones (no timing) are null.
     assert {"baseline_ms", "candidate_ms", "speedup", "ci95"} <= set(data["shapes"][0])
     assert data["shapes"][0]["speedup"] is None
     back = Verdict.from_json({**data, "something_new": 3})
@@ -207,3 +207,32 @@ def test_same_bits_of_a_one_element_slice_with_a_long_stride():
     col = torch.arange(151936).reshape(1, 151936)[:, 0].clone()
     assert col.stride() == (151936,)
     assert same_bits(col, col.clone()) and not same_bits(col, col + 1)
+
+
+def test_the_trusted_speedup_noisy_and_contender_rules():
+    from kernelsmith.referee.verdict import (
+        contender_bar,
+        fully_measured,
+        is_contender,
+        is_noisy,
+        row_trusted_speedup,
+        trusted_speedup,
+    )
+
+    full = {"accepted": True, "timed": True, "geomean_speedup": 1.4,
+            "timing": {"metric": "device", "aa_ratio": 1.002, "noisy": False}}
+    assert fully_measured(full) and not is_noisy(full) and trusted_speedup(full, "full") == 1.4
+    noisy = {**full, "timing": {**full["timing"], "noisy": True}}
+    assert is_noisy(noisy) and trusted_speedup(noisy, "full") is None
+    assert trusted_speedup(full, "screen") is None  # a screen number is never a decision's ground
+    assert trusted_speedup({**full, "accepted": False}, "full") is None
+    assert not is_noisy(None) and not fully_measured({"timing": {"aa_ratio": None}})
+    assert fully_measured(Verdict(accepted=True, correct=True, timing={"aa_ratio": 1.0}))
+    row = {"accepted": 1, "timing": "full", "speedup": 1.4, "verdict": full}
+    assert row_trusted_speedup(row) == 1.4
+    assert row_trusted_speedup({**row, "verdict": noisy}) is None
+    assert row_trusted_speedup({**row, "timing": "screen"}) is None
+    assert row_trusted_speedup({**row, "accepted": 0}) is None
+    bar = contender_bar(1.3)
+    assert is_contender(1.3, bar) and not is_contender(1.29, bar)
+    assert not is_contender(None, bar) and not is_contender(2.0, None)

@@ -57,6 +57,7 @@ def test_llm_key_lives_only_in_the_broker(scripted_llm, monkeypatch):
     from kernelsmith.config import load_target
     from kernelsmith.search.mutators import broker
     from kernelsmith.search.mutators.llm import LLMMutator, llm_settings
+    from kernelsmith.search.mutators.llm_settings import start_from_environment
     from kernelsmith.task import make_task
 
     key = "sk-brokeronly0123456789abc"
@@ -64,7 +65,7 @@ def test_llm_key_lives_only_in_the_broker(scripted_llm, monkeypatch):
     monkeypatch.setenv("KERNELSMITH_LLM_MODEL", "scripted")
     monkeypatch.setenv("KERNELSMITH_LLM_API_KEY", key)
     try:
-        assert broker.start_from_environment() is not None
+        assert start_from_environment() is not None
         assert "KERNELSMITH_LLM_API_KEY" not in os.environ  # gone before any target code runs
         settings = llm_settings()
         assert settings.problem is None and settings.api_key is None and settings.broker is broker.default()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
+from kernelsmith.errors import ConfigError
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import compare
 from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig, optimize
@@ -558,3 +559,32 @@ def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, si
     assert row["id"] == ids[winner]
     assert changed_lines(base, codes["simple"]) == 2 and changed_lines(base, codes["table"]) > 2
     assert [m["chosen"] for m in measured].count(True) == 1
+
+
+def test_resume_without_the_flags_keeps_the_layout(tmp_path, fake_gpu):
+    """run.json records islands, exploit share and stagnation; a --resume without those flags (and
+    with a larger budget, from which the defaults would be derived anew) keeps them."""
+    from kernelsmith.search.loop import Search
+
+    _run(tmp_path, budget=4, islands=3, exploit=0.4, stagnation=30)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (run["islands"], run["exploit"], run["stagnation"]) == (3, 0.4, 30)
+    base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), resume=True, budget=40,
+                progress=False, precompile=False, referee_factory=model_referee.ModelReferee)
+    search = Search(SearchConfig(**base))
+    try:
+        assert search.population.n_islands == 3 and search.population.config.exploit == 0.4
+        assert search.stagnation == 30
+    finally:
+        search.archive.close()
+    search = Search(SearchConfig(**base, exploit=0.9, stagnation=50))  # flags still change these
+    try:
+        assert search.population.config.exploit == 0.9 and search.stagnation == 50
+    finally:
+        search.archive.close()
+    with pytest.raises(ConfigError, match="3 islands"):
+        Search(SearchConfig(**base, islands=2))
+    # A new run without the flags records the defaults (islands from its budget).
+    _run(tmp_path, "fresh", budget=12)
+    run = json.loads((tmp_path / "fresh" / "run.json").read_text())
+    assert (run["islands"], run["exploit"], run["stagnation"]) == (1, 0.7, None)

@@ -131,12 +131,12 @@ def broker_for(base_url: str | None, api_key: str | None) -> Broker:
 
 
 def default() -> Broker | None:
-    """The broker `start_from_environment` started, if any."""
+    """The broker the command started (llm_settings.start_from_environment), if any."""
     return _DEFAULT[0] if _DEFAULT else None
 
 
 def stop_default() -> None:
-    """Stop the broker `start_from_environment` started (the end of the command)."""
+    """Stop the broker the command started (the end of the command)."""
     with _LOCK:
         for b in _DEFAULT:
             b.close()
@@ -145,19 +145,10 @@ def stop_default() -> None:
         _DEFAULT.clear()
 
 
-def start_from_environment():
-    """Start the broker from KERNELSMITH_LLM_* / OPENAI_* settings (when usable), then drop every
-    secret from this process's environment. Returns the key-less settings, or None."""
-    from ...sandbox import drop_secrets_from_environ
-    from .llm import llm_settings
-
-    settings = llm_settings()
-    if settings.problem is None:
-        settings.broker = broker_for(settings.base_url, settings.api_key)
-        settings.api_key = None
-        _DEFAULT[:] = [settings.broker]
-    drop_secrets_from_environ()
-    return settings if settings.problem is None else None
+def set_default(b: Broker) -> None:
+    """Make `b` the command's broker (what `default` returns)."""
+    with _LOCK:
+        _DEFAULT[:] = [b]
 
 
 def _serve() -> int:

@@ -1,0 +1,114 @@
+"""A new or resumed run of the search: its task, run directory, run.json, device and GPUs.
+
+A new run records in run.json what a `--resume` must keep (seed, mutator, device, GPUs, and the
+population's layout: islands, exploit share, stagnation); a resumed run reads them back, and only
+the budget, the minutes, the exploit share and the stagnation may be given anew.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..rundir import default_run_dir, load_run, run_json, write_json
+
+DEFAULT_BUDGET = 40
+DEFAULT_EXPLOIT = 0.7
+
+
+def resolve_run(config):
+    """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run of a
+    `SearchConfig`; a new run's run.json is written here."""
+    from ..referee.backend import cuda_available, resolve_device
+    from ..task import load_task
+
+    out = Path(config.out) if config.out else None
+    if config.resume:
+        if out is None:
+            raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
+        rd = load_run(out)
+        run = rd.run
+        if run.get("command", "optimize") != config.command:
+            raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
+                              f"that command, not {config.command}", "command")
+        task = load_task(run["target"], run["op"], checkout=run["checkout"])
+        if task.base_sha != run["base_sha"]:
+            raise ConfigError(
+                out / "run.json",
+                f"checkout {run['checkout']} moved from base {run['base_sha']} "
+                f"to {task.base_sha}; start a new run",
+                "base_sha",
+            )
+        if config.budget is not None:
+            run["budget"] = config.budget
+        if config.minutes is not None:
+            run["minutes"] = config.minutes
+        _resume_layout(run, config, out)
+        return task, rd.path, run, run["device"], run["gpus"]
+    try:
+        device = resolve_device(config.device)
+    except ValueError as e:
+        raise ConfigError("--device", str(e)) from None
+    if device == "cuda" and not cuda_available():
+        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
+    if device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        gpus = config.gpus if config.gpus is not None else list(range(count))
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
+    else:
+        gpus = [None]  # the interpreter: one worker on the CPU
+    out = out or default_run_dir(task.target.name, task.operator.name)
+    if (out / "archive.sqlite").exists() or (out / "run.json").exists():
+        raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
+    budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
+    if config.command == "sweep":
+        budget = config.budget  # None: until the grid is done (or --minutes)
+    replay = None
+    if config.replay is not None:
+        from .mutators.replay import load_replay
+
+        replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
+    run = run_json(
+        task,
+        seed=config.seed,
+        budget=budget,
+        minutes=config.minutes,
+        mutator=config.mutator,
+        device=device,
+        gpus=gpus,
+        argv=config.argv,
+    )
+    run["command"] = config.command
+    # The population's layout and the stop rule, so a --resume without the same flags keeps them.
+    run["islands"] = config.islands or _default_islands(budget)
+    run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    run["stagnation"] = config.stagnation  # None: from the budget
+    if replay is not None:
+        run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "run.json", run)
+    return task, out.resolve(), run, device, gpus
+
+
+def _default_islands(budget: int | None) -> int:
+    return max(1, min(4, (budget or DEFAULT_BUDGET) // 10))
+
+
+def _resume_layout(run: dict, config, out: Path) -> None:
+    """Islands, exploit share and stagnation of a resumed run: run.json's, unless a flag says
+    otherwise (exploit and stagnation may change; the island count may not)."""
+    recorded = run.get("islands")
+    if recorded is None:  # a run.json written before these were recorded: the flags, as then
+        run["islands"] = config.islands or _default_islands(run.get("budget"))
+    elif config.islands is not None and config.islands != recorded:
+        raise ConfigError(out / "run.json", f"the run has {recorded} islands; resume it without "
+                          f"--islands or with --islands {recorded}", "islands")
+    if config.exploit is not None or "exploit" not in run:
+        run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    if config.stagnation is not None or "stagnation" not in run:
+        run["stagnation"] = config.stagnation
