@@ -59,6 +59,8 @@ class SearchConfig:
     command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
+    ray: str | None = None  # a Ray cluster's address (or "auto"): the evaluator pool runs there
+    workers_per_node: int | None = None  # Ray workers per node (default: one per GPU)
 
 
 def slot_rng(seed: int, generation: int, slot: int) -> random.Random:
@@ -94,14 +96,19 @@ def _resolve(config: SearchConfig):
         if config.minutes is not None:
             run["minutes"] = config.minutes
         return task, rd.path, run, run["device"], run["gpus"]
-    try:
-        device = resolve_device(config.device)
-    except ValueError as e:
-        raise ConfigError("--device", str(e)) from None
-    if device == "cuda" and not cuda_available():
-        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    if config.ray:  # the GPUs are the cluster's, not this machine's
+        from .ray_pool import cluster_device
+
+        device, gpus = cluster_device(config.device, config.workers_per_node)
+    else:
+        try:
+            device = resolve_device(config.device)
+        except ValueError as e:
+            raise ConfigError("--device", str(e)) from None
+        if device == "cuda" and not cuda_available():
+            raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
     task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
-    if device == "cuda":
+    if device == "cuda" and not config.ray:
         import torch
 
         count = torch.cuda.device_count()
@@ -425,6 +432,10 @@ def optimize(config: SearchConfig) -> dict:
     from .evaluator import Evaluator
     from .finish import finish
 
+    if config.ray:
+        from .ray_pool import connect
+
+        connect(config.ray)
     search = Search(config)
     progress = search.progress
     progress.note(f"run directory: {search.path}")
@@ -433,7 +444,14 @@ def optimize(config: SearchConfig) -> dict:
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
         )
     precompiler = None
-    if search.timed and config.precompile:
+    workers, factory = search.gpus, config.referee_factory
+    if config.ray:  # one actor per worker; kernels compile inside each actor's referee (ray_pool.py)
+        from .ray_pool import RayPool
+
+        pool = RayPool(search.task, search.device, search.seed, config.workers_per_node, factory)
+        workers, factory = list(range(len(pool.actors))), pool.factory
+        progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
+    elif search.timed and config.precompile:
         import tempfile
 
         from .precompile import Precompiler
@@ -449,9 +467,9 @@ def optimize(config: SearchConfig) -> dict:
         search.task,
         search.archive,
         device=search.device,
-        gpus=search.gpus,
+        gpus=workers,
         seed=search.seed,
-        referee_factory=config.referee_factory,
+        referee_factory=factory,
         precompiler=precompiler,
         compile_limit=config.compile_limit or None,
         on_verdict=search._settled,
