@@ -87,12 +87,23 @@ class _RefereeActor:
         from ..task import make_task
 
         # The task is rebuilt here from its target and checkout (its harness is a module loaded
-        # from the checkout, which does not travel); the node needs the same checkout at that path.
+        # from the checkout, which does not travel): the driver's checkout path when this node has
+        # it (a shared or synced folder), else this node's own cached clone at the target's base.
         target, op, root, base_sha, base_code = spec
-        task = make_task(target, op, Path(root), base_sha)
+        ip = ray.util.get_node_ip_address()
+        root = Path(root)
+        if not (root / target.operator(op).file).is_file():
+            from ..checkout import prepare_checkout
+
+            co = prepare_checkout(target, None)
+            if co.base_sha != base_sha:
+                raise ConfigError(target.path, f"Ray node {ip} checked out base {co.base_sha}, the driver "
+                                  f"{base_sha}: the base moved; start the run again", "base")
+            root = co.path
+        task = make_task(target, op, root, base_sha)
         if task.base_code != base_code:
-            raise ConfigError(task.file_path, f"differs on Ray node {ray.util.get_node_ip_address()} from "
-                              "the driver's checkout: every node needs the same checkout at the same path")
+            raise ConfigError(task.file_path, f"differs on Ray node {ip} from the driver's checkout: "
+                              "every node must evaluate against the same base")
 
         gpu = None
         if device == "cuda":
