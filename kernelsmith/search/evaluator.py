@@ -303,8 +303,9 @@ class Evaluator:
         for st, ref in zip(self.stats, self.referees, strict=True):
             span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
             referee = st["job_s"] - st["compile_wait_s"]
-            where = {"node": ref.node, "node_ip": ref.ip, "gpu": ref.gpu, "lost": bool(st.get("lost"))} \
-                if hasattr(ref, "node") else {}  # a Ray worker (ray_pool.py): where it ran
+            # A Ray worker (ray_pool.py): where it ran, and whether its node died.
+            where = {"worker": st["gpu"], "node": ref.node, "node_ip": ref.ip, "gpu": ref.gpu,
+                     "lost": bool(st.get("lost"))} if hasattr(ref, "node") else {}
             out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"], **where,
                         "boot_phases": getattr(ref, "boot_phases", None),
                         "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
