@@ -74,7 +74,7 @@ def _starts(log: Path, since: set[str]) -> list[tuple[int, str]]:
     return [(int(p.name.split("-")[0]), p.name.split("-")[1]) for p in log.iterdir() if p.name not in since]
 
 
-def test_evaluations_spread_over_both_nodes(cluster, tmp_path):
+def test_evaluations_spread_over_both_nodes_and_reproducible(cluster, tmp_path):
     c, log = cluster
     result = optimize(_config(c, tmp_path / "run"))
     workers = result["evaluator"]
@@ -89,6 +89,10 @@ def test_evaluations_spread_over_both_nodes(cluster, tmp_path):
     assert sum(w["jobs"] for w in workers) == len([r for r in rows if r["status"] == "evaluated"]) == 9
     # each stored verdict names the node whose referee produced it
     assert {r["verdict"]["details"]["node"] for r in rows} == nodes
+    # --seed reproducibility: the same proposals again, whichever node evaluated what
+    optimize(_config(c, tmp_path / "again"))
+    with Archive(tmp_path / "again" / "archive.sqlite") as a:
+        assert [r["code"] for r in a.all()] == [r["code"] for r in rows]
 
 
 def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
