@@ -99,7 +99,7 @@ def _resolve(config: SearchConfig):
     if config.ray:  # the GPUs are the cluster's, not this machine's
         from .ray_pool import cluster_device
 
-        device, gpus = cluster_device(config.device, config.workers_per_node)
+        device, gpus = cluster_device(config.ray, config.device, config.workers_per_node)
     else:
         try:
             device = resolve_device(config.device)
@@ -432,10 +432,6 @@ def optimize(config: SearchConfig) -> dict:
     from .evaluator import Evaluator
     from .finish import finish
 
-    if config.ray:
-        from .ray_pool import connect
-
-        connect(config.ray)
     search = Search(config)
     progress = search.progress
     progress.note(f"run directory: {search.path}")
@@ -448,7 +444,7 @@ def optimize(config: SearchConfig) -> dict:
     if config.ray:  # one actor per worker; kernels compile inside each actor's referee (ray_pool.py)
         from .ray_pool import RayPool
 
-        pool = RayPool(search.task, search.device, search.seed, config.workers_per_node, factory)
+        pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory)
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
     elif search.timed and config.precompile:

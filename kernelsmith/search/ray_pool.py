@@ -63,8 +63,9 @@ def plan(device: str, workers_per_node: int | None) -> list[dict]:
     return out
 
 
-def cluster_device(requested: str, workers_per_node: int | None) -> tuple[str, list[int]]:
-    """(device, worker indices) for a new run: cuda when the cluster has GPUs (auto)."""
+def cluster_device(address: str, requested: str, workers_per_node: int | None) -> tuple[str, list[int]]:
+    """(device, worker indices) for a new run on the cluster at `address`: cuda when it has GPUs (auto)."""
+    connect(address)
     ray = require_ray()
     has_gpu = ray.cluster_resources().get("GPU", 0) >= 1
     device = requested if requested != "auto" else ("cuda" if has_gpu else "interpret")
@@ -132,7 +133,9 @@ class _RefereeActor:
 class RayPool:
     """The actors of one run, started on the nodes `plan` picked; `factory` makes their proxies."""
 
-    def __init__(self, task, device: str, seed: int, workers_per_node: int | None, referee_factory=None):
+    def __init__(self, address: str, task, device: str, seed: int, workers_per_node: int | None,
+                 referee_factory=None):
+        connect(address)
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
