@@ -81,11 +81,19 @@ def cluster_device(address: str, requested: str, workers_per_node: int | None) -
 class _RefereeActor:
     """Lives in a Ray worker process on one node and owns one Referee there."""
 
-    def __init__(self, spec: tuple, device: str, seed: int, factory=None):
+    def __init__(self, spec: tuple, device: str, seed: int, factory=None, sandboxed: bool = True):
         import ray
 
+        from .. import sandbox
         from ..referee import Referee
         from ..task import make_task
+
+        # The driver's choice (--no-sandbox) holds here too; a node that cannot build the sandbox
+        # says so instead of evaluating candidates outside it.
+        if sandboxed:
+            sandbox.require()
+        else:
+            sandbox.disable()
 
         # The task is rebuilt here from its target and checkout (its harness is a module loaded
         # from the checkout, which does not travel): the driver's checkout path when this node has
@@ -139,6 +147,8 @@ class RayPool:
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from .. import sandbox
+
         remote = ray.remote(_RefereeActor)
         spec = (task.target, task.operator.name, str(task.root), task.base_sha, task.base_code)
         self.actors = []
@@ -149,7 +159,7 @@ class RayPool:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(w["node"], soft=False),
                 max_restarts=0,
                 max_concurrency=2,  # close() may stop the referee while an evaluation runs, as locally
-            ).remote(spec, device, seed, referee_factory))
+            ).remote(spec, device, seed, referee_factory, sandbox.enabled()))
         if not self.actors:
             raise ConfigError("--ray", "the cluster offers no worker now")
 
