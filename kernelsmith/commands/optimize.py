@@ -62,7 +62,32 @@ def register(subparsers) -> None:
         "CPU compile processes (default 20; 0: no limit)",
     )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
+    add_ray_options(p)
     p.set_defaults(func=run)
+
+
+def add_ray_options(p) -> None:
+    """--ray and --workers-per-node (optimize and sweep)."""
+    p.add_argument("--ray", metavar="ADDRESS", help="run the evaluator pool on the Ray cluster at ADDRESS "
+                   "(host:port, or auto: the one started on this machine); needs kernelsmith[ray]")
+    p.add_argument("--workers-per-node", type=int, metavar="N",
+                   help="with --ray: N workers on each node (default: one per GPU; CPU nodes need it)")
+
+
+def ray_config(args: argparse.Namespace) -> dict:
+    """SearchConfig's ray fields, checked; exits 2 naming the install when ray is missing."""
+    if args.workers_per_node is not None:
+        if args.ray is None:
+            raise ConfigError("--workers-per-node", "only applies with --ray")
+        if args.workers_per_node < 1:
+            raise ConfigError("--workers-per-node", "must be at least 1")
+    if args.ray is not None:
+        if args.gpus is not None:
+            raise ConfigError("--gpus", "with --ray the workers are the cluster's GPUs; leave --gpus out")
+        from ..search.ray_pool import require_ray
+
+        require_ray()
+    return {"ray": args.ray, "workers_per_node": args.workers_per_node}
 
 
 def _gpus(text: str | None) -> list[int] | None:
@@ -113,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         targets=args.targets,
         replay=args.replay,
         compile_limit=args.compile_limit,
+        **ray_config(args),
     )
     result = optimize(config)  # the LLM key is with the broker already (cli.py)
     return 0 if result.get("winner") else 1

@@ -33,6 +33,11 @@ from .archive import Archive
 POLL_S = 0.2
 
 
+class WorkerLost(Exception):
+    """A remote referee's worker (search/ray_pool.py) died with its node before answering: its
+    candidate goes back to the queue for another worker, and this worker's thread ends."""
+
+
 class Evaluator:
     """Runs archive rows through the referees: `submit` rows, `wait` for them; `run` does both."""
 
@@ -197,22 +202,43 @@ class Evaluator:
                 st = self.stats[i]
                 t0 = time.monotonic()
                 st["first"] = st["first"] or t0
-                done = False
+                done = lost = False
                 try:
                     done = self._evaluate(ref, row, st)
+                except WorkerLost as e:
+                    lost = True
+                    st["lost_why"] = str(e)
                 finally:
                     st["last"] = time.monotonic()
                     st["job_s"] += st["last"] - t0
                     st["jobs"] += int(done)
                     with self.changed:
                         self._busy -= 1
-                        self._outstanding.discard(row["id"])
+                        if lost:  # nothing was stored: another worker evaluates it
+                            self._jobs.put(row)
+                        else:
+                            self._outstanding.discard(row["id"])
                         self.evaluated += int(done)
                         self.changed.notify_all()
+                if lost:
+                    self._retire(i)
+                    return
         except BaseException as e:  # a referee that cannot work at all stops the run
             with self.changed:
                 self._errors.append(e)
                 self.changed.notify_all()
+
+    def _retire(self, i: int) -> None:
+        """Worker `i` is lost for good; the run stops only when every worker is."""
+        from ..errors import KernelsmithError
+
+        with self.changed:
+            self.stats[i]["lost"] = True
+            if all(st.get("lost") for st in self.stats):
+                self._errors.append(KernelsmithError(
+                    "every evaluation worker was lost (their Ray nodes died); the candidates in flight "
+                    f"stay pending: resume the run with --resume (last: {self.stats[i].get('lost_why')})"))
+            self.changed.notify_all()
 
     def _evaluate(self, ref, row: dict, st: dict | None = None) -> bool:
         """Evaluate one row and store its verdict; False when the time budget ran out first (while
@@ -273,7 +299,10 @@ class Evaluator:
         for st, ref in zip(self.stats, self.referees, strict=True):
             span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
             referee = st["job_s"] - st["compile_wait_s"]
-            out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"],
+            # A Ray worker (ray_pool.py): where it ran, and whether its node died.
+            where = {"worker": st["gpu"], "node": ref.node, "node_ip": ref.ip, "gpu": ref.gpu,
+                     "lost": bool(st.get("lost"))} if hasattr(ref, "node") else {}
+            out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"], **where,
                         "boot_phases": getattr(ref, "boot_phases", None),
                         "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
                         "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
@@ -282,7 +311,8 @@ class Evaluator:
     def remeasure(self, row: dict, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).
 
-        It reuses the first GPU's referee (new seeds per call), so no second cold start is paid;
+        It reuses the first GPU's referee (the first alive on a Ray cluster; new seeds per call), so
+        no second cold start is paid;
         the candidate is compiled afresh from its source in an empty Triton cache, so no binary
         planted in the shared cache (by a precompile child, say) can stand in for it.
         """
@@ -294,7 +324,8 @@ class Evaluator:
                              f"({seed}): new inputs, not the ones the winner was selected on")
         self.halt()
         timing = "full" if self.timed else "none"
-        verdict = self.referees[0].evaluate(
+        alive = [r for r, st in zip(self.referees, self.stats, strict=True) if not st.get("lost")]
+        verdict = (alive or self.referees)[0].evaluate(
             row["code"], candidate_id=row["id"], timing=timing, seed=seed, fresh_compile=True
         )
         return verdict.to_json()

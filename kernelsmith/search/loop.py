@@ -58,6 +58,8 @@ class SearchConfig:
     command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
+    ray: str | None = None  # a Ray cluster's address (or "auto"): the evaluator pool runs there
+    workers_per_node: int | None = None  # Ray workers per node (default: one per GPU)
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
@@ -337,7 +339,14 @@ def optimize(config: SearchConfig) -> dict:
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
         )
     precompiler = None
-    if search.timed and config.precompile:
+    workers, factory = search.gpus, config.referee_factory
+    if config.ray:  # one actor per worker; kernels compile inside each actor's referee (ray_pool.py)
+        from .ray_pool import RayPool
+
+        pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory)
+        workers, factory = list(range(len(pool.actors))), pool.factory
+        progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
+    elif search.timed and config.precompile:
         import tempfile
 
         from .precompile import Precompiler
@@ -353,9 +362,9 @@ def optimize(config: SearchConfig) -> dict:
         search.task,
         search.archive,
         device=search.device,
-        gpus=search.gpus,
+        gpus=workers,
         seed=search.seed,
-        referee_factory=config.referee_factory,
+        referee_factory=factory,
         precompiler=precompiler,
         compile_limit=config.compile_limit or None,
         on_verdict=search._settled,

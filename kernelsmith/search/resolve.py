@@ -45,14 +45,19 @@ def resolve_run(config):
             run["minutes"] = config.minutes
         _resume_layout(run, config, out)
         return task, rd.path, run, run["device"], run["gpus"]
-    try:
-        device = resolve_device(config.device)
-    except ValueError as e:
-        raise ConfigError("--device", str(e)) from None
-    if device == "cuda" and not cuda_available():
-        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    if config.ray:  # the GPUs are the cluster's, not this machine's
+        from .ray_pool import cluster_device
+
+        device, gpus = cluster_device(config.ray, config.device, config.workers_per_node)
+    else:
+        try:
+            device = resolve_device(config.device)
+        except ValueError as e:
+            raise ConfigError("--device", str(e)) from None
+        if device == "cuda" and not cuda_available():
+            raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
     task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
-    if device == "cuda":
+    if device == "cuda" and not config.ray:
         import torch
 
         count = torch.cuda.device_count()

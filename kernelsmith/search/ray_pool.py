@@ -1,0 +1,226 @@
+"""The evaluator pool on a Ray cluster (`kernelsmith optimize --ray ADDRESS|auto`).
+
+Each worker is a Ray actor pinned to one node (one per GPU, or `--workers-per-node`), owning a
+Referee built there: the same referee, worker process and sandbox as a local run, on that node's
+GPU and disk. The driver keeps the proposals, seeds and the archive; `Evaluator` drives the actors
+through `RemoteReferee` proxies exactly as it drives local referees, one thread each. A candidate's
+kernels compile inside the referee's worker on the actor's node (no driver-side precompile: a
+binary built on the driver's disk would not reach another node).
+
+A worker lost with its node (or killed) raises `WorkerLost`; the evaluator puts its candidate back
+in the queue for another worker, so no verdict of a dead worker is ever stored. `ray` is optional:
+nothing here imports it at module level.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, KernelsmithError
+from .evaluator import WorkerLost
+
+INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
+# Rejections that a worker dying under the referee also produces: before storing one, make sure
+# the actor is still alive (its node may be going down and took the worker process first).
+_CRASH_REASONS = {"crash", "timeout", "worker_died", "internal_error"}
+
+
+def require_ray():
+    """The ray module, or a ConfigError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray", INSTALL_HINT) from None
+    return ray
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at `address` ("auto": the one this machine runs) as its driver."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise ConfigError("--ray", f"cannot join the Ray cluster at {address!r}: {e}") from None
+
+
+def plan(device: str, workers_per_node: int | None) -> list[dict]:
+    """One entry per worker to start: {"node": node id, "ip", "gpu": uses a GPU}. One worker per
+    GPU of every alive node, or `workers_per_node` on each (CPU nodes, tests)."""
+    ray = require_ray()
+    out = []
+    for n in sorted(ray.nodes(), key=lambda n: n["NodeID"]):
+        if not n.get("Alive"):
+            continue
+        gpus = int(n.get("Resources", {}).get("GPU", 0))
+        count = workers_per_node if workers_per_node is not None else gpus
+        uses_gpu = device == "cuda"
+        if uses_gpu:
+            count = min(count, gpus)
+        out += [{"node": n["NodeID"], "ip": n.get("NodeManagerAddress"), "gpu": uses_gpu}] * count
+    return out
+
+
+def cluster_device(address: str, requested: str, workers_per_node: int | None) -> tuple[str, list[int]]:
+    """(device, worker indices) for a new run on the cluster at `address`: cuda when it has GPUs (auto)."""
+    connect(address)
+    ray = require_ray()
+    has_gpu = ray.cluster_resources().get("GPU", 0) >= 1
+    device = requested if requested != "auto" else ("cuda" if has_gpu else "interpret")
+    if device == "cuda" and not has_gpu:
+        raise ConfigError("--device", "cuda was requested but the Ray cluster has no GPU")
+    workers = plan(device, workers_per_node)
+    if not workers:
+        raise ConfigError("--ray", "the cluster offers no worker (no GPU on any node); pass "
+                          "--workers-per-node N to run N workers on each CPU node")
+    return device, list(range(len(workers)))
+
+
+class _RefereeActor:
+    """Lives in a Ray worker process on one node and owns one Referee there."""
+
+    def __init__(self, spec: tuple, device: str, seed: int, factory=None, sandboxed: bool = True):
+        import ray
+
+        from .. import sandbox
+        from ..referee import Referee
+        from ..task import make_task
+
+        # The driver's choice (--no-sandbox) holds here too; a node that cannot build the sandbox
+        # says so instead of evaluating candidates outside it.
+        if sandboxed:
+            sandbox.require()
+        else:
+            sandbox.disable()
+
+        # The task is rebuilt here from its target and checkout (its harness is a module loaded
+        # from the checkout, which does not travel): the driver's checkout path when this node has
+        # it (a shared or synced folder), else this node's own cached clone at the target's base.
+        target, op, root, base_sha, base_code = spec
+        ip = ray.util.get_node_ip_address()
+        root = Path(root)
+        if not (root / target.operator(op).file).is_file():
+            from ..checkout import prepare_checkout
+
+            co = prepare_checkout(target, None)
+            if co.base_sha != base_sha:
+                raise ConfigError(target.path, f"Ray node {ip} checked out base {co.base_sha}, the driver "
+                                  f"{base_sha}: the base moved; start the run again", "base")
+            root = co.path
+        task = make_task(target, op, root, base_sha)
+        if task.base_code != base_code:
+            raise ConfigError(task.file_path, f"differs on Ray node {ip} from the driver's checkout: "
+                              "every node must evaluate against the same base")
+
+        gpu = None
+        if device == "cuda":
+            ids = ray.get_gpu_ids()  # physical index: the referee sets its worker's CUDA_VISIBLE_DEVICES
+            gpu = int(ids[0]) if ids else None
+        ctx = ray.get_runtime_context()
+        self.where = {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "gpu": gpu}
+        self.referee = (factory or Referee)(task, device=device, gpu=gpu, seed=seed)
+
+    def locate(self) -> dict:
+        return self.where
+
+    def start(self):
+        starter = getattr(self.referee, "start", None)
+        if starter is not None:
+            starter()
+        return getattr(self.referee, "boot_phases", None)
+
+    def evaluate(self, code, kwargs: dict):
+        return self.referee.evaluate(code, **kwargs)
+
+    def close(self) -> None:
+        self.referee.close()
+
+
+class RayPool:
+    """The actors of one run, started on the nodes `plan` picked; `factory` makes their proxies."""
+
+    def __init__(self, address: str, task, device: str, seed: int, workers_per_node: int | None,
+                 referee_factory=None):
+        connect(address)
+        ray = require_ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .. import sandbox
+
+        remote = ray.remote(_RefereeActor)
+        spec = (task.target, task.operator.name, str(task.root), task.base_sha, task.base_code)
+        self.actors = []
+        for w in plan(device, workers_per_node):
+            self.actors.append(remote.options(
+                num_cpus=0,  # it waits on its referee's worker process; the cluster's CPUs stay for that
+                num_gpus=1 if w["gpu"] else 0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(w["node"], soft=False),
+                max_restarts=0,
+                max_concurrency=2,  # close() may stop the referee while an evaluation runs, as locally
+            ).remote(spec, device, seed, referee_factory, sandbox.enabled()))
+        if not self.actors:
+            raise ConfigError("--ray", "the cluster offers no worker now")
+
+    def factory(self, task, *, device: str, gpu: int, seed: int) -> RemoteReferee:
+        """Evaluator's referee_factory: `gpu` is the worker index."""
+        return RemoteReferee(self.actors[gpu])
+
+
+class RemoteReferee:
+    """The driver's handle on one actor's Referee (start, evaluate, close), Evaluator-shaped."""
+
+    def __init__(self, actor):
+        self.actor = actor
+        self.node = self.ip = self.gpu = None
+        self.boot_phases = None
+        self.lost = False
+
+    def _get(self, ref, timeout: float | None = None):
+        import ray
+
+        try:
+            return ray.get(ref, timeout=timeout)
+        except ray.exceptions.RayTaskError as e:  # the referee itself raised: the real error
+            raise e.as_instanceof_cause() from None
+        except ray.exceptions.ActorDiedError as e:
+            if getattr(e, "actor_init_failed", False):  # the referee could not be built there at all
+                raise KernelsmithError(f"a Ray worker could not start its referee: {e}") from None
+            self.lost = True
+            raise WorkerLost(f"Ray worker on node {self.node or '?'} lost: {e}") from None
+        except ray.exceptions.RayError as e:  # actor or node gone (ActorDiedError, NodeDiedError...)
+            self.lost = True
+            raise WorkerLost(f"Ray worker on node {self.node or '?'} lost: {e}") from None
+
+    def start(self) -> None:
+        self._locate()
+        self.boot_phases = self._get(self.actor.start.remote())
+
+    def _locate(self) -> None:
+        if self.node is None:
+            where = self._get(self.actor.locate.remote())
+            self.node, self.ip, self.gpu = where["node"], where["ip"], where["gpu"]
+
+    def evaluate(self, code, **kwargs):
+        """The actor's verdict; WorkerLost when the actor or its node died before answering."""
+        self._locate()
+        verdict = self._get(self.actor.evaluate.remote(code, kwargs))
+        if not verdict.accepted and verdict.reason in _CRASH_REASONS:
+            # The node may be dying with the referee's worker killed first: store the crash only
+            # when the actor outlives it.
+            time.sleep(1.0)
+            self._get(self.actor.locate.remote(), timeout=30)
+        return verdict
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self.actor.close.remote(), timeout=60)  # kills the referee's worker process
+        except Exception:  # noqa: BLE001 - the actor is gone already, or its node
+            pass
+        try:
+            ray.kill(self.actor)
+        except Exception:  # noqa: BLE001 - already gone
+            pass

@@ -1,0 +1,166 @@
+"""The evaluator pool on a local two-node Ray cluster (both nodes on 127.0.0.1, one CPU each):
+evaluations spread over the nodes, a node killed mid-run loses no evaluation, and a driver killed
+with kill -9 resumes. Skipped where ray is not installed (pip install 'kernelsmith[ray]')."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+import model_referee  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from kernelsmith.search.archive import Archive  # noqa: E402
+from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+LOG_ENV = "KS_RAY_TEST_LOG"
+
+
+class SlowNodeReferee(model_referee.ModelReferee):
+    """The model referee, inside a Ray actor: takes a while per candidate, notes which node started
+    each one (a file per start) and puts its node into the verdict."""
+
+    def evaluate(self, code, *, candidate_id=0, timing="full", **kw):
+        node = ray.get_runtime_context().get_node_id()
+        log = Path(os.environ[LOG_ENV])
+        (log / f"{candidate_id}-{node}-{time.monotonic_ns()}").touch()
+        time.sleep(float(os.environ.get("KS_RAY_TEST_SLEEP", "0.3")))
+        v = super().evaluate(code, candidate_id=candidate_id, timing=timing, **kw)
+        v.details = {**(v.details or {}), "node": node}
+        return v
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head and one worker node, one CPU each; actors import kernelsmith and the test referees."""
+    log = tmp_path_factory.mktemp("ray-starts")
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", LOG_ENV)}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
+    os.environ[LOG_ENV] = str(log)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False, logging_level="WARNING")
+    yield c, log
+    ray.shutdown()
+    c.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _config(c, out: Path, **kw) -> SearchConfig:
+    cfg = dict(target="demo", op="silu_and_mul", out=str(out), budget=8, mutator="params",
+               device="interpret", progress=False, targets=str(ROOT / "targets"), ray=c.address,
+               workers_per_node=1, referee_factory=SlowNodeReferee, argv=["kernelsmith", "optimize"])
+    cfg.update(kw)
+    return SearchConfig(**cfg)
+
+
+def _starts(log: Path, since: set[str]) -> list[tuple[int, str]]:
+    return [(int(p.name.split("-")[0]), p.name.split("-")[1]) for p in log.iterdir() if p.name not in since]
+
+
+def test_evaluations_spread_over_both_nodes_and_reproducible(cluster, tmp_path):
+    c, log = cluster
+    result = optimize(_config(c, tmp_path / "run"))
+    workers = result["evaluator"]
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    nodes = {n["NodeID"] for n in alive}
+    assert len(workers) == 2 and {w["node"] for w in workers} == nodes
+    assert {w["node_ip"] for w in workers} == {n["NodeManagerAddress"] for n in alive}
+    assert all(w["jobs"] > 0 and not w["lost"] for w in workers), workers
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = a.all()
+    assert not [r for r in rows if r["status"] == "pending"]
+    assert sum(w["jobs"] for w in workers) == len([r for r in rows if r["status"] == "evaluated"]) == 9
+    # each stored verdict names the node whose referee produced it
+    assert {r["verdict"]["details"]["node"] for r in rows} == nodes
+    # --seed reproducibility: the same proposals again, whichever node evaluated what
+    optimize(_config(c, tmp_path / "again"))
+    with Archive(tmp_path / "again" / "archive.sqlite") as a:
+        assert [r["code"] for r in a.all()] == [r["code"] for r in rows]
+
+
+def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
+    c, log = cluster
+    monkeypatch.setenv("KS_RAY_TEST_SLEEP", "1.5")  # read by the victim node only (started below)
+    before = {p.name for p in log.iterdir()}
+    victim = c.add_node(num_cpus=1)  # a third node, killed below (the module's two stay for others)
+    c.wait_for_nodes()
+    victim_id = victim.node_id
+    out = tmp_path / "run"
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(optimize(_config(c, out, budget=10))))
+    t.start()
+    deadline = time.monotonic() + 60
+    # Kill the node while it is evaluating a candidate (it started one after its first job).
+    while time.monotonic() < deadline:
+        mine = [cid for cid, node in _starts(log, before) if node == victim_id]
+        if len(mine) >= 2:
+            break
+        time.sleep(0.05)
+    c.remove_node(victim, allow_graceful=False)
+    t.join(120)
+    assert not t.is_alive() and result
+    lost = [w for w in result["evaluator"] if w["node"] == victim_id]
+    assert len(lost) == 1 and lost[0]["lost"], result["evaluator"]
+    with Archive(out / "archive.sqlite") as a:
+        rows = a.all()
+    assert not [r for r in rows if r["status"] == "pending"]
+    assert len([r for r in rows if r["status"] == "evaluated"]) == 11  # the base and all 10 proposals
+    # The candidate the dying node had started was evaluated again elsewhere and stored from there.
+    started_on_victim = {cid for cid, node in _starts(log, before) if node == victim_id}
+    by_id = {r["id"]: r for r in rows}
+    redone = [cid for cid in started_on_victim if by_id[cid]["verdict"]["details"]["node"] != victim_id]
+    assert redone, f"no candidate in flight on the killed node was re-evaluated: {started_on_victim}"
+    assert all(by_id[cid]["verdict"]["accepted"] for cid in redone)
+
+
+def test_driver_killed_then_resumed(cluster, tmp_path):
+    """The real referee inside the actors; the driver is a subprocess killed with SIGKILL."""
+    c, _ = cluster
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    base = [sys.executable, "-m", "kernelsmith", "--targets", str(ROOT / "targets"), "optimize", "demo",
+            "silu_and_mul"]
+    common = ["--out", str(out), "--no-progress", "--ray", c.address, "--workers-per-node", "1"]
+    cmd = [*base, "--device", "interpret", "--budget", "6", "--mutator", "params", *common]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    done = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "archive.sqlite").exists():
+            with Archive(out / "archive.sqlite") as a:
+                done = len(a.where("status='evaluated' AND mutator!='base'"))
+            if done >= 2:
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None and done >= 2, "the driver finished (or stalled) before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Archive(out / "archive.sqlite") as a:
+        kept = {r["id"]: r["verdict"] for r in a.where("status='evaluated'")}
+    resumed = subprocess.run([*base, "--resume", *common], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode in (0, 1), resumed.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["proposals"] == 6 and len(result["evaluator"]) == 2
+    with Archive(out / "archive.sqlite") as a:
+        rows = a.all()
+    assert not [r for r in rows if r["status"] == "pending"]
+    # verdicts stored before the kill are kept as they were, not evaluated again
+    assert all({r["id"]: r["verdict"] for r in rows}[k] == v for k, v in kept.items())

@@ -1,0 +1,95 @@
+"""What --ray relies on, tested without a cluster (these run where ray is absent): the option checks,
+the message without ray, and the evaluator handing a lost worker's candidate to another worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import model_referee
+import pytest
+
+from kernelsmith.cli import main
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.evaluator import Evaluator, WorkerLost
+from kernelsmith.task import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = ["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--device", "interpret",
+        "--mutator", "params", "--budget", "2", "--no-progress"]
+
+
+def test_ray_missing_exits_2_with_the_install_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    assert main([*ARGS, "--out", str(tmp_path / "run"), "--ray", "auto"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["kernelsmith: error: --ray: --ray needs the ray package: pip install 'kernelsmith[ray]'"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_ray_option_checks(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "run")]
+    assert main([*ARGS, *out, "--workers-per-node", "2"]) == 2
+    assert "--workers-per-node: only applies with --ray" in capsys.readouterr().err
+    assert main([*ARGS, *out, "--ray", "auto", "--workers-per-node", "0"]) == 2
+    assert "must be at least 1" in capsys.readouterr().err
+    assert main([*ARGS, *out, "--ray", "auto", "--gpus", "0"]) == 2
+    assert "leave --gpus out" in capsys.readouterr().err
+
+
+def test_search_and_referee_import_without_ray():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "import kernelsmith.referee, kernelsmith.search.loop, kernelsmith.search.evaluator\n"
+            "import kernelsmith.search.ray_pool, kernelsmith.commands.optimize, kernelsmith.commands.sweep\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
+
+
+def _losing_referee(lose_on: set, evaluated: list):
+    """The model referee; the workers in `lose_on` die (WorkerLost) on their first candidate."""
+
+    class Losing(model_referee.ModelReferee):
+        def evaluate(self, code, *, candidate_id=0, **kw):
+            if self.gpu in lose_on:
+                raise WorkerLost(f"worker {self.gpu} lost with its node")
+            evaluated.append((self.gpu, candidate_id))
+            return super().evaluate(code, candidate_id=candidate_id, **kw)
+
+    return Losing
+
+
+def _rows(archive, task, n):
+    return [archive.get(archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {128 << i}"),
+                                    mutator="params")) for i in range(n)]
+
+
+def test_a_lost_workers_candidate_is_evaluated_by_another(tmp_path):
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    evaluated: list = []
+    with Archive(tmp_path / "a.sqlite") as archive:
+        rows = _rows(archive, task, 4)
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0}, evaluated))
+        try:
+            assert ev.run(rows) == 4
+        finally:
+            ev.close()
+        assert sorted(cid for _, cid in evaluated) == sorted(r["id"] for r in rows)
+        assert {gpu for gpu, _ in evaluated} == {1}
+        assert all(archive.get(r["id"])["status"] == "evaluated" for r in rows)
+        assert ev.stats[0]["lost"] and not ev.stats[1].get("lost")
+
+
+def test_every_worker_lost_stops_the_run_with_the_rows_pending(tmp_path):
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        rows = _rows(archive, task, 3)
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0, 1}, []))
+        try:
+            with pytest.raises(KernelsmithError, match="every evaluation worker was lost"):
+                ev.run(rows)
+        finally:
+            ev.close()
+        assert all(archive.get(r["id"])["status"] == "pending" for r in rows)
