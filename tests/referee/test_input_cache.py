@@ -120,10 +120,10 @@ def reference(x, weight, eps):
 '''
 
 
-def _wrapped_task(folder: Path, sleep: float):
-    """The demo rms_norm operator judged by a logging harness whose calls take `sleep` seconds."""
+def _wrapped_task(folder: Path, sleep: float, log: Path):
+    """The demo rms_norm operator judged by a logging harness whose calls take `sleep` seconds; the
+    log lies in the referee's work folder, the one place the sandboxed worker may write."""
     folder.mkdir(parents=True)
-    log = folder.parent / f"{folder.name}.log"
     (folder / "slow_rms_norm.py").write_text(
         WRAPPER.format(demo=str(ROOT / "targets" / "demo" / "rms_norm.py"), sleep=sleep, log=str(log)))
     yaml = folder / "target.yaml"
@@ -161,8 +161,11 @@ def wrapped(tmp_path_factory):
         mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
         mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
         for name, sleep in (("fast", 0.0), ("slow", 0.3)):
-            task, log = _wrapped_task(home / name, sleep)
-            made[name] = (Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False), log)
+            work = home / f"{name}-work"
+            work.mkdir()
+            task, log = _wrapped_task(home / name, sleep, work / "calls.log")
+            made[name] = (Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False,
+                                  workdir=work), log)
         yield made
         for ref, _ in made.values():
             ref.close()
@@ -232,8 +235,11 @@ def test_a_cache_too_small_for_anything_still_judges_on_the_run_inputs(tmp_path)
     verdicts are the same (a cheat is still caught)."""
     from kernelsmith.referee import Referee
 
-    task, log = _wrapped_task(tmp_path / "tiny", 0.0)
-    with Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False, input_cache_bytes=0) as ref:
+    work = tmp_path / "work"
+    work.mkdir()
+    task, log = _wrapped_task(tmp_path / "tiny", 0.0, work / "calls.log")
+    with Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False, input_cache_bytes=0,
+                 workdir=work) as ref:
         ref.start()
         _calls(log)
         v = ref.evaluate(OP_FILE.read_text(), candidate_id=1, timing="none")
