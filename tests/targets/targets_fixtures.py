@@ -92,6 +92,9 @@ def write(root: Path, rel: str, text: str) -> Path:
 def fixture_repo(tmp_path):
     """A git repository with a marked operator, a Triton kernel, an unharnessed mark, tests, a bench."""
     repo = tmp_path / "upstream"
+    # Its own pytest config, as real repositories have: pytest's rootdir (and so the test ids verify
+    # compares) must not depend on what lies in the folders above the checkout (/tmp).
+    write(repo, "pytest.ini", "[pytest]\n")
     write(repo, "eng/__init__.py", "")
     write(repo, "eng/ops.py", OPS)
     write(repo, "eng/kernels.py", KERNELS)
