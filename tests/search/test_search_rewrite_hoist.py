@@ -77,6 +77,12 @@ def test_nothing_depending_on_the_loop_variable_or_a_rebound_name_moves():
     code = hoist(_site(rebound)).code
     assert _in_loop(code, "x_ptr + row * stride") and not _in_loop(code, "alpha * beta")
     assert not _in_loop(code, "tl.arange(0, BLOCK)")
+    # A division moves from the loop's body, but not out from under a branch (its divisor's guard).
+    divide = BASE.replace("alpha * beta", "alpha / beta")
+    assert not _in_loop(hoist(_site(divide)).code, "alpha / beta")
+    acc = "        acc += x * (alpha / beta)\n"
+    guarded = divide.replace(acc, "        if beta != 0:\n    " + acc)
+    assert _in_loop(hoist(_site(guarded)).code, "alpha / beta")
     # A loop whose expressions all read the loop variable or a name the loop rebinds: declined.
     none = BASE.replace(
         "        x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)\n"

@@ -7,6 +7,7 @@ global, or bound before the loop in an enclosing block; every call is a pure `tl
 `.to` cast). A `tl.load` is hoisted only from a loop with no store, atomic, barrier, helper call or
 inline assembly, that runs at least once (literal bounds), and only from a statement directly in the
 loop's body (never from under an `if`); otherwise the load stays and only its address may move.
+Divisions are not moved out from under a branch either (the branch may keep the divisor nonzero).
 Expressions are never reassociated (`a + i + b` keeps `a + i` and `b` as they are), and expressions
 of constants and constexpr parameters alone are left to the compiler. Each hoisted expression goes
 before the outermost loop it is invariant in; repeats of it in that loop share the one name.
@@ -31,6 +32,7 @@ PURE = {
 TENSOR = ("arange", "full", "zeros", "zeros_like", "program_id", "num_programs", "load")
 FORBIDDEN = (ast.NamedExpr, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
              ast.Await, ast.Yield, ast.YieldFrom, ast.Starred, ast.JoinedStr)
+DIVIDE = (ast.Div, ast.FloorDiv, ast.Mod)
 TRIVIAL = (ast.Name, ast.Constant, ast.Attribute, ast.List, ast.Tuple, ast.Slice, ast.Dict, ast.Set)
 
 
@@ -83,10 +85,14 @@ class _Hoister:
             return f.attr in PURE
         return isinstance(f, ast.Attribute) and f.attr == "to"  # a cast of a value: pure
 
-    def _invariant(self, expr: ast.expr, loop: ast.For, bound: set[str], avail: set[str], loads_ok):
-        """True when `expr` gives the same value on every iteration of `loop` and may run earlier."""
+    def _invariant(self, expr: ast.expr, bound: set[str], avail: set[str], loads_ok, guarded=False):
+        """True when `expr` gives the same value on every iteration of its loop and may run earlier
+        (`guarded`: it sits under a branch, which may be what keeps a division's divisor nonzero)."""
         for n in ast.walk(expr):
             if isinstance(n, FORBIDDEN):
+                return False
+            if guarded and (isinstance(n, ast.BinOp) and isinstance(n.op, DIVIDE) or call_name(n) in
+                            ("cdiv", "fdiv", "div_rn")):
                 return False
             if isinstance(n, ast.Name):
                 if n.id in bound or (n.id in self.local and n.id not in avail):
@@ -108,7 +114,7 @@ class _Hoister:
         s, e = self.site.span(node)
         return any(cs <= s and e <= ce for cs, ce in self.claimed)
 
-    def _collect(self, node: ast.AST, loop, bound, avail, loads_ok, found: dict) -> None:
+    def _collect(self, node: ast.AST, bound, avail, loads_ok, found: dict, guarded=False) -> None:
         """Maximal hoistable expressions under `node` (an expression or a statement)."""
         if isinstance(node, ast.expr):
             if self._inside_claimed(node):
@@ -116,17 +122,17 @@ class _Hoister:
             if (
                 isinstance(getattr(node, "ctx", None), ast.Load) or not hasattr(node, "ctx")
             ) and self._worth_it(node):
-                if self._invariant(node, loop, bound, avail, loads_ok):
+                if self._invariant(node, bound, avail, loads_ok, guarded):
                     found.setdefault(ast.dump(node), []).append(node)
                     return
-                if call_name(node) == "load" and self._invariant(node, loop, bound, avail, True):
+                if call_name(node) == "load" and self._invariant(node, bound, avail, True, guarded):
                     self.kept_loads.append(self.site.text(node))
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
-                # a load under a nested statement may be guarded by it: never hoisted from there
-                self._collect(child, loop, bound, avail, False, found)
+                # a load or division under a nested statement may be guarded by it: it stays
+                self._collect(child, bound, avail, False, found, True)
             elif isinstance(child, (ast.expr, ast.keyword)):
-                self._collect(child, loop, bound, avail, loads_ok, found)
+                self._collect(child, bound, avail, loads_ok, found, guarded)
 
     def _loop(self, loop: ast.For, avail: set[str]) -> None:
         self.loops += 1
@@ -141,7 +147,7 @@ class _Hoister:
         loads_ok = not writes and _runs_once(loop)
         found: dict[str, list[ast.expr]] = {}
         for st in loop.body:
-            self._collect(st, loop, bound, avail, loads_ok, found)
+            self._collect(st, bound, avail, loads_ok, found)
         for key, nodes in found.items():
             self.groups.append((loop, key, nodes))
             self.claimed += [self.site.span(n) for n in nodes]
