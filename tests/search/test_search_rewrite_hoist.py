@@ -61,6 +61,10 @@ def test_hoisted_invariants_are_accepted_by_the_referee():
     # The unrolled loop stores nothing and runs twice: its weight load moves before it.
     assert "    load_w_ptr_row = tl.load(w_ptr + row).to(tl.float32)" in added
     assert "        total += load_w_ptr_row * (i + 1)" in added
+    # The expression's own parentheses go with it; a call's stay.
+    assert "        acc += x * alpha_beta" in added
+    called = task.base_code.replace("x * (alpha * beta)", "x * tl.load(x_ptr + row)")
+    assert "        acc += x * tl.load(x_ptr_row)\n" in hoist(_site(called)).code
     # Only the new lines and the lines that used the expressions change; the comment stays.
     assert len([ln for ln in _diff(task.base_code, rw.code) if ln.startswith("-")]) == 4
     assert "# the row's start and the scale are the same on every iteration" in rw.code

@@ -185,6 +185,20 @@ def _name_for(expr: ast.expr, tl: str | None, taken: set[str], site: Site) -> st
     return name
 
 
+def _tidy(code: str, inserts: list, uses: list) -> str:
+    """`code` with the new lines and the uses replaced; `x * (a * b)` reads `x * name`, not
+    `x * (name)`, where dropping the parentheses leaves the same tree (never a call's own)."""
+    plain = apply(code, inserts + uses)
+    data = code.encode()
+    bare = [(s - 1, e + 1, t) if data[s - 1 : s] == b"(" and data[e : e + 1] == b")" else (s, e, t)
+            for s, e, t in uses]
+    try:
+        tidy = apply(code, inserts + bare)
+    except Decline:
+        return plain
+    return tidy if ast.dump(ast.parse(tidy)) == ast.dump(ast.parse(plain)) else plain
+
+
 def hoist(site: Site) -> Rewrite:
     """`site`'s kernel with its loop-invariant expressions computed once before their loops."""
     kernel = site.kernel
@@ -210,15 +224,14 @@ def hoist(site: Site) -> Rewrite:
         lines.setdefault(loop.lineno, []).append(f"{indent}{name} = {value}  {MARK} loop invariant\n")
         edits += [(*site.span(n), name) for n in nodes]
         texts.append(" ".join(text.split()))
-    for lineno, new in lines.items():
-        at = site.line_start(lineno)
-        edits.append((at, at, "".join(new)))
+    inserts = [(site.line_start(n), site.line_start(n), "".join(new)) for n, new in lines.items()]
+    code = _tidy(site.code, inserts, edits)
     what = "; ".join(f"`{t}`" for t in texts[:3]) + ("; ..." if len(texts) > 3 else "")
     explain = (
         f"Hoisted loop invariants: in `{kernel.name}` {len(texts)} expression(s) that do not change "
         f"across a loop's iterations ({what}) are computed once before the loop."
     )
-    return Rewrite("hoist", kernel.name, apply(site.code, edits), explain, None, {})
+    return Rewrite("hoist", kernel.name, code, explain, None, {})
 
 
 def has_loop(site: Site) -> bool:
