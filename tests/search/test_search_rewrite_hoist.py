@@ -114,6 +114,8 @@ def test_a_load_never_moves_across_a_store():
     assert _in_loop(hoist(_site(maybe_empty)).code, "tl.load(w_ptr_row)")
     branch = BASE.replace(unrolled, "        if i > 0:\n    " + unrolled)
     assert _in_loop(hoist(_site(branch)).code, "tl.load(w_ptr_row)")
+    early = BASE.replace(unrolled, "        if i > 5:\n            return\n" + unrolled)
+    assert _in_loop(hoist(_site(early)).code, "tl.load(w_ptr_row)")
     # Where the kept load was the only candidate, the decline names it.
     only = "@triton.jit\ndef _k(w_ptr, out_ptr):\n    for i in range(0, 4):\n" \
         "        tl.store(out_ptr + i, tl.load(w_ptr))\n\n\ndef run(w, out):\n    _k[(1,)](w, out)\n"

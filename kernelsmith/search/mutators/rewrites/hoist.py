@@ -4,9 +4,10 @@ computed once, on a new `name = expr` line just before the loop, and its uses re
 
 Only where the tree shows it valid: every name of the expression is a kernel parameter, a module
 global, or bound before the loop in an enclosing block; every call is a pure `tl` function (or a
-`.to` cast). A `tl.load` is hoisted only from a loop with no store, atomic, barrier, helper call or
-inline assembly, that runs at least once (literal bounds), and only from a statement directly in the
-loop's body (never from under an `if`); otherwise the load stays and only its address may move.
+`.to` cast). A `tl.load` is hoisted only from a loop with no store, atomic, barrier, helper call,
+inline assembly or early exit (`return`, `break`, `continue`) that runs at least once (literal
+bounds), and only from a statement directly in the loop's body (never from under an `if`);
+otherwise the load stays and only its address may move.
 Divisions are not moved out from under a branch either (the branch may keep the divisor nonzero).
 Expressions are never reassociated (`a + i + b` keeps `a + i` and `b` as they are), and expressions
 of constants and constexpr parameters alone are left to the compiler. Each hoisted expression goes
@@ -144,6 +145,8 @@ class _Hoister:
                 writes = True
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.jit:
                 writes = True
+            if isinstance(n, (ast.Return, ast.Break, ast.Continue)):
+                writes = True  # a later load may rely on the early exit: loads stay
         loads_ok = not writes and _runs_once(loop)
         found: dict[str, list[ast.expr]] = {}
         for st in loop.body:
