@@ -30,11 +30,12 @@ checkout_for() {
   esac
 }
 
-# First: every default-knob rewrite of the test kernels (and of merge_state) must compile and pass the
+# First: every default-knob rewrite of the test kernels (and of merge_state), and every loop-invariant
+# hoist (test kernels, LMDeploy silu_and_mul), must compile and pass the
 # referee on CUDA (Triton's GPU compiler is stricter than the interpreter). REWRITE_PYTEST=0 skips it.
 if [ "${REWRITE_PYTEST:-1}" = 1 ]; then
   timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/search/test_search_rewrite_real.py \
-    2>&1 | tail -15 | tee "$DEST/pytest-gpu.txt"
+    tests/search/test_search_rewrite_hoist.py 2>&1 | tail -15 | tee "$DEST/pytest-gpu.txt"
 fi
 
 JOBS=()

@@ -1,10 +1,10 @@
 """The rewrite mutator (no LLM): structural rewrites of the operator's kernels, found from the tree.
 
 For every kernel the entry launches, it proposes tile widening and program coarsening along each
-grid axis the kernel reads a program id of, a persistent launch, and merging repeated loads where
-the tree shows them (rewrites/); first at their default knob, then at other knob values. Each new
-knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in the launcher, so the params
-mutator tunes it afterwards like any launch choice. A kernel or
+grid axis the kernel reads a program id of, a persistent launch, and merging repeated loads and
+hoisting loop invariants where the tree shows them (rewrites/); first at their default knob, then
+at other knob values. Each new knob (ROWS_GROUP, COARSEN_GROUP, PERSISTENT_GROUP) is a literal in
+the launcher, so the params mutator tunes it afterwards like any launch choice. A kernel or
 transformation that cannot be shown valid is declined, and the reason goes to the run's log once.
 
 Rewrites apply to the base, or to a params (or llm) candidate; never to an already rewritten file.
@@ -24,12 +24,14 @@ from . import Proposal
 from .rewrites import MARK, Rewrite
 from .rewrites.analysis import Decline, Site, find_sites, pid_calls
 from .rewrites.coarsen import coarsen
+from .rewrites.hoist import has_loop, hoist
 from .rewrites.loads import has_repeated_loads, merge_loads
 from .rewrites.persistent import persistent
 from .rewrites.widen import widen
 
 DEFAULT = {"widen": 4, "coarsen": 4, "persistent": 4}
 ALTERNATES = {"widen": (2, 8, 16), "coarsen": (2, 8, 16), "persistent": (2, 8, 1)}
+KNOBLESS = ("merge_loads", "hoist")
 SOURCES = ("base", "params", "grid", "llm")  # parents whose code a rewrite may start from
 
 
@@ -46,13 +48,15 @@ class Variant:
     def key(self) -> str:
         """Stable name of the variant (archive params `key`, with the source's hash appended)."""
         axis = "" if self.axis is None else f"@{self.axis}"
-        value = "" if self.transform == "merge_loads" else f"={self.value}"
+        value = "" if self.transform in KNOBLESS else f"={self.value}"
         return f"{self.transform}:{self.kernel}{axis}{value}"
 
     def build(self, site: Site) -> Rewrite:
         """The rewritten file (raises Decline where the transformation cannot be shown valid)."""
         if self.transform == "merge_loads":
             return merge_loads(site)
+        if self.transform == "hoist":
+            return hoist(site)
         if self.transform == "widen":
             return widen(site, self.axis, self.value)
         if self.transform == "coarsen":
@@ -71,6 +75,8 @@ def variants(sites: list[Site]) -> list[Variant]:
             later += [Variant(transform, site.kernel.name, axis, v) for v in ALTERNATES[transform]]
         if has_repeated_loads(site):
             first.append(Variant("merge_loads", site.kernel.name, None, 0))
+        if has_loop(site):  # where nothing is invariant, building it declines with the reason
+            first.append(Variant("hoist", site.kernel.name, None, 0))
     return first + later
 
 

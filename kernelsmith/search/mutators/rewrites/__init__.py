@@ -16,7 +16,7 @@ MARK = "# kernelsmith rewrite:"  # a comment every rewritten kernel carries (no 
 class Rewrite:
     """One transformed file."""
 
-    transform: str  # coarsen | persistent
+    transform: str  # widen | coarsen | persistent | merge_loads | hoist
     kernel: str
     code: str
     explain: str  # one sentence for the reviewer (the PR body shows it above the diff)
