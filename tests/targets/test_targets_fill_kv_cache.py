@@ -132,3 +132,45 @@ def test_params_knobs_are_launch_options_not_the_grids_block_count():
     labels = {label(t) for t in relevant(discover(code), code, op.entry)}
     assert "num_warps" in labels
     assert "max_num_blocks" not in labels
+
+
+# A kernel that returns early when the first slot it would write already holds its key. Every
+# correctness trial starts from random old cache contents (and the determinism rerun restores them),
+# so it always does the work there; in timing the same three input sets are called again and again
+# without restoring INPLACE outputs (referee/timing.py), so after the warm-up it skips the copy.
+_SKIP_IF_FILLED = """
+    first = tl.min(tl.where(kv_mask, page_offs, 1 << 30), 0)
+    q_first = tl.min(tl.where(kv_mask, q_offs, 1 << 30), 0)
+    k_new = tl.load(ks_ptr + q_first * stride_kss + d_off * stride_ksd)
+    k_old = tl.load(kc_ptr + first * stride_kcb + d_off * stride_kcd)
+    if tl.sum((k_new != k_old).to(tl.int32), 0) == 0:
+        return
+"""
+
+
+def _skip_if_filled(base_code: str) -> str:
+    anchor = "    k = tl.load(ks_ptrs, mask=mask_ks)\n"  # first in _fill_kv_cache_kernel (quant_policy NONE)
+    assert base_code.index(anchor) < base_code.index("def _fill_kv_cache_fp8_scalar_kernel(")
+    return base_code.replace(anchor, _SKIP_IF_FILLED.lstrip("\n") + anchor, 1)
+
+
+def test_a_kernel_that_skips_already_filled_slots_passes_every_correctness_trial(referee):
+    # The premise of the GPU test below: nothing before timing tells this kernel from the base.
+    ref = referee()
+    verdict = ref.evaluate(_skip_if_filled(ref.task.base_code), candidate_id=4, timing="none")
+    assert verdict.accepted, verdict.feedback()
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=False, reason=(
+    "referee/timing.py times INPLACE outputs on input sets it never restores and skips the timed-output "
+    "check for them, so a kernel that skips slots already holding their values is timed doing no copy; "
+    "run with --runxfail to see the measured speedup"))
+def test_a_kernel_that_skips_already_filled_slots_gains_nothing_in_timing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = load_task(str(YAML), "fill_kv_cache", checkout=str(_checkout()))
+    with Referee(task, device="cuda", seed=7) as ref:
+        verdict = ref.evaluate(_skip_if_filled(task.base_code), candidate_id=4).to_json()
+    assert verdict["accepted"], verdict  # the premise: correct on every trial
+    shapes = [(s["shape"], s.get("speedup")) for s in verdict["shapes"]]
+    assert (verdict.get("geomean_speedup") or 0) < 1.05, shapes
