@@ -90,3 +90,62 @@ def test_router_test_imports_resolve_with_the_yaml_light_packages():
                           env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "heavy: []"
+
+
+def test_fill_kv_cache_command_reaches_the_cuda_query_at_collection():
+    out = _run_yaml_command("fill_kv_cache", _checkout())
+    # Past `from lmdeploy.messages import QuantPolicy` and the turboquant imports, to the blocked-fp8
+    # class's skipif mark, which asks torch.cuda for the compute capability.
+    assert "get_device_capability" in out and "torch/cuda/__init__.py" in out, out
+    assert "ModuleNotFoundError" not in out and "ImportError" not in out and "1 error" in out, out
+
+
+def _light_stubs(command: str) -> dict[str, str]:
+    args = shlex.split(command)
+    return dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--light-stub")
+
+
+def _lmdeploy_imports(path: Path) -> list[str]:
+    """Every `from lmdeploy... import ...` in a file, at any depth (test bodies import the kernels)."""
+    return [ast.unparse(n) for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lmdeploy")]
+
+
+def test_fill_kv_cache_test_imports_resolve_with_the_yaml_stand_ins():
+    root = _checkout()
+    op = TARGET.operator("fill_kv_cache")
+    test_file = root / op.test.split()[-1]
+    imports = _lmdeploy_imports(test_file) + _lmdeploy_imports(test_file.parent / "turboquant_utils.py")
+    assert any("lmdeploy.messages" in i for i in imports) and any("blocked_gemm_fp8" in i for i in imports)
+    code = "\n".join([
+        "import sys",
+        "from kernelsmith.lightimport import install_light_package, install_stub",
+        # blocked_gemm_fp8.py imports .utils, which asks Triton's driver for the backend at import:
+        # the interpreter's stand-ins answer here (on the GPU the driver does).
+        "from kernelsmith.referee.backend.interpret import InterpretBackend",
+        "InterpretBackend().init_context()",
+        *[f"install_light_package({p!r}, [{str(root)!r}])" for p in _light_packages(op.test)],
+        *[f"install_stub({n!r}, {p!r})" for n, p in _light_stubs(op.test).items()],
+        *dict.fromkeys(imports),
+        "assert getattr(sys.modules['lmdeploy.messages'], '__ks_stub__', False)",
+        "assert callable(fill_kv_cache) and callable(fill_kv_cache_blocked_fp8) and callable(quant_fp8)",
+        "heavy = [m for m in ('transformers', 'pydantic', 'mmengine', 'lmdeploy.pytorch.disagg')",
+        "         if m in sys.modules]",
+        "print('heavy:', heavy)",
+    ])
+    env = dict(os.environ, TRITON_INTERPRET="1", KERNELSMITH_TARGET_DIR=str(REPO / "targets"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "heavy: []"
+
+
+def test_quant_policy_stand_in_has_upstream_members_and_values():
+    root = _checkout()
+    tree = ast.parse((root / "lmdeploy" / "messages.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QuantPolicy")
+    upstream = {t.id: ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)
+                for t in s.targets if isinstance(t, ast.Name)}
+    stub = TARGET.stubs["lmdeploy.messages"]
+    ns: dict = {}
+    exec(compile(stub.read_text(), str(stub), "exec"), ns)
+    assert {m.name: m.value for m in ns["QuantPolicy"]} == upstream
