@@ -67,12 +67,22 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     sets = [fresh_copy(s) for s in originals]
     cand_sets = [fresh_copy(s) for s in originals]  # the candidate writes only its own buffers
     last: dict = {}
+    inplace = [n for n in h.inplace if isinstance(originals[0].get(n), torch.Tensor)]
 
     def runner(f, inputs_sets, keep):
         def run(r):
             ret = f(**inputs_sets[r % INPUT_SETS])
             if keep:
                 last["ret"], last["rep"] = ret, r
+        if inplace:
+            def prepare(r):
+                # Outside the timed window (backend.time_calls): every timed call starts from the
+                # trial's own in-place buffers, so a kernel that skips work on an already-filled
+                # cache gains nothing, and the last call's output can be checked.
+                src, dst = originals[r % INPUT_SETS], inputs_sets[r % INPUT_SETS]
+                for name in inplace:
+                    dst[name].copy_(src[name])
+            run.prepare = prepare
         return run
 
     originals_fns = [session.base_fn, fn]
@@ -99,8 +109,9 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
             break
     result = {"base": times[0], "cand": times[1], "aa_ratio": aa,
               "noisy": bool(aa is not None and abs(aa - 1) > AA_LIMIT), "reps": reps, "attempts": attempts}
-    # The output of the last timed candidate call must be right for the inputs it was given.
-    if h.outputs is None or not set(h.outputs) & set(h.inplace):
+    # The output of the last timed candidate call must be right for the inputs it was given (in-place
+    # outputs too: their buffers were restored before that call).
+    if "rep" in last:
         k = last["rep"] % INPUT_SETS
         outs = C.as_tuple(last["ret"]) if h.outputs is None else tuple(cand_sets[k][n] for n in h.outputs)
         expected = made[k][1]

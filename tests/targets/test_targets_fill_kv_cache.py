@@ -136,8 +136,8 @@ def test_params_knobs_are_launch_options_not_the_grids_block_count():
 
 # A kernel that returns early when the first slot it would write already holds its key. Every
 # correctness trial starts from random old cache contents (and the determinism rerun restores them),
-# so it always does the work there; in timing the same three input sets are called again and again
-# without restoring INPLACE outputs (referee/timing.py), so after the warm-up it skips the copy.
+# so it always does the work there; timing restores the INPLACE outputs before every timed call
+# (referee/timing.py), so it must do the work there too (before that fix it skipped the copy).
 _SKIP_IF_FILLED = """
     first = tl.min(tl.where(kv_mask, page_offs, 1 << 30), 0)
     q_first = tl.min(tl.where(kv_mask, q_offs, 1 << 30), 0)
@@ -162,10 +162,6 @@ def test_a_kernel_that_skips_already_filled_slots_passes_every_correctness_trial
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=False, reason=(
-    "referee/timing.py times INPLACE outputs on input sets it never restores and skips the timed-output "
-    "check for them, so a kernel that skips slots already holding their values is timed doing no copy; "
-    "run with --runxfail to see the measured speedup"))
 def test_a_kernel_that_skips_already_filled_slots_gains_nothing_in_timing(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     task = load_task(str(YAML), "fill_kv_cache", checkout=str(_checkout()))

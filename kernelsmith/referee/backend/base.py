@@ -27,7 +27,8 @@ class Backend:
         """Create this process's device context (before any candidate code runs)."""
 
     def time_calls(self, fns: list[Callable[[int], object]], reps: int, order_seed: int) -> list[list[float]]:
-        """Device milliseconds per call of each fn(rep), interleaved rep by rep: [fn][rep]."""
+        """Device milliseconds per call of each fn(rep), interleaved rep by rep: [fn][rep]. A fn with
+        a `prepare(rep)` attribute gets it called first, outside the timed window."""
         raise NotImplementedError(f"{self.name} backend cannot time kernels")
 
     def host_time(self, fn: Callable[[int], object], calls: int) -> float:

@@ -144,8 +144,8 @@ class CudaBackend(Backend):
 
     # -- timing -------------------------------------------------------------------------------
     def time_calls(self, fns: list[Callable[[int], object]], reps: int, order_seed: int) -> list[list[float]]:
-        """Interleaved device times: per rep every fn once, in a shuffled order, each after an L2
-        flush and a ~100 µs spin, bracketed by CUDA events."""
+        """Interleaved device times: per rep every fn once, in a shuffled order, each after its
+        `prepare(rep)` (if it has one), an L2 flush and a ~100 µs spin, bracketed by CUDA events."""
         spin = int(SPIN_US * self.cycles_per_us())
         rng = random.Random(order_seed)
         times: list[list[float]] = [[] for _ in fns]
@@ -158,6 +158,9 @@ class CudaBackend(Backend):
                 rng.shuffle(order)
                 for i in order:
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    prepare = getattr(fns[i], "prepare", None)
+                    if prepare is not None:  # e.g. restoring in-place buffers: before the flush, untimed
+                        prepare(r)
                     self._flush.zero_()
                     torch.cuda._sleep(spin)
                     start.record()
