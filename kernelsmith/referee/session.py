@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..harness import load_harness
-from ..loader import load_operator_module
+from ..target.harness import load_harness
+from ..target.loader import load_operator_module
 from . import correctness as C
 from . import static
 from .backend import get_backend

@@ -15,7 +15,7 @@ WATCHED = (
     "triton.runtime.autotuner.Autotuner", "triton.runtime.autotuner.Heuristics",
     "triton.runtime.autotuner.Config", "triton.runtime.interpreter.InterpretedFunction",
     "numpy", "numpy.random",
-    "kernelsmith.harness", "kernelsmith.loader", "kernelsmith.referee.integrity",
+    "kernelsmith.target.harness", "kernelsmith.target.loader", "kernelsmith.referee.integrity",
     "kernelsmith.referee.record", "kernelsmith.referee.launch_callbacks",
     "kernelsmith.referee.launch_callbacks.CallbackSwaps", "kernelsmith.referee.correctness",
     "kernelsmith.referee.session", "kernelsmith.referee.shape_trials", "kernelsmith.referee.timing",
