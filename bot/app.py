@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelsmith.config import Target, load_target, targets_dir
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.state import entry, load_state, save_state, set_ignored, staleness
+from kernelsmith.target.config import Target, load_target, targets_dir
+from kernelsmith.target.state import entry, load_state, save_state, set_ignored, staleness
 
 from . import dashboard, prs
 from .commands import HELP, CommandError, addresses_bot, parse_command

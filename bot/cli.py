@@ -63,7 +63,7 @@ def cmd_run(args) -> int:
         inputs = json.loads(Path(env.event_path).read_text()).get("inputs") or {}
         dry = dry or _truthy(inputs.get("dry_run"))
     auth = GitHubAuth.from_env(permissions=GATE_PERMISSIONS if args.stage == "gate" else PUBLISH_PERMISSIONS)
-    from kernelsmith.config import targets_dir
+    from kernelsmith.target.config import targets_dir
 
     engine = Engine(targets_dir(args.targets))
     bot = Bot(env, auth, engine, targets=args.targets, runs_dir=Path(args.runs), dry_run=dry)
@@ -101,7 +101,7 @@ def cmd_publish(args) -> int:
 
 
 def _publish_and_record(spec, run_dir: Path, summary):
-    from kernelsmith.state import load_state, save_state
+    from kernelsmith.target.state import load_state, save_state
 
     from . import dashboard, prs
     from .app import ActionsEnv

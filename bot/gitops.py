@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelsmith.checkout import BOT_AUTHOR
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.target.checkout import BOT_AUTHOR
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
 

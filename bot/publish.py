@@ -20,8 +20,14 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kernelsmith.config import DEFAULT_MIN_SPEEDUP, Target, load_target, merge_repo_operators, parse_yaml
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.target.config import (
+    DEFAULT_MIN_SPEEDUP,
+    Target,
+    load_target,
+    merge_repo_operators,
+    parse_yaml,
+)
 
 from .artifact import LABEL_RE, MAX_JSON_BYTES, Evidence, PublishError, load_evidence, read_plain, read_winner
 from .prbody import NAME_RE, fence, marker, read_marker, render_body, with_marker
@@ -53,7 +59,7 @@ class PublishSpec:
 
 
 def _named_yaml(name: str, targets: str | None) -> Path:
-    from kernelsmith.config import targets_dir
+    from kernelsmith.target.config import targets_dir
 
     if not _is_name(name):
         raise PublishError(f"{name!r} is not a target name")

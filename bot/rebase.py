@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernelsmith.config import Target
+from kernelsmith.target.config import Target
 
 from .commands import HELP
 from .publish import BRANCH_PREFIX, PublishError, read_marker

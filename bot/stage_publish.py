@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelsmith.state import entry, op_key, record_run
+from kernelsmith.target.state import entry, op_key, record_run
 
 from . import dashboard, prs
 from .publish import PublishError, write_summary

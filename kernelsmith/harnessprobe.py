@@ -15,9 +15,9 @@ import traceback
 
 import torch
 
-from .harness import load_harness
 from .referee import correctness as C
 from .referee.diagnose import likely_fix
+from .target.harness import load_harness
 
 SEEDS = (101, 101, 202)  # the same seed twice (determinism), then another (sensitivity)
 CONTROL_FIX = ("tighten TOLERANCE for this dtype, or draw inputs whose outputs are not all tiny "
@@ -123,7 +123,7 @@ def check_tolerance(p: Probe, h, where: str, b: torch.Tensor, e: torch.Tensor) -
 
 def probe(spec: dict) -> Probe:
     """Every check on the harness and on the base, shape by shape."""
-    from .loader import load_operator_module
+    from .target.loader import load_operator_module
 
     p = Probe()
     h = load_harness(spec["harness"])

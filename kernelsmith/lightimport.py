@@ -21,7 +21,7 @@ import sys
 import types
 from pathlib import Path
 
-from .loader import register_packages
+from .target.loader import register_packages
 
 
 class LazyPackage(types.ModuleType):

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .checkout import clean_worktree, run_setup, safe_env, venv_env
 from .errors import KernelsmithError
 from .paths import cache_dir
 from .sandbox import summary as sandbox_summary
+from .target.checkout import clean_worktree, run_setup, safe_env, venv_env
 
 DEFAULT_TIMEOUT_S = 1800.0
 TAIL_LINES = 60
@@ -206,7 +206,7 @@ def _load_json(path: Path) -> dict:
 def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has_cuda: bool | None = None,
                log=print) -> dict:
     """Verify one run directory; writes verify.json and the report section; returns verify.json."""
-    from .config import load_target
+    from .target.config import load_target
 
     run_dir = Path(run_dir).resolve()
     run = _load_json(run_dir / "run.json")
@@ -241,8 +241,8 @@ def _find_operator(target, run: dict):
     """The run's operator: from the yaml, else from the repo's `.kernelsmith.yml` at the base."""
     if any(o.name == run["op"] for o in target.operators):
         return target.operator(run["op"])
-    from .checkout import Checkout, is_commit
-    from .scan import with_repo_operators
+    from .target.checkout import Checkout, is_commit
+    from .target.scan import with_repo_operators
 
     co = Checkout(Path(run["checkout"]), run["base_sha"], is_commit(run["base_sha"]))
     return with_repo_operators(target, co).operator(run["op"])

@@ -16,7 +16,7 @@ import sys
 import time
 
 from kernelsmith.referee import Referee
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 
 def main(argv: list[str] | None = None) -> int:

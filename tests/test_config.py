@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.config import load_target, merge_repo_operators, resolve_target
 from kernelsmith.errors import ConfigError
-from kernelsmith.harness import load_harness
+from kernelsmith.target.config import load_target, merge_repo_operators, resolve_target
+from kernelsmith.target.harness import load_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

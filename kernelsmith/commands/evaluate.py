@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     the environment is at fault) or on config errors."""
     from ..referee import Referee, RefereeError
     from ..referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
-    from ..task import load_task
+    from ..target.task import load_task
 
     code = None
     if args.candidate:

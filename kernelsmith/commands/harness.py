@@ -41,7 +41,7 @@ def run_check(args: argparse.Namespace) -> int:
     """Print one line per problem; 0 sound, 1 problems (config errors raise -> 2)."""
     from ..errors import ConfigError
     from ..harnesscheck import check_harness
-    from ..task import load_task
+    from ..target.task import load_task
 
     task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None))
     try:
@@ -55,9 +55,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_new(args: argparse.Namespace) -> int:
     """Write the skeleton and say what to do next."""
-    from ..checkout import prepare_checkout
-    from ..config import load_target, resolve_target
     from ..harnessnew import write_skeleton
+    from ..target.checkout import prepare_checkout
+    from ..target.config import load_target, resolve_target
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     target.operator(args.op)  # an unknown operator is a config error before any clone

@@ -27,10 +27,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Scan one target and print tables (or JSON); 2 when an operator is broken."""
-    from ..checkout import prepare_checkout
-    from ..config import load_target, resolve_target
-    from ..scan import scan_target
-    from ..state import load_state
+    from ..target.checkout import prepare_checkout
+    from ..target.config import load_target, resolve_target
+    from ..target.scan import scan_target
+    from ..target.state import load_state
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     co = prepare_checkout(target, args.checkout, setup=not args.static)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..checkout import tree_hash
-from ..config import load_target
-from ..task import Task, make_task
+from ..target.checkout import tree_hash
+from ..target.config import load_target
+from ..target.task import Task, make_task
 from .problem import Problem
 
 BASE_SUFFIX = '''

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..harness import private_module_name
+from ..target.harness import private_module_name
 from .problem import read_problem
 
 WEIGHT_SEED = 42  # KernelBench's seed_num: both models are built right after this seed

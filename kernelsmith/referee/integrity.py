@@ -22,29 +22,19 @@ import re
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import settings as global_settings
+from .launch_callbacks import CallbackSwaps
+from .record import Record, compute_ops, op_name, violations_vs_base
 
-try:
-    from triton import knobs as _knobs
-except ImportError:  # pragma: no cover - every supported triton (3.6 to 3.9) has knobs
-    _knobs = None
+# Record and its rules live in record.py; re-exported for the callers that import them from here.
+__all__ = ["Monitor", "Record", "compute_ops", "fill_garbage", "op_name", "thread_idents",
+           "violations_vs_base"]
 
-# aten ops that move, view or allocate memory without computing anything: never a "fallback".
 _PROC_PID = re.compile(r"^/proc/(\d+)/")  # /proc/self resolves to /proc/<own pid>
-_LAYOUT_OPS = {
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "fill", "fill_", "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias",
-    "as_strided", "expand", "t", "transpose", "permute", "squeeze", "unsqueeze", "select", "slice",
-    "detach", "alias", "lift_fresh", "split", "split_with_sizes", "chunk", "unbind", "narrow",
-    "contiguous", "clone", "copy_", "copy", "resize_", "set_", "view_as", "expand_as", "flatten",
-    "unflatten", "_local_scalar_dense", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
-    "sym_storage_offset", "size", "stride", "record_stream", "_to_copy_noop", "is_same_size",
-}
 _PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.posix_spawn",
                    "os.spawn", "os.exec", "os.startfile", "pty.spawn")
 # File-system changes other than open(): a write the sandbox refuses (EROFS) is still recorded.
@@ -54,67 +44,6 @@ _INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects
                          "gc.get_referents")
 _TAMPER_EVENTS = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "object.__setattr__",
                   "object.__delattr__")
-# Callables in triton.knobs that Triton calls during a launch or a compile, as (group, attribute);
-# each is looked up with getattr, so one this Triton lacks (3.6 has no autotuning listener) is skipped.
-_KNOB_CALLBACKS = (("autotuning", "listener"), ("compilation", "listener"), ("runtime", "jit_cache_hook"),
-                   ("runtime", "jit_post_compile_hook"), ("runtime", "add_stages_inspection_hook"),
-                   ("build", "impl"))
-_KNOB_HOOK_CHAINS = ("launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook",
-                     "kernel_load_end_hook", "kernel_unload_hook")
-
-
-def _package_dir(name: str) -> str:
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
-
-
-_TRITON_DIR = _package_dir("triton")
-
-
-def op_name(func) -> str:
-    """'aten.silu.default' -> 'silu'."""
-    packet = getattr(func, "overloadpacket", None)
-    name = getattr(packet, "__name__", None) or getattr(func, "__name__", str(func))
-    return name.split(".")[0]
-
-
-@dataclass
-class Record:
-    """What watched code did: launches, torch ops, and audited events."""
-
-    launches: int = 0
-    ops: set = field(default_factory=set)
-    files: set = field(default_factory=set)
-    writes: set = field(default_factory=set)
-    network: set = field(default_factory=set)
-    processes: set = field(default_factory=set)
-    threads: int = 0
-    introspection: set = field(default_factory=set)
-    tamper: set = field(default_factory=set)
-    streams: set = field(default_factory=set)
-    settings: set = field(default_factory=set)  # process-global settings changed ("name: old -> new")
-    reference_calls: int = 0
-
-    def to_json(self) -> dict:
-        """Plain data (sets as sorted lists)."""
-        return {k: sorted(v) if isinstance(v, set) else v for k, v in vars(self).items()}
-
-    @classmethod
-    def from_json(cls, data: dict) -> Record:
-        """Rebuild a record from `to_json` output."""
-        return cls(**{k: set(v) if isinstance(v, list) else v for k, v in data.items()})
-
-    def merge(self, other: Record) -> None:
-        """Add another record's observations to this one."""
-        self.launches += other.launches
-        self.threads += other.threads
-        self.reference_calls += other.reference_calls
-        for name in ("ops", "files", "writes", "network", "processes", "introspection", "tamper", "streams",
-                     "settings"):
-            getattr(self, name).update(getattr(other, name))
-
 
 _ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
@@ -282,66 +211,18 @@ class Monitor:
         (autotuning and compilation listeners, JIT and launch hooks), which Triton calls from inside.
         Each is put back afterwards unless the launch itself replaced it meanwhile.
         """
-        swapped: list[tuple[object, object, object, object, bool]] = []
+        swaps = CallbackSwaps(self._as_candidate)
         if self.current is not None:
             try:
                 if type(launcher) in self._tuners:
-                    self._swap_callbacks(launcher, swapped)
-                self._swap_knob_callbacks(swapped)
+                    swaps.swap_launcher_callbacks(launcher)
+                swaps.swap_knob_callbacks()
             except Exception:  # noqa: BLE001 - an odd launcher object: its frames are still checked
                 pass
         try:
             yield
         finally:
-            for container, key, original, wrapped, own in reversed(swapped):
-                _restore(container, key, original, wrapped, own)
-
-    def _swap(self, container, key, value, swapped: list) -> None:
-        """Put a recording wrapper in place of `container[key]` (or its attribute `key`)."""
-        if not callable(value) or isinstance(value, type) or _is_triton_code(value):
-            return
-        if hasattr(value, "__ks_user__"):
-            return  # already wrapped by an enclosing launch
-        wrapped = self._as_candidate(value)
-        if isinstance(container, (dict, list)):
-            own = True
-            container[key] = wrapped
-        else:
-            own = key in vars(container)  # False: a class-level value, shadowed only while swapped
-            setattr(container, key, wrapped)
-        swapped.append((container, key, value, wrapped, own))
-
-    def _swap_knob_callbacks(self, swapped: list) -> None:
-        if _knobs is None:
-            return
-        for group_name, attr in _KNOB_CALLBACKS:
-            group = getattr(_knobs, group_name, None)
-            value = getattr(group, attr, None) if group is not None else None
-            if value is not None:
-                self._swap(group, attr, value, swapped)
-        runtime = getattr(_knobs, "runtime", None)
-        for attr in _KNOB_HOOK_CHAINS:
-            calls = getattr(getattr(runtime, attr, None), "calls", None)
-            if isinstance(calls, list):
-                for i, hook in enumerate(list(calls)):
-                    self._swap(calls, i, hook, swapped)
-
-    def _swap_callbacks(self, launcher, swapped: list) -> None:
-        def swap(container, key, value):
-            self._swap(container, key, value, swapped)
-
-        state = vars(launcher)
-        for name, value in list(state.items()):
-            if name in ("fn", "base_fn", "src") or isinstance(value, type):
-                continue  # the kernel itself: a launch of its own (or candidate frames, if custom)
-            swap(launcher, name, value)
-        values = state.get("values")
-        if isinstance(values, dict):  # Heuristics
-            for key, value in list(values.items()):
-                swap(values, key, value)
-        for config in state.get("configs") or ():  # Autotuner: per-config pre_hook
-            if hasattr(config, "pre_hook"):
-                swap(config, "pre_hook", config.pre_hook)
+            swaps.restore()
 
     def _hook_threads(self) -> None:
         monitor = self
@@ -509,76 +390,6 @@ class Monitor:
             rec.settings.update(global_settings.diff(before, global_settings.capture()))
 
 
-def _restore(container, key, original, wrapped, own: bool) -> None:
-    """Undo one swap of `_callbacks_recorded`, unless the slot no longer holds our wrapper."""
-    if isinstance(container, list):
-        if key < len(container) and container[key] is wrapped:
-            container[key] = original
-    elif isinstance(container, dict):
-        if container.get(key) is wrapped:
-            container[key] = original
-    elif vars(container).get(key) is wrapped:
-        if own:
-            setattr(container, key, original)
-        else:
-            delattr(container, key)  # back to the class-level value
-
-
-def _is_triton_code(fn) -> bool:
-    """Whether `fn` is a plain function or method defined in the triton package itself."""
-    fn = getattr(fn, "__func__", fn)
-    code = getattr(fn, "__code__", None)
-    return code is not None and code.co_filename.startswith(_TRITON_DIR)
-
-
 def thread_idents() -> set[int]:
     """Idents of the Python threads alive now."""
     return {t.ident for t in threading.enumerate()}
-
-
-def compute_ops(ops: set[str]) -> set[str]:
-    """The torch ops in `ops` that compute something (layout and allocation ops removed)."""
-    return {o for o in ops if o not in _LAYOUT_OPS and o.rstrip("_") not in _LAYOUT_OPS}
-
-
-def violations_vs_base(cand: Record, base: Record, library_base: bool = False,
-                       complete: bool = True) -> list[tuple[str, str]]:
-    """(violation, message) pairs for what the candidate did beyond what the base did.
-
-    `complete` is False when the evaluation stopped early: then a missing launch proves nothing.
-
-    `library_base`: the base is a pure-library reference (a KernelBench task's PyTorch Model),
-    so every torch compute op of the candidate is a fallback and a Triton launch is required.
-    """
-    out: list[tuple[str, str]] = []
-    if cand.reference_calls:
-        out.append(("reference_call", "the harness's reference was called by the candidate"))
-    intro = cand.introspection - base.introspection
-    if intro:
-        out.append(("reference_call", f"inspected the referee's frames/objects ({', '.join(sorted(intro))})"))
-    tamper = cand.tamper - base.tamper
-    if tamper:
-        out.append(("monkeypatch", f"patched or traced the runtime: {', '.join(sorted(tamper)[:5])}"))
-    changed = cand.settings - base.settings
-    if changed:
-        out.append(("monkeypatch", "changed process-global settings that outlive the call (they would "
-                                   f"reach later candidates and the base): {'; '.join(sorted(changed)[:5])}"))
-    if cand.network - base.network:
-        out.append(("network_access", f"network calls: {', '.join(sorted(cand.network - base.network))}"))
-    files = (cand.files - base.files) | (cand.writes - base.writes)
-    if files:
-        out.append(("file_access", f"file access beyond the base: {', '.join(sorted(files)[:4])}"))
-    if cand.processes - base.processes:
-        out.append(("extra_threads", f"started processes: {', '.join(sorted(cand.processes))}"))
-    if cand.threads and not base.threads:
-        out.append(("extra_threads", f"started {cand.threads} thread(s)"))
-    if cand.streams - base.streams:
-        out.append(("extra_streams", "work issued on a CUDA stream other than the current one"))
-    extra_ops = compute_ops(cand.ops) - (set() if library_base else compute_ops(base.ops))
-    if extra_ops:
-        names = ", ".join(sorted(extra_ops))
-        out.append(("library_fallback", f"torch compute ops the base does not use: {names}"))
-    if complete and (base.launches or library_base) and not cand.launches:
-        out.append(("no_kernel_launch", "no Triton kernel was launched (the base launches "
-                                        f"{base.launches})"))
-    return out

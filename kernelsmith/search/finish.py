@@ -239,7 +239,7 @@ def finish(search, evaluator, started: float) -> dict:
 
 def record_state(run_dir: Path, progress) -> None:
     """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from ..state import record_run_dir
+    from ..target.state import record_run_dir
 
     try:
         record_run_dir(run_dir)

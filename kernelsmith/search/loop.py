@@ -11,55 +11,19 @@ the proposal sequence given the same verdicts, however many GPUs evaluate and ho
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
 from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
 from .archive import Archive, code_hash
-from .mutators import DEFAULT as DEFAULT_MUTATOR
 from .mutators import Mutator, Proposal, members
 from .progress import Progress
 from .resolve import DEFAULT_BUDGET, resolve_run
+from .run_config import SearchConfig  # named here too: the commands and tests import it from loop
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
 
 PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
-
-
-@dataclass
-class SearchConfig:
-    """Everything `kernelsmith optimize` was asked to do."""
-
-    target: str
-    op: str
-    checkout: str | None = None
-    out: str | None = None
-    budget: int | None = None
-    minutes: float | None = None
-    mutator: str = DEFAULT_MUTATOR
-    gpus: list[int] | None = None
-    device: str = "auto"
-    resume: bool = False
-    seed: int = 0
-    islands: int | None = None
-    exploit: float | None = None  # None: DEFAULT_EXPLOIT, or what a resumed run's run.json holds
-    stagnation: int | None = None
-    progress: bool = True
-    targets: str | None = None
-    replay: str | None = None  # a run dir or diff whose winner is re-applied to the current base
-    batch: int | None = None  # proposals per generation (default: one per worker, at least 2)
-    final_k: int = 3  # best candidates re-measured at the end
-    precompile: bool = True
-    # Seconds a candidate's kernels may take to compile (on the CPU compile processes) before it is
-    # rejected as a timeout; None: no limit. On the H200 host, a huge block on one warp took 27 to
-    # over 60 s and stalled the search; upstream kernels compile in 1-3 s.
-    compile_limit: float | None = 20.0
-    command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
-    argv: list[str] | None = None
-    referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
-    ray: str | None = None  # a Ray cluster's address (or "auto"): the evaluator pool runs there
-    workers_per_node: int | None = None  # Ray workers per node (default: one per GPU)
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,

@@ -324,8 +324,8 @@ def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> i
 
 
 def _main(spec: dict) -> None:
-    from ..harness import load_harness
-    from ..loader import load_operator_module
+    from ..target.harness import load_harness
+    from ..target.loader import load_operator_module
 
     # The protocol gets its own copy of stdout; file descriptor 1 goes to stderr (discarded), so
     # what a candidate prints (from Python or C) cannot pass for a reply.

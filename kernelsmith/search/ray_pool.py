@@ -86,7 +86,7 @@ class _RefereeActor:
 
         from .. import sandbox
         from ..referee import Referee
-        from ..task import make_task
+        from ..target.task import make_task
 
         # The driver's choice (--no-sandbox) holds here too; a node that cannot build the sandbox
         # says so instead of evaluating candidates outside it.
@@ -102,7 +102,7 @@ class _RefereeActor:
         ip = ray.util.get_node_ip_address()
         root = Path(root)
         if not (root / target.operator(op).file).is_file():
-            from ..checkout import prepare_checkout
+            from ..target.checkout import prepare_checkout
 
             co = prepare_checkout(target, None)
             if co.base_sha != base_sha:

@@ -20,7 +20,7 @@ def resolve_run(config):
     """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run of a
     `SearchConfig`; a new run's run.json is written here."""
     from ..referee.backend import cuda_available, resolve_device
-    from ..task import load_task
+    from ..target.task import load_task
 
     out = Path(config.out) if config.out else None
     if config.resume:

@@ -20,7 +20,7 @@ import pytest
 from github_api import add_comment
 from github_server import Server
 
-from kernelsmith.state import source_hash
+from kernelsmith.target.state import source_hash
 
 # The bot needs PyGithub, GitPython and PyJWT; the GPU box has none of them and runs no bot tests.
 _MISSING = [m for m in ("github", "git", "jwt", "cryptography") if importlib.util.find_spec(m) is None]
@@ -134,7 +134,7 @@ class SavedRunEngine:
 
     def scan(self, target):
         self.calls.append(("scan", str(target)))
-        # The shape of `kernelsmith scan --json` (kernelsmith/scan.py ScanResult.to_json).
+        # The shape of `kernelsmith scan --json` (kernelsmith/target/scan.py ScanResult.to_json).
         return {"operators": [{"name": "rms_norm", "source_hash": self.hash, "harness_ok": True},
                               {"name": "silu_and_mul", "source_hash": "0" * 64, "harness_ok": True}],
                 "hotspots": [{"file": OP_FILE, "line": 40, "function": "_fused_add_rms_norm_kernel",

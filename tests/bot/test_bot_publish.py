@@ -11,7 +11,7 @@ from bot.app import ActionsEnv, Bot
 from bot.auth import GitHubAuth
 from bot.cli import main
 from bot.dashboard import TITLE, read_block
-from kernelsmith.checkout import BOT_AUTHOR
+from kernelsmith.target.checkout import BOT_AUTHOR
 
 
 def _bot(gh, engine, tmp_path, **kw) -> Bot:

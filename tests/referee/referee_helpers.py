@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_YAML = ROOT / "targets" / "demo.yaml"

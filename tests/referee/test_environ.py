@@ -42,7 +42,7 @@ DRIVER = '''
 import json, sys
 from pathlib import Path
 from kernelsmith.referee import Referee
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 task = load_task(sys.argv[1], "silu_and_mul", checkout=sys.argv[2])
 code = task.base_code + sys.argv[3]

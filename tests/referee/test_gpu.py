@@ -79,9 +79,9 @@ def _base_ms_with_cache(cache, tag: str) -> float:
     """The demo base rms_norm on BIG, loaded in this process with Triton compiling into `cache`."""
     import triton
 
-    from kernelsmith.harness import load_harness
-    from kernelsmith.loader import load_operator_module
     from kernelsmith.referee.compile_cache import cache_dir, set_cache_dir
+    from kernelsmith.target.harness import load_harness
+    from kernelsmith.target.loader import load_operator_module
 
     before = cache_dir()
     set_cache_dir(str(cache))

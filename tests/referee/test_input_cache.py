@@ -14,7 +14,7 @@ from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
 
 from kernelsmith.referee import input_cache as IC
 from kernelsmith.search.loop import FINAL_SEED_OFFSET
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 OP_FILE = MINISERVE / "miniserve" / "kernels" / "rms_norm.py"
 

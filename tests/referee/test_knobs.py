@@ -248,8 +248,8 @@ def test_gpu_setting_changed_only_while_timed_is_rejected():
     Needs the session's end-of-evaluation settings check (settings.GlobalSettings around the whole
     evaluation, timing included): the per-call check does not watch the timed calls.
     """
-    from kernelsmith.harness import load_harness
     from kernelsmith.referee import Referee
+    from kernelsmith.target.harness import load_harness
 
     shapes = load_harness(str(ROOT / "targets" / "demo" / "rms_norm.py")).shapes_for("cuda")
     correctness_calls = len(shapes) * 3 * 2 + 3  # 3 trials of 2 calls per shape, 3 fresh shapes

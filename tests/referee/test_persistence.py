@@ -16,7 +16,7 @@ from referee_helpers import CORPUS, MINISERVE, ROOT
 
 from kernelsmith.referee import Referee
 from kernelsmith.referee import compile_cache as cc
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 triton = pytest.importorskip("triton")
 
@@ -215,7 +215,7 @@ WHICH_BINARY = '''
 import json, sys
 from pathlib import Path
 import torch
-from kernelsmith.loader import load_operator_module
+from kernelsmith.target.loader import load_operator_module
 from kernelsmith.referee.compile_cache import CompileCaches, make_private
 from kernelsmith.search.precompile import _install_fake_driver
 
@@ -237,9 +237,9 @@ print(json.dumps({"private": private, "shared": kernel_name("control")}))
 def _plant_from_a_precompile_child(tmp_path, monkeypatch, shared) -> None:
     """Run the cache-planting cheat in a CPU precompile child (sm_90 target), with `shared` as
     Triton's cache: the slow kernel's binary lands under the base kernel's key there."""
-    from kernelsmith.config import load_target
     from kernelsmith.search.precompile import Precompiler
-    from kernelsmith.task import make_task
+    from kernelsmith.target.config import load_target
+    from kernelsmith.target.task import make_task
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -319,7 +319,7 @@ SEED_AND_FRESH = '''
 import json, os, sys
 from pathlib import Path
 import torch
-from kernelsmith.loader import load_operator_module
+from kernelsmith.target.loader import load_operator_module
 from kernelsmith.referee.compile_cache import CompileCaches, make_private, read_folder
 from kernelsmith.search.precompile import _install_fake_driver
 

@@ -137,7 +137,7 @@ BASE = "import torch\nimport triton\n\ndef op(x):\n    return x\n"
     ("setattr(torch, 'matmul', None)\n", "monkeypatch"),
     ("import sys\nf = sys._getframe(1).f_back\n", "reference_call"),
     ("import gc\n", "reference_call"),
-    ("from kernelsmith.harness import load_harness\n", "reference_call"),
+    ("from kernelsmith.target.harness import load_harness\n", "reference_call"),
     ("g = torch.compile(lambda x: x)\n", "library_fallback"),
     ("y = torch.ops.aten.mul\n", "library_fallback"),
     ("try:\n    pass\nexcept Exception:\n    y = torch.nn.functional.silu(x)\n", "library_fallback"),

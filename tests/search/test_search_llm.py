@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from llm_server import ScriptedLLM
 
-from kernelsmith.config import load_target
 from kernelsmith.search.edits import format_edit
 from kernelsmith.search.mutators.llm import LLMMutator, LLMSettings, llm_settings
-from kernelsmith.task import make_task
+from kernelsmith.target.config import load_target
+from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

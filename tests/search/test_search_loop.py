@@ -221,7 +221,7 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
     import time
 
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.task import load_task
+    from kernelsmith.target.task import load_task
 
     started = threading.Event()
 
@@ -271,7 +271,7 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     import time
 
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.task import load_task
+    from kernelsmith.target.task import load_task
 
     class SlowCompiler(_StubCompiler):
         """A precompiler whose every job would take a minute (a huge block on one warp)."""
@@ -306,7 +306,7 @@ def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_
     reaching a GPU, and the params mutator draws no domain edge from it."""
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.search.mutators.params import ParamsMutator
-    from kernelsmith.task import load_task
+    from kernelsmith.target.task import load_task
 
     class OverLimit(_StubCompiler):
         def wait(self, cid, timeout, limit=None):

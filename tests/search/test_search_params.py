@@ -17,7 +17,7 @@ from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import SearchConfig, optimize, slot_rng
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 BLOCK = "silu_and_mul:BLOCK"
 BEST_SINGLE = 5.955  # the model's best single config (BLOCK 4096, num_warps 32) over the demo shapes

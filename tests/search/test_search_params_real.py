@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from test_search_tunables import _assert_each_render_changes_only_its_constant
 
-from kernelsmith.harness import load_harness
 from kernelsmith.search.mutators.sizekeys import size_key
 from kernelsmith.search.mutators.space import ConfigSpace
 from kernelsmith.search.mutators.tunables import discover, label, relevant, render_table
+from kernelsmith.target.harness import load_harness
 
 ROOT = Path(__file__).resolve().parents[2]
 CARRY = ROOT / ".carry"

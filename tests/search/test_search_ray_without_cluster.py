@@ -14,7 +14,7 @@ from kernelsmith.cli import main
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.evaluator import Evaluator, WorkerLost
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--device", "interpret",

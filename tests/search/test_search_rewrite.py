@@ -20,7 +20,7 @@ from kernelsmith.search.mutators.rewrites.loads import merge_loads
 from kernelsmith.search.mutators.rewrites.persistent import persistent
 from kernelsmith.search.mutators.rewrites.widen import widen
 from kernelsmith.search.mutators.tunables import discover, relevant, render
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 DATA = Path(__file__).parent / "data" / "rewrite"
 YAML, SRC = DATA / "rewrite.yaml", DATA / "src"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelsmith.loader import load_operator_module
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator
 from kernelsmith.search.mutators.tunables import discover, relevant
-from kernelsmith.task import load_task
+from kernelsmith.target.loader import load_operator_module
+from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

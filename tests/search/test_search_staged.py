@@ -111,7 +111,7 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
     would judge it on the inputs it was selected on, so remeasure needs another seed."""
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.search.loop import FINAL_SEED_OFFSET
-    from kernelsmith.task import load_task
+    from kernelsmith.target.task import load_task
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:

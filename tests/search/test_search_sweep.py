@@ -18,7 +18,7 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs
 from kernelsmith.search.loop import SearchConfig, optimize
 from kernelsmith.search.sweep import SweepGrid
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = [1 << k for k in range(4, 15)]  # the demo silu_and_mul's BLOCK domain: 16 .. 16384

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelsmith.config import load_target
+from kernelsmith.target.config import load_target
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = load_target(REPO / "targets" / "lmdeploy.yaml")

@@ -7,12 +7,12 @@ import sys
 import pytest
 from targets_fixtures import git, make_target, write
 
-from kernelsmith.checkout import Checkout, prepare_checkout, tree_hash
 from kernelsmith.cli import main
-from kernelsmith.config import load_target
 from kernelsmith.errors import ConfigError, KernelsmithError
-from kernelsmith.scan import scan_target, with_repo_operators
-from kernelsmith.state import (
+from kernelsmith.target.checkout import Checkout, prepare_checkout, tree_hash
+from kernelsmith.target.config import load_target
+from kernelsmith.target.scan import scan_target, with_repo_operators
+from kernelsmith.target.state import (
     load_state,
     normalize_state,
     record_pr,

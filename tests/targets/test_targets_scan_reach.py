@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from kernelsmith.checkout import prepare_checkout
-from kernelsmith.config import load_target
-from kernelsmith.scan import reachable_functions, scan_target
-from kernelsmith.state import empty_state
+from kernelsmith.target.checkout import prepare_checkout
+from kernelsmith.target.config import load_target
+from kernelsmith.target.scan import reachable_functions, scan_target
+from kernelsmith.target.state import empty_state
 
 ROOT = Path(__file__).resolve().parents[2]
 

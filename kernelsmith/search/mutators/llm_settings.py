@@ -47,8 +47,8 @@ def _from_env(env: dict) -> LLMSettings:
     if path:
         from pathlib import Path
 
-        from ...config import read_yaml
         from ...errors import ConfigError
+        from ...target.config import read_yaml
 
         data = read_yaml(Path(path))
         for key, value in data.items():

@@ -21,7 +21,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from .launchers import _KNOB, Tunable, jit_functions
+from .launch_syntax import _KNOB, Tunable, jit_functions
 
 Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("rows", arg): numel // shape[-1] | ("value", arg)
 _SAME_SHAPE = {"contiguous", "float", "half", "bfloat16", "to", "clone", "detach", "type_as", "cuda"}

@@ -13,7 +13,8 @@ import ast
 from collections import defaultdict
 
 from ...pysource import reachable
-from .launchers import Tunable, find, is_int, kernel_loops, line_offsets
+from .launch_syntax import Tunable, is_int, kernel_loops, line_offsets
+from .launchers import find
 
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
 MAX_NUMEL = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)

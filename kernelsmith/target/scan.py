@@ -12,10 +12,10 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
+from ..pysource import reachable
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
-from .errors import ConfigError
-from .pysource import reachable
 from .state import entry as state_entry
 from .state import source_hash, staleness
 

@@ -14,8 +14,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import KernelsmithError
-from .paths import cache_dir
+from ..errors import KernelsmithError
+from ..paths import cache_dir
 
 STATE_VERSION = 1
 

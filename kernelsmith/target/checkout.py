@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError, KernelsmithError
+from ..paths import cache_dir
 from .config import Target
-from .errors import ConfigError, KernelsmithError
-from .paths import cache_dir
 
 BOT_AUTHOR = ("kernelsmith[bot]", "kernelsmith@users.noreply.github.com")
 KEEP_WORKTREES = 3  # worktrees kept per repository (older base commits are pruned)
@@ -42,7 +42,7 @@ class Checkout:
 
 def safe_env(extra: dict | None = None) -> dict:
     """The current environment minus anything that looks like a credential (sandbox's scrubber)."""
-    from .sandbox import scrubbed_env
+    from ..sandbox import scrubbed_env
 
     env = scrubbed_env()
     env.update(extra or {})
@@ -138,7 +138,7 @@ def run_setup(target: Target, folder: Path) -> None:
         return
     import tempfile
 
-    from .sandbox import wrap
+    from ..sandbox import wrap
 
     make_venv(folder)
     with tempfile.TemporaryDirectory(prefix="kernelsmith-setup-") as scratch:

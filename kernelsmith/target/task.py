@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
 from .config import Operator, Target, load_target, resolve_target
-from .errors import ConfigError
 from .harness import Harness, load_harness
 
 
