@@ -17,7 +17,7 @@ from kernelsmith.search.mutators.rewrite import RewriteMutator, variants
 from kernelsmith.search.mutators.rewrites import MARK
 from kernelsmith.search.mutators.rewrites.analysis import Decline, find_sites
 from kernelsmith.search.mutators.rewrites.hoist import hoist
-from kernelsmith.task import load_task
+from kernelsmith.target.task import load_task
 
 DATA = Path(__file__).parent / "data" / "rewrite"
 ROOT = Path(__file__).resolve().parents[2]

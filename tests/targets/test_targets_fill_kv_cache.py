@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelsmith.config import load_target
-from kernelsmith.harness import load_harness
 from kernelsmith.referee import Referee
-from kernelsmith.task import load_task
+from kernelsmith.target.config import load_target
+from kernelsmith.target.harness import load_harness
+from kernelsmith.target.task import load_task
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 YAML = TARGETS / "lmdeploy.yaml"
