@@ -11,9 +11,13 @@ import hashlib
 import re
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
-from .rundir import RunDir, write_json, write_text
+from .rundir import RunDir, load_run, write_json, write_text
+
+if TYPE_CHECKING:
+    from .search.result import SearchResult
 
 NO_TIMING = "No timing was done (no CUDA device: correctness and integrity only)."
 
@@ -322,3 +326,8 @@ def render_all(rd: RunDir) -> list[Path]:
     bench = rd.path / "benchmark.json"
     write_json(bench, benchmark_json(rd.run, result, shapes))
     return [report, png, bench]
+
+
+def write_reports(result: SearchResult) -> list[Path]:
+    """Render report.md, speedup.png and benchmark.json of a finished search from its run directory."""
+    return render_all(load_run(result.run_dir))

@@ -104,7 +104,8 @@ def _gpus(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the search; 0 with an accepted winner, 1 without."""
-    from ..search.loop import SearchConfig, optimize
+    from ..search.loop import SearchConfig
+    from .run import optimize  # the search, then its reports
 
     if args.budget is not None and args.budget < 1:
         raise ConfigError("--budget", "must be at least 1")

@@ -43,7 +43,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; 0 with an accepted winner, 1 without."""
-    from ..search.loop import SearchConfig, optimize
+    from ..search.loop import SearchConfig
+    from .run import optimize  # the search, then its reports
 
     if args.minutes is not None and args.minutes <= 0:
         raise ConfigError("--minutes", "must be positive")

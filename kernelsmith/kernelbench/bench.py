@@ -55,6 +55,7 @@ def optimize_tasks(problems: list[Problem], out: Path, *, mutator: str, device: 
                    dtype: str = "float32", budget: int | None = None, minutes: float | None = None,
                    seed: int = 0, progress=None) -> Path:
     """Run `optimize` on every task; copy each winner to `out`/solutions/<problem>.py; return that folder."""
+    from ..report import write_reports
     from ..search.loop import SearchConfig, optimize
 
     solutions = Path(out) / "solutions"
@@ -68,7 +69,9 @@ def optimize_tasks(problems: list[Problem], out: Path, *, mutator: str, device: 
             target=str(yaml_path), op=name, checkout=str(yaml_path.parent / "src"), out=str(run_dir),
             budget=budget, minutes=minutes, mutator=mutator, gpus=None, device=device, resume=False,
             seed=seed, islands=None, exploit=0.7, stagnation=None, progress=False, targets=None)
-        result = optimize(config)
+        found = optimize(config)
+        write_reports(found)
+        result = found.data
         winner = run_dir / "winner" / f"{name}.py"
         if result.get("winner") and winner.is_file():
             shutil.copyfile(winner, solutions / f"{problem.name}.py")

@@ -1,5 +1,6 @@
 """The end of a search: re-measure the best candidates with new seeds, pick the winner, and write
-winner/, result.json, report.md, speedup.png and benchmark.json.
+winner/ and result.json (the caller renders report.md, speedup.png and benchmark.json from them:
+report.py's write_reports).
 
 With timing, the winner is, among the re-measured candidates whose re-measurement is a measured
 win (evidence.py: the geomean's 95% CI above 1.0, no shape slower than 0.98x beyond its CI, not
@@ -22,6 +23,7 @@ from ..rundir import write_json, write_text
 from .archive import rejected_counts
 from .edits import unified_diff
 from .evidence import ci_seed, judge
+from .result import SearchResult
 from .seeds import FINAL_SEED_OFFSET
 
 SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
@@ -160,10 +162,8 @@ def _replay_summary(replay: dict, rows: list[dict]) -> dict:
     }
 
 
-def finish(search, evaluator, started: float) -> dict:
-    """Pick the winner and write the run directory's result files; returns result.json's data."""
-    from ..report import render_all
-    from ..rundir import load_run
+def finish(search, evaluator, started: float) -> SearchResult:
+    """Pick the winner and write winner/ and result.json; returns the run directory and that data."""
     from ..sandbox import summary as sandbox_summary
 
     task, archive, path = search.task, search.archive, Path(search.path)
@@ -233,8 +233,7 @@ def finish(search, evaluator, started: float) -> dict:
         result["command"] = "sweep"
         result["sweep"] = summary(search, rows)
     write_json(path / "result.json", result)
-    render_all(load_run(path))
-    return result
+    return SearchResult(run_dir=path, data=result)
 
 
 def record_state(run_dir: Path, progress) -> None:

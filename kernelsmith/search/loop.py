@@ -1,5 +1,6 @@
 """The search loop behind `kernelsmith optimize`: generations of proposals, evaluation on every
-GPU, resume from the archive, the final re-measurement and the run directory's files.
+GPU, resume from the archive, the final re-measurement, winner/ and result.json (the caller
+renders the reports from them: commands/run.py).
 
 Generations are pipelined: generation g is proposed (and its kernels start compiling on CPU
 cores) while generation g-1 is still being evaluated, so the GPUs never wait for the loop.
@@ -19,6 +20,7 @@ from .archive import Archive, code_hash
 from .mutators import Mutator, Proposal, members
 from .progress import Progress
 from .resolve import DEFAULT_BUDGET, resolve_run
+from .result import SearchResult
 from .run_config import SearchConfig  # named here too: the commands and tests import it from loop
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
@@ -290,8 +292,9 @@ class Search:
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
-def optimize(config: SearchConfig) -> dict:
-    """Run or resume a search; returns result.json's content (winner null when none)."""
+def optimize(config: SearchConfig) -> SearchResult:
+    """Run or resume a search; returns its run directory and result.json's content (winner null
+    when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
     from .evaluator import Evaluator
     from .finish import finish, record_state
 

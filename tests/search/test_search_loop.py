@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
+from kernelsmith.commands.run import optimize
 from kernelsmith.errors import ConfigError
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import compare
-from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig, optimize
+from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {
@@ -588,3 +589,23 @@ def test_resume_without_the_flags_keeps_the_layout(tmp_path, fake_gpu):
     _run(tmp_path, "fresh", budget=12)
     run = json.loads((tmp_path / "fresh" / "run.json").read_text())
     assert (run["islands"], run["exploit"], run["stagnation"]) == (1, 0.7, None)
+
+
+def test_search_returns_result_and_leaves_reports_to_caller(tmp_path, fake_gpu):
+    from kernelsmith.report import write_reports
+    from kernelsmith.search.loop import optimize as search
+    from kernelsmith.search.result import SearchResult
+
+    cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=4, mutator="params",
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
+               referee_factory=model_referee.ModelReferee, argv=["kernelsmith", "optimize"])
+    result = search(SearchConfig(**cfg))
+    run_dir = tmp_path / "run"
+    assert isinstance(result, SearchResult) and result.run_dir == run_dir and result.timed
+    assert json.loads((run_dir / "result.json").read_text()) == result.data
+    assert result.winner == result.data["winner"]
+    assert not any((run_dir / f).exists() for f in ("report.md", "speedup.png", "benchmark.json"))
+    paths = write_reports(result)
+    assert [p.name for p in paths] == ["report.md", "speedup.png", "benchmark.json"]
+    assert all(p.is_file() for p in paths)
+    assert f"run={run_dir.name} -->" in (run_dir / "report.md").read_text().splitlines()[0]

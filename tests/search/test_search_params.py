@@ -13,9 +13,10 @@ import model_referee
 import torch
 from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
 
+from kernelsmith.commands.run import optimize
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.loop import SearchConfig, optimize, slot_rng
+from kernelsmith.search.loop import SearchConfig, slot_rng
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 from kernelsmith.target.task import load_task
 

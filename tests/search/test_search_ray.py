@@ -19,8 +19,9 @@ ray = pytest.importorskip("ray")
 import model_referee  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from kernelsmith.commands.run import optimize  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
-from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
+from kernelsmith.search.loop import SearchConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -11,12 +11,13 @@ import model_referee
 import pytest
 import torch
 
+from kernelsmith.commands.run import optimize
 from kernelsmith.referee import staging
 from kernelsmith.referee.timing import conclude
 from kernelsmith.referee.verdict import Verdict, timing_depth
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
-from kernelsmith.search.loop import SearchConfig, optimize
+from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.prompt import status_line
 from kernelsmith.search.selection import fitness
 

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
+from kernelsmith.commands.run import optimize
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs
-from kernelsmith.search.loop import SearchConfig, optimize
+from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.sweep import SweepGrid
 from kernelsmith.target.task import load_task
 

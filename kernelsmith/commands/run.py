@@ -1,0 +1,15 @@
+"""A search and its reports, as `optimize` and `sweep` run them: the search writes winner/ and
+result.json, then report.md, speedup.png and benchmark.json are rendered from the run directory."""
+
+from __future__ import annotations
+
+from ..report import write_reports
+from ..search.loop import SearchConfig
+from ..search.loop import optimize as search
+
+
+def optimize(config: SearchConfig) -> dict:
+    """Run or resume a search and render its reports; returns result.json's content."""
+    result = search(config)
+    write_reports(result)
+    return result.data
