@@ -242,6 +242,18 @@ def kernel_partners(kernel: ast.FunctionDef, param: str) -> set[str]:
     return partners - {param}
 
 
+def _grid_entries(fn: ast.FunctionDef, call: ast.Call) -> list[ast.expr]:
+    """The axes of a launch's grid (`kernel[grid](...)`), following a grid bound to a name in `fn`."""
+    grid = call.func.slice
+    entries = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
+    if isinstance(grid, ast.Name):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and _names(node.targets) == {grid.id}:
+                v = node.value
+                entries = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+    return entries
+
+
 def _launches(fn: ast.FunctionDef, kernel: str) -> list[ast.Call]:
     return [
         n
@@ -271,13 +283,7 @@ def _usage_atoms(t: Tunable, fn, lc: _Launcher, kernels: dict) -> set:
             mine = [p for p, v in bound.items() if p in t.names or _names([v]) & t.names]
             if t.kind in ("num_warps", "num_stages"):  # options: the launch's block sizes instead
                 mine = [p for p in bound if _KNOB.match(p) and p not in ("num_warps", "num_stages")]
-            grid = call.func.slice
-            entries = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
-            if isinstance(grid, ast.Name):
-                for node in ast.walk(fn):
-                    if isinstance(node, ast.Assign) and _names(node.targets) == {grid.id}:
-                        v = node.value
-                        entries = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+            entries = _grid_entries(fn, call)
             knob_names = t.names.union(*(_names([bound[p]]) for p in mine))
             for e in entries:
                 if _names([e]) & knob_names:
@@ -363,13 +369,7 @@ def grid_key(code: str, tunables: list[Tunable], entry: str, first: SizeKey) -> 
     found: set = set()
     for kname in set().union(*(t.kernels for t in tabled)) if tabled else set():
         for call in _launches(fn, kname):
-            grid = call.func.slice
-            entries = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
-            if isinstance(grid, ast.Name):
-                for node in ast.walk(fn):
-                    if isinstance(node, ast.Assign) and _names(node.targets) == {grid.id}:
-                        v = node.value
-                        entries = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+            entries = _grid_entries(fn, call)
             for e in entries:
                 if not _names([e]) & knobs:  # an axis the knobs do not divide
                     found |= lc.atoms(e)
