@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site, pid_calls
-from .wrap import KernelWrap, apply, cdiv, constexpr, free_name, paren
+from .wrap import KernelWrap, apply, constexpr, free_name
 
 KNOB = "COARSEN_GROUP"
 
@@ -34,12 +34,8 @@ def coarsen(site: Site, axis: int, factor: int) -> Rewrite:
         f"{wrap.helper_call({axis: pid}, ' ' * 12)}\n"
     )
     edits = wrap.kernel_edits([f"{knob}: {constexpr(site)}"], body)
-    size = site.text(site.grid[axis])
-    edits += wrap.launch_edits(
-        {axis: cdiv(site, paren(size) if "\n" not in size else f"({size})", knob)},
-        [f"{count}={size}", f"{knob}={knob}"],
-        [f"{knob} = {factor}  # kernelsmith: programs merged into one along grid axis {axis}"],
-    )
+    line = f"{knob} = {factor}  # kernelsmith: programs merged into one along grid axis {axis}"
+    edits += wrap.divide_axis(axis, knob, count, line)
     explain = (
         f"Program coarsening: each program of `{site.kernel.name}` now does the work of {knob} = {factor} "
         f"consecutive former programs along grid axis {axis} (an unrolled `tl.static_range` loop that "

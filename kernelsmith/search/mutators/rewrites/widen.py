@@ -20,7 +20,7 @@ import ast
 from . import MARK, Rewrite
 from .analysis import Decline, Site
 from .shapes import KNOB, Grow, S, ShapeWalk, join
-from .wrap import apply, cdiv, constexpr, paren
+from .wrap import apply, constexpr
 
 
 def widen(site: Site, axis: int, rows: int) -> Rewrite:
@@ -66,12 +66,8 @@ def widen(site: Site, axis: int, rows: int) -> Rewrite:
         edits.append((end, end, sep + sep.join(new)))
     else:
         edits.append((end, end, ", " + ", ".join(new)))
-    size = site.text(site.grid[axis])
-    edits += w.wrap.launch_edits(
-        {axis: cdiv(site, paren(size) if "\n" not in size else f"({size})", knob)},
-        [f"{count}={size}", f"{knob}={knob}"],
-        [f"{knob} = {rows}  # kernelsmith: rows of grid axis {axis} per program, one [rows, ...] tile"],
-    )
+    line = f"{knob} = {rows}  # kernelsmith: rows of grid axis {axis} per program, one [rows, ...] tile"
+    edits += w.wrap.divide_axis(axis, knob, count, line)
     explain = (
         f"Tile widening: each program of `{kernel.name}` now handles {knob} = {rows} rows of grid axis "
         f"{axis} at once as 2-D [{knob}, ...] tiles (per-row values become vectors, loads and stores "

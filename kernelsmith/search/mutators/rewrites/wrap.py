@@ -194,6 +194,16 @@ class KernelWrap:
         edits.append((at, at, "".join(f"{indent}{line}\n" for line in lines)))
         return edits
 
+    def divide_axis(self, axis: int, knob: str, count: str, line: str) -> list:
+        """Launch edits that divide grid `axis` by `knob` (ceil), pass the original size as `count`
+        and the knob itself, with `line` (the knob's assignment) above the launch."""
+        size = self.site.text(self.site.grid[axis])
+        return self.launch_edits(
+            {axis: cdiv(self.site, paren(size) if "\n" not in size else f"({size})", knob)},
+            [f"{count}={size}", f"{knob}={knob}"],
+            [line],
+        )
+
 
 def apply(code: str, edits: list[tuple[int, int, str]]) -> str:
     """`code` with byte-span edits applied (spans must not overlap)."""
