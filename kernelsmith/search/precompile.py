@@ -249,7 +249,10 @@ class Precompiler:
         """Stop the compile processes."""
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self.lock:
-            for c in self.children:
+            # The children still compiling too: the pool's threads wait on them, and Python joins
+            # those threads at exit (a run that finished its report hung there for a slow compile).
+            busy = [child for child, _ in self.running.values()]
+            for c in self.children + busy:
                 c.kill()
             self.children.clear()
 

@@ -299,3 +299,22 @@ def test_what_a_candidate_prints_is_not_taken_for_a_reply(tmp_path, monkeypatch)
     finally:
         pc.close()
     assert replies[0]["ok"] and not replies[1]["ok"] and "NameError" in replies[1]["error"], replies
+
+
+def test_close_stops_a_job_still_compiling(tmp_path, monkeypatch):
+    """close() kills the compile processes that are busy too: the pool's threads (which Python
+    joins at exit) end at once instead of waiting for a slow compile (a finished run once hung)."""
+    import time
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    pc.submit(3, "import time\ntime.sleep(120)\n" + task.base_code)
+    while 3 not in pc.running or pc.running[3][1] is None:  # the process has taken the job
+        time.sleep(0.01)
+    busy = pc.running[3][0]
+    fut = pc.futures[3]
+    t0 = time.monotonic()
+    pc.close()
+    reply = fut.result(timeout=20)
+    assert time.monotonic() - t0 < 10 and not busy.alive() and not reply["ok"], reply
