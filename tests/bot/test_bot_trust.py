@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import OP_FILE, PUB, saved_run
 
-from bot.app import ActionsEnv, Bot, WorkItem
 from bot.artifact import stage_plain_files
 from bot.auth import GitHubAuth
 from bot.cli import main
+from bot.context import ActionsEnv
 from bot.prbody import fence, read_marker, safe_text
+from bot.run import Bot
+from bot.work import WorkItem
 
 BRANCH = "kernelsmith/demo/rms_norm"
 
