@@ -42,8 +42,8 @@ def cmd_run(args) -> int:
     """Handle one Actions event: the gate, publish or all stages (bot/run.py)."""
     from kernelsmith.target.config import targets_dir
 
+    from .actions import ActionsEnv
     from .auth import GATE_PERMISSIONS, PUBLISH_PERMISSIONS, GitHubAuth
-    from .context import ActionsEnv
     from .engine import Engine
     from .phases.gate import read_event, write_work_list
     from .run import Bot
@@ -66,8 +66,9 @@ def cmd_run(args) -> int:
 
 def cmd_publish(args) -> int:
     """Publish one run directory (or preview it with --dry-run) through the publish phase."""
-    from .context import ActionsEnv, Context
-    from .publish import PublishError, publish_spec
+    from .actions import ActionsEnv
+    from .context import Context
+    from .pullrequest import PublishError, publish_spec
 
     env = ActionsEnv.from_env()
     try:

@@ -4,9 +4,7 @@ per-operator state (mirrored on each repository's dashboard issue) and the reply
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
@@ -14,32 +12,7 @@ from kernelsmith.target.config import Target, load_target, targets_dir
 from kernelsmith.target.state import load_state, save_state
 
 from . import dashboard, prs
-
-
-@dataclass
-class ActionsEnv:
-    """What GitHub Actions tells a step through its environment."""
-
-    api_url: str = "https://api.github.com"
-    server_url: str = "https://github.com"
-    repository: str | None = None
-    event_name: str | None = None
-    event_path: str | None = None
-    step_summary: str | None = None
-    output: str | None = None
-    run_url: str | None = None
-
-    @classmethod
-    def from_env(cls, env=None) -> ActionsEnv:
-        """Read GITHUB_* variables (defaults: github.com)."""
-        env = os.environ if env is None else env
-        server = (env.get("GITHUB_SERVER_URL") or "https://github.com").rstrip("/")
-        repo, run_id = env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
-        return cls(api_url=(env.get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
-                   server_url=server, repository=repo, event_name=env.get("GITHUB_EVENT_NAME"),
-                   event_path=env.get("GITHUB_EVENT_PATH"), step_summary=env.get("GITHUB_STEP_SUMMARY"),
-                   output=env.get("GITHUB_OUTPUT"),
-                   run_url=f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else None)
+from .actions import ActionsEnv
 
 
 class Context:

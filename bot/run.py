@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .context import ActionsEnv, Context
+from .actions import ActionsEnv
+from .context import Context
 from .phases import gate, optimize, publish
 from .work import WorkItem
 

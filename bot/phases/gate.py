@@ -5,18 +5,18 @@ In the workflow this is the gate job, which holds a token that can comment but n
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..actions import write_output, write_summary
 from ..commands import read_command
-from ..publish import write_summary
 from ..work import WorkItem, to_json
 from . import comment, schedule
 from .replies import Reply, text
 
 if TYPE_CHECKING:
-    from ..context import ActionsEnv, Context
+    from ..actions import ActionsEnv
+    from ..context import Context
 
 ALLOWED_ROLES = {"write", "maintain", "admin"}
 
@@ -80,19 +80,10 @@ def permission(repo, login: str) -> str:
 
 def write_work_list(env: ActionsEnv, items: list[WorkItem]) -> None:
     """The gate job's outputs (`work`, `count`) and its step summary."""
-    _write_output(env.output, "work", to_json(items))
-    _write_output(env.output, "count", str(len(items)))
+    write_output(env.output, "work", to_json(items))
+    write_output(env.output, "count", str(len(items)))
     lines = [f"- `{i.target}/{i.op}` ({', '.join(i.notes) or 'on request'})" for i in items]
     write_summary(env.step_summary, "**kernelsmith** work list:\n" + ("\n".join(lines) or "nothing to do"))
-
-
-def _write_output(path: str | None, name: str, value: str) -> None:
-    if not path:
-        print(f"{name}={value}")
-        return
-    delim = f"ks_{secrets.token_hex(8)}"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{name}<<{delim}\n{value}\n{delim}\n")
 
 
 def _quote_cmd(body: str | None) -> str:

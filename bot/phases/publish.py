@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 from kernelsmith.target.state import entry, op_key, record_run
 
 from .. import dashboard, prs
+from ..actions import write_summary
 from ..artifact import Evidence, load_evidence
 from ..prbody import fence
-from ..publish import Outcome, PublishError, PublishSpec, dry_run, publish_spec, write_summary
+from ..pullrequest import Outcome, PublishError, PublishSpec, dry_run, publish_spec
 from .replies import reply_for, text
 
 if TYPE_CHECKING:

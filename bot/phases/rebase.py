@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kernelsmith.target.config import Target
 
 from ..commands import HELP
-from ..publish import BRANCH_PREFIX, PublishError, read_marker
+from ..pullrequest import BRANCH_PREFIX, PublishError, read_marker
 from ..work import WorkItem
 from .replies import Reply, keep, run_link, text
 

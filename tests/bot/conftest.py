@@ -218,8 +218,8 @@ def replies(gh, c):
 
 def run_bot(gh, tmp_path, engine=None):
     """One `kernelsmith-bot run` (all stages) for the current event: (exit code, the engine)."""
+    from bot.actions import ActionsEnv
     from bot.auth import GitHubAuth
-    from bot.context import ActionsEnv
     from bot.run import Bot
 
     engine = engine or SavedRunEngine(gh)

@@ -10,9 +10,9 @@ from conftest import SavedRunEngine, event
 from conftest import comment as _comment
 from conftest import replies as _replies
 
+from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth
 from bot.commands import CommandError, addresses_bot, parse_command
-from bot.context import ActionsEnv
 from bot.dashboard import TITLE, read_block
 from bot.engine import Engine
 from bot.run import Bot

@@ -7,9 +7,9 @@ import subprocess
 
 from conftest import OP_FILE, PUB, SavedRunEngine, event, saved_run
 
+from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth
 from bot.cli import main
-from bot.context import ActionsEnv
 from bot.dashboard import TITLE, read_block
 from bot.run import Bot
 from kernelsmith.target.checkout import BOT_AUTHOR
