@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ast
+import json
 import string
 from pathlib import Path
 
 import pytest
+from conftest import PUB, saved_run
 
+import bot.phases.publish as phase
+from bot.cli import main
 from bot.commands import Command, Invalid, addresses_bot, read_command
+from bot.dashboard import TITLE, read_block
 from bot.phases.replies import templates, text
 
 PHASES = Path(__file__).resolve().parents[2] / "bot" / "phases"
@@ -53,3 +58,21 @@ def test_every_template_fills_in_from_its_own_fields():
 def test_read_command_returns_one_typed_result(body, expected):
     assert read_command(body) == expected
     assert addresses_bot(body) == (expected is not None)
+
+
+def test_the_cli_publishes_through_the_publish_phase(gh, tmp_path, monkeypatch):
+    """`kernelsmith-bot publish` takes the publish job's path: run and PR recorded, dashboard mirrored."""
+    calls, real = [], phase.publish_run
+    monkeypatch.setattr(phase, "publish_run", lambda *a, **k: calls.append(a[1].op) or real(*a, **k))
+    run = saved_run(gh, tmp_path / "run")
+    assert main(["publish", *PUB, str(run), "--dry-run"]) == 0
+    assert gh.state.requests == [] and not (tmp_path / "state.json").exists()   # no request, no state
+    assert main(["publish", *PUB, str(run)]) == 0
+    assert calls == ["rms_norm", "rms_norm"]
+    pr = gh.state.pulls("kernelsmith/demo")[0]
+    state = json.loads((tmp_path / "state.json").read_text())["operators"]["demo/rms_norm"]
+    assert state["verify_status"] == "pass"
+    assert state["result"]["geomean_speedup"] == pytest.approx(1.37, abs=0.005)
+    assert state["pr"]["number"] == pr["number"] and state["run_dir"] == str(run)
+    (dash,) = [i for i in gh.repo.issues.values() if i["title"] == TITLE]
+    assert read_block(dash["body"])["operators"]["demo/rms_norm"]["pr"]["number"] == pr["number"]
