@@ -58,6 +58,7 @@ class PublishSpec:
 
     @property
     def repo(self) -> str:
+        """owner/name of the repository the PR goes to (the target yaml's `repo`)."""
         return self.target.repo
 
 
