@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
@@ -41,87 +38,55 @@ def _truthy(value) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _write_output(path: str | None, name: str, value: str) -> None:
-    if not path:
-        print(f"{name}={value}")
-        return
-    delim = f"ks_{secrets.token_hex(8)}"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{name}<<{delim}\n{value}\n{delim}\n")
-
-
 def cmd_run(args) -> int:
-    """Handle one Actions event."""
-    from .app import ActionsEnv, Bot, WorkItem
+    """Handle one Actions event: the gate, publish or all stages (bot/run.py)."""
+    from kernelsmith.target.config import targets_dir
+
+    from .actions import ActionsEnv
     from .auth import GATE_PERMISSIONS, PUBLISH_PERMISSIONS, GitHubAuth
     from .engine import Engine
-    from .publish import write_summary
+    from .phases.gate import read_event, write_work_list
+    from .run import Bot
+    from .work import from_json
 
     env = ActionsEnv.from_env()
     dry = args.dry_run
-    if env.event_name == "workflow_dispatch" and env.event_path and Path(env.event_path).is_file():
-        inputs = json.loads(Path(env.event_path).read_text()).get("inputs") or {}
-        dry = dry or _truthy(inputs.get("dry_run"))
+    if env.event_name == "workflow_dispatch":
+        dry = dry or _truthy((read_event(env).get("inputs") or {}).get("dry_run"))
     auth = GitHubAuth.from_env(permissions=GATE_PERMISSIONS if args.stage == "gate" else PUBLISH_PERMISSIONS)
-    from kernelsmith.target.config import targets_dir
-
-    engine = Engine(targets_dir(args.targets))
-    bot = Bot(env, auth, engine, targets=args.targets, runs_dir=Path(args.runs), dry_run=dry)
+    bot = Bot(env, auth, Engine(targets_dir(args.targets)), targets=args.targets, runs_dir=Path(args.runs),
+              dry_run=dry)
     if args.stage == "gate":
-        items = bot.gate()
-        _write_output(env.output, "work", json.dumps([asdict(i) for i in items]))
-        _write_output(env.output, "count", str(len(items)))
-        lines = [f"- `{i.target}/{i.op}` ({', '.join(i.notes) or 'on request'})" for i in items]
-        text = "\n".join(lines) or "nothing to do"
-        write_summary(env.step_summary, "**kernelsmith** work list:\n" + text)
+        write_work_list(env, bot.gate())
         return 0
     if args.stage == "publish":
-        raw = os.environ.get("KERNELSMITH_WORK") or "[]"
-        items = [WorkItem(**d) for d in json.loads(raw)]
-        return bot.publish_stage(items)
+        return bot.publish_stage(from_json(os.environ.get("KERNELSMITH_WORK")))
     return bot.run_all()
 
 
 def cmd_publish(args) -> int:
-    """Publish one run directory (or preview it with --dry-run)."""
-    from .publish import PublishError, dry_run, publish_spec
+    """Publish one run directory (or preview it with --dry-run) through the publish phase."""
+    from .actions import ActionsEnv
+    from .context import Context
+    from .pullrequest import PublishError, publish_spec
 
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    env = ActionsEnv.from_env()
     try:
         spec = publish_spec(args.target, args.op, args.targets, allow_path=True)
-        if args.dry_run:
-            outcome = dry_run(spec, Path(args.run_dir), summary)
+        if args.dry_run:  # no credentials needed: a dry run makes no request
+            ctx = Context(env, None, targets=args.targets, dry_run=True)
         else:
-            outcome = _publish_and_record(spec, Path(args.run_dir), summary)
+            from .auth import PUBLISH_PERMISSIONS, GitHubAuth
+
+            ctx = Context(env, GitHubAuth.from_env(permissions=PUBLISH_PERMISSIONS), targets=args.targets)
+        from .phases.publish import publish_dir
+
+        outcome = publish_dir(ctx, spec, Path(args.run_dir))
     except PublishError as e:
         print(f"kernelsmith-bot: not published: {e}", file=sys.stderr)
         return 1
     print(outcome.message)
     return 0
-
-
-def _publish_and_record(spec, run_dir: Path, summary):
-    from kernelsmith.target.state import load_state, save_state
-
-    from . import dashboard, prs
-    from .app import ActionsEnv
-    from .auth import PUBLISH_PERMISSIONS, GitHubAuth
-    from .remote import publish_remote
-
-    env = ActionsEnv.from_env()
-    auth = GitHubAuth.from_env(permissions=PUBLISH_PERMISSIONS)
-    outcome = publish_remote(spec, run_dir, auth, env.server_url, summary=summary)
-    target = spec.target
-    repo = auth.repo(target.repo)
-    state = load_state()
-    issue = dashboard.find_dashboard(repo, auth.identity(target.repo))
-    if issue is not None:
-        dashboard.merge_into(state, dashboard.read_block(issue.body))
-    prs.refresh(state, repo, dashboard.repo_keys([target]))
-    prs.record_outcome(state, outcome.target, outcome.op, outcome)
-    save_state(state)
-    dashboard.sync(repo, [target], state, None, env.run_url, auth.identity(target.repo))
-    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,9 +119,22 @@ def parse_command(body: str | None) -> Command | None:
     raise CommandError("Unknown command.")
 
 
+@dataclass(frozen=True)
+class Invalid:
+    """A comment addressed to the bot that is not a valid command; `message` is the reply."""
+
+    message: str
+
+
+def read_command(body: str | None) -> Command | Invalid | None:
+    """What a comment asks: a Command, Invalid (addressed to the bot, but not valid), or None
+    when it is not addressed to the bot at all. Never raises."""
+    try:
+        return parse_command(body)
+    except CommandError as e:
+        return Invalid(str(e))
+
+
 def addresses_bot(body: str | None) -> bool:
     """Whether a comment is a `/kernelsmith` command at all, valid or not."""
-    try:
-        return parse_command(body) is not None
-    except CommandError:
-        return True
+    return read_command(body) is not None

@@ -154,6 +154,7 @@ class Publisher:
         return self._run("rev-parse", f"{rev}^")
 
     def tree_of(self, rev: str) -> str:
+        """The tree id of a commit."""
         return self._run("rev-parse", f"{rev}^{{tree}}")
 
     def file_at(self, rev: str, file_rel: str) -> bytes | None:

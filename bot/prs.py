@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kernelsmith.target.state import op_key, record_pr
 
-from .publish import read_marker
+from .prbody import read_marker
 
 OPEN, CLOSED, MERGED = "open", "closed", "merged"
 

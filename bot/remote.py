@@ -5,11 +5,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .actions import write_summary
 from .artifact import load_evidence, read_winner
 from .auth import GitHubAuth
 from .gitops import Publisher
 from .prbody import with_marker
-from .publish import (
+from .pullrequest import (
     BRANCH_PREFIX,
     REPO_CONFIG,
     Outcome,
@@ -23,7 +24,6 @@ from .publish import (
     read_marker,
     unified_diff,
     with_repo_config,
-    write_summary,
 )
 
 

@@ -1,27 +1,10 @@
-"""What the bot's stages hand each other: a work item (one operator to optimize, verify and
-publish) and the reply comment it edits as the work goes on."""
+"""What the bot's phases hand each other: a work item, one operator to optimize, verify and publish.
+The gate job writes the list as JSON (a job output); the publish job reads it back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-class Reply:
-    """The bot's one answer to a command comment, edited as the work progresses."""
-
-    def __init__(self, issue, header: str, comment=None):
-        self.issue, self.header, self.comment = issue, header, comment
-
-    def set(self, status: str, text: str = "") -> None:
-        body = f"{self.header}\n\n{status}" + (f"\n\n{text}" if text else "")
-        if self.comment is None:
-            self.comment = self.issue.create_comment(body)
-        elif self.comment.body != body:
-            self.comment.edit(body)
-
-    def ref(self) -> dict:
-        """Enough to find this comment again in a later job."""
-        return {"issue": self.issue.number, "comment": self.comment.id if self.comment else None}
+import json
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -41,4 +24,15 @@ class WorkItem:
 
     @property
     def slug(self) -> str:
+        """`<target>-<op>`: the run directory's name."""
         return f"{self.target}-{self.op}"
+
+
+def to_json(items: list[WorkItem]) -> str:
+    """The work list as the gate job's output."""
+    return json.dumps([asdict(i) for i in items])
+
+
+def from_json(text: str | None) -> list[WorkItem]:
+    """The work list from the gate job's output (empty when there is none)."""
+    return [WorkItem(**d) for d in json.loads(text or "[]")]

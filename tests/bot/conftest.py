@@ -218,8 +218,9 @@ def replies(gh, c):
 
 def run_bot(gh, tmp_path, engine=None):
     """One `kernelsmith-bot run` (all stages) for the current event: (exit code, the engine)."""
-    from bot.app import ActionsEnv, Bot
+    from bot.actions import ActionsEnv
     from bot.auth import GitHubAuth
+    from bot.run import Bot
 
     engine = engine or SavedRunEngine(gh)
     bot = Bot(ActionsEnv.from_env(), GitHubAuth.from_env(), engine, runs_dir=tmp_path / "runs")

@@ -10,11 +10,13 @@ from conftest import SavedRunEngine, event
 from conftest import comment as _comment
 from conftest import replies as _replies
 
-from bot.app import ActionsEnv, Bot, WorkItem
+from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth
 from bot.commands import CommandError, addresses_bot, parse_command
 from bot.dashboard import TITLE, read_block
 from bot.engine import Engine
+from bot.run import Bot
+from bot.work import WorkItem
 
 
 def _run(gh, tmp_path, engine=None) -> tuple[int, SavedRunEngine]:

@@ -7,10 +7,11 @@ import subprocess
 
 from conftest import OP_FILE, PUB, SavedRunEngine, event, saved_run
 
-from bot.app import ActionsEnv, Bot
+from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth
 from bot.cli import main
 from bot.dashboard import TITLE, read_block
+from bot.run import Bot
 from kernelsmith.target.checkout import BOT_AUTHOR
 
 

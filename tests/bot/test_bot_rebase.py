@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import OP_FILE, as_user, comment, event, push_upstream, replies, run_bot
 
-from bot.publish import marker, read_marker
+from bot.pullrequest import marker, read_marker
 from kernelsmith.search.edits import unified_diff
 
 BRANCH = "kernelsmith/demo/rms_norm"

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import OP_FILE, PUB, saved_run
 
-from bot.app import ActionsEnv, Bot, WorkItem
+from bot.actions import ActionsEnv
 from bot.artifact import stage_plain_files
 from bot.auth import GitHubAuth
 from bot.cli import main
 from bot.prbody import fence, read_marker, safe_text
+from bot.run import Bot
+from bot.work import WorkItem
 
 BRANCH = "kernelsmith/demo/rms_norm"
 
@@ -119,7 +121,7 @@ def test_escaping_helpers():
 
 
 def test_the_work_item_repo_must_match_the_target_yaml(gh):
-    from bot.publish import PublishError, publish_spec
+    from bot.pullrequest import PublishError, publish_spec
 
     assert publish_spec("demo", "rms_norm", str(gh.targets), repo="kernelsmith/demo").file == OP_FILE
     with pytest.raises(PublishError, match="names repository victim/other"):

@@ -1,4 +1,6 @@
-"""`kernelsmith-bot publish RUN_DIR --target T --op OP`: open or update the one PR of a verified run.
+"""The pull request of a verified run: what publishing trusts (`PublishSpec`), whether the run is
+publishable, the PR it drafts, and a dry run's preview. bot/phases/publish.py drives it and
+bot/remote.py pushes it.
 
 What is published is decided by trusted inputs only: the target and operator come from the gate's
 work item (or the person at the terminal), the repository, base branch and file to replace from the
@@ -29,11 +31,12 @@ from kernelsmith.target.config import (
     parse_yaml,
 )
 
+from .actions import write_summary
 from .artifact import LABEL_RE, MAX_JSON_BYTES, Evidence, PublishError, load_evidence, read_plain, read_winner
 from .prbody import NAME_RE, fence, marker, read_marker, render_body, with_marker
 
 __all__ = ["BRANCH_PREFIX", "PublishError", "PublishSpec", "marker", "read_marker", "publish_spec", "draft",
-           "dry_run", "write_summary"]
+           "dry_run"]
 
 BRANCH_PREFIX = "kernelsmith/"
 MAX_BODY = 60000  # GitHub refuses bodies over 65536 characters
@@ -55,6 +58,7 @@ class PublishSpec:
 
     @property
     def repo(self) -> str:
+        """owner/name of the repository the PR goes to (the target yaml's `repo`)."""
         return self.target.repo
 
 
@@ -209,13 +213,6 @@ def preview_text(d: PullRequestDraft, body: str) -> str:
             f" with labels {', '.join(f'`{x}`' for x in d.labels) or 'none'}.\n\n"
             f"## Body\n\n{body}\n\n## Diff (as the run recorded it; publishing recomputes it from the base)"
             f"\n\n{fence(d.diff, 'diff')}\n")
-
-
-def write_summary(path: str | None, text: str) -> None:
-    """Append markdown to $GITHUB_STEP_SUMMARY when Actions provides one."""
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text.rstrip() + "\n\n")
 
 
 def dry_run(spec: PublishSpec, run_dir: str | Path, summary: str | None) -> Outcome:
