@@ -114,8 +114,46 @@ def _first_reason(names: list[str]) -> str | None:
     return min(names, key=lambda n: rank.get(n, len(REJECTIONS)))
 
 
+# -- the verdict's schema (docs/design.md, Pinned details: Verdict JSON), written here only -----------
 SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", "ci95",
               "device_ms", "host_ms", "bitwise_identical", "pct_roofline")
+TIMING_METHOD = "CUDA events after an L2 flush and a ~100us GPU spin"
+
+
+def untimed_block() -> dict:
+    """A verdict's `timing` before (or without) any timing."""
+    return {"metric": None, "aa_ratio": None, "noisy": None}
+
+
+def timing_block(aa_ratio: float | None, noisy: bool, mode: str) -> dict:
+    """A timed verdict's `timing`: the worst A/A ratio, noisy (full mode only: a screen has no A/A
+    control, so null), the depth and the method."""
+    return {"metric": "device", "aa_ratio": aa_ratio, "noisy": noisy if mode == "full" else None,
+            "mode": mode, "method": TIMING_METHOD}
+
+
+def in_progress() -> dict:
+    """The verdict a worker fills while it evaluates (Verdict.from_json reads it when done)."""
+    return {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
+            "fresh_shapes": [], "timed": False, "geomean_speedup": None,
+            "timing": untimed_block(), "details": {"messages": []}}
+
+
+def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95: list[float],
+                        host_ms: float | None, base_host_ms: float | None, roof_ms: float | None,
+                        aa_ratio: float | None, reps: int, attempts: int,
+                        base_samples: list[float], cand_samples: list[float]) -> dict:
+    """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
+    return {
+        "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
+        "device_ms": cand_ms, "base_device_ms": base_ms, "host_ms": host_ms, "base_host_ms": base_host_ms,
+        "pct_roofline": (100.0 * roof_ms / cand_ms) if roof_ms else None,
+        "floored": roof_ms is not None and cand_ms < roof_ms,
+        "aa_ratio": aa_ratio, "reps": reps, "attempts": attempts,
+        # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
+        "samples_ms": {"base": [float(f"{t:.5g}") for t in base_samples],
+                       "candidate": [float(f"{t:.5g}") for t in cand_samples]},
+    }
 
 
 @dataclass
@@ -129,7 +167,7 @@ class Verdict:
     device: dict = field(default_factory=dict)
     shapes: list[dict] = field(default_factory=list)
     geomean_speedup: float | None = None
-    timing: dict = field(default_factory=lambda: {"metric": None, "aa_ratio": None, "noisy": None})
+    timing: dict = field(default_factory=untimed_block)
     fresh_shapes: list[dict] = field(default_factory=list)
     reason: str | None = None
     timed: bool = False
