@@ -11,7 +11,9 @@ Columns (docs/design.md): id, parent_id, island, generation, mutator, code, diff
 "duplicate"), speedup (geomean or NULL), accepted (0/1), code_hash, created_at, evaluated_at.
 Extra columns: params (JSON: the params mutator's configuration), timing ("none" | "screen" |
 "full": depth of the stored verdict), awaiting_full (1 while a screened contender still needs its
-full measurement), duplicate_of, reason (first rejection name), eval_s.
+full measurement: set by runs before the staged referee call, which the evaluator still honours on
+resume), duplicate_of, reason (first rejection name), eval_s. Rows come back as Candidates
+(search/candidate.py), decoded once here.
 `code` is NULL for a malformed proposal (the model's answer is in `response`).
 """
 
