@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .referee.verdict import row_trusted_speedup
+from .search.candidate import Candidate
 
 
-def progress_series(rows: list[dict]) -> tuple[list[int], list[float | None], list[float | None]]:
-    """(evaluation index, candidate geomean or None, best full-measured geomean so far) per evaluation."""
+def progress_series(rows) -> tuple[list[int], list[float | None], list[float | None]]:
+    """(evaluation index, candidate geomean or None, best full-measured geomean so far) per
+    evaluation, over archive rows (Candidates, or their columns as dicts)."""
     xs, ys, best_so_far = [], [], []
     best = None
     n = 0
-    for r in rows:
-        if r["mutator"] == "base" or r["status"] != "evaluated" or (r.get("reason") == "malformed_proposal"):
+    for c in map(Candidate.of, rows):
+        if not c.referee_ran:
             continue
         n += 1
-        g = r.get("speedup") if r.get("accepted") else None
-        trusted = row_trusted_speedup(r)
+        g = c.speedup if c.accepted else None
+        trusted = c.trusted_speedup
         if trusted is not None:
             best = trusted if best is None else max(best, trusted)
         xs.append(n)
@@ -76,13 +77,9 @@ def render_chart(path: Path, result: dict, rows: list[dict]) -> Path:
         ax2.legend(fontsize=8, loc="lower right")
     else:
         counts, k = [], 0
-        for r in rows:
-            if (
-                r["mutator"] != "base"
-                and r["status"] == "evaluated"
-                and r.get("reason") != "malformed_proposal"
-            ):
-                k += int(bool(r.get("accepted")))
+        for c in map(Candidate.of, rows):
+            if c.referee_ran:
+                k += int(c.accepted)
                 counts.append(k)
         if counts:
             ax2.step(range(1, len(counts) + 1), counts, where="post", label="accepted candidates")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
 from .rundir import RunDir, load_run, write_json, write_text
+from .search.candidate import candidates
 
 if TYPE_CHECKING:
     from .search.result import SearchResult
@@ -91,15 +92,15 @@ def mermaid(shapes: list[dict], series: list[float]) -> str:
     return ""
 
 
-def search_stats(rows: list[dict], result: dict) -> str:
+def search_stats(rows, result: dict) -> str:
     """Proposals, evaluations, outcomes by mutator and rejection reason, rate, stop reason."""
-    props = [r for r in rows if r["mutator"] != "base"]
+    props = [r for r in candidates(rows) if not r.is_base]
     by_mut: dict[str, list[int]] = {}
     for r in props:
         c = by_mut.setdefault(r["mutator"], [0, 0, 0])
         c[0] += 1
-        c[1] += int(r["status"] == "evaluated" and r.get("reason") != "malformed_proposal")
-        c[2] += int(bool(r["accepted"]))
+        c[1] += int(r.referee_ran)
+        c[2] += int(r.accepted)
     wall = result.get("wall_s") or 0
     evals = result.get("evaluations") or 0
     lines = [

@@ -105,7 +105,7 @@ def print_verdict(verdict, op_name: str) -> None:
         gm = verdict.geomean_speedup
         console.print(f"geomean speedup ({t.get('metric')} time): {gm:.3f}x   A/A control: "
                       f"{t.get('aa_ratio') if t.get('aa_ratio') is None else format(t['aa_ratio'], '.4f')}"
-                      + ("   [yellow]NOISY: not a win[/yellow]" if t.get("noisy") else ""))
+                      + ("   [yellow]NOISY: not a win[/yellow]" if verdict.noisy else ""))
     else:
         console.print("No timing was done: correctness and integrity only"
                       + (" (no CUDA device)." if verdict.device.get("driver") is None else "."))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..referee.verdict import is_noisy
+from ..search.candidate import Candidate
 
 DEFAULT_MIN_GAIN = 1.02  # two referee measurements, each within the ±1% A/A control
 
@@ -23,42 +23,31 @@ DEFAULT_MIN_GAIN = 1.02  # two referee measurements, each within the ±1% A/A co
 class Step:
     """parent -> child, with the gain over the parent (None without timing)."""
 
-    parent: dict
-    child: dict
+    parent: Candidate
+    child: Candidate
     kind: str  # "first" (from the base) or "improve"
     gain: float | None
-    inspirations: list[dict] = field(default_factory=list)
+    inspirations: list[Candidate] = field(default_factory=list)
 
 
-def _noisy(row: dict) -> bool:
-    return is_noisy(row.get("verdict"))
-
-
-def _timed(row: dict) -> bool:
-    verdict = row.get("verdict") or {}
-    return row.get("speedup") is not None and bool(verdict.get("timed", True)) and not _noisy(row)
-
-
-def _untimed(row: dict) -> bool:
-    """No timing was done for this row (an interpreter run), as opposed to a timed verdict."""
-    return not (row.get("verdict") or {}).get("timed", row.get("speedup") is not None)
-
-
-def step_gain(parent: dict, child: dict) -> float | None:
-    """Child speedup over the parent (the base counts as 1.0); None unless both sides are timed."""
-    if not _timed(child):
+def step_gain(parent, child) -> float | None:
+    """Child speedup over the parent (the base counts as 1.0); None unless both sides are timed
+    and not noisy (Candidate.measured_speedup)."""
+    parent, child = Candidate.of(parent), Candidate.of(child)
+    if child.measured_speedup is None:
         return None
-    if parent.get("mutator") == "base":
-        return float(child["speedup"])
-    if not _timed(parent) or not parent["speedup"]:
+    if parent.is_base:
+        return float(child.measured_speedup)
+    if not parent.measured_speedup:
         return None
-    return float(child["speedup"]) / float(parent["speedup"])
+    return float(child.measured_speedup) / float(parent.measured_speedup)
 
 
-def select_steps(rows: list[dict], min_gain: float = DEFAULT_MIN_GAIN) -> tuple[list[Step], dict[str, int]]:
+def select_steps(rows, min_gain: float = DEFAULT_MIN_GAIN) -> tuple[list[Step], dict[str, int]]:
     """The steps the rules keep, in archive order, and {reason: count} for those dropped."""
-    by_id = {r["id"]: r for r in rows}
-    base = next((r for r in rows if r.get("mutator") == "base"), None)
+    rows = [Candidate.of(r) for r in rows]
+    by_id = {r.id: r for r in rows}
+    base = next((r for r in rows if r.is_base), None)
     kept: list[Step] = []
     dropped: dict[str, int] = {}
 
@@ -66,33 +55,33 @@ def select_steps(rows: list[dict], min_gain: float = DEFAULT_MIN_GAIN) -> tuple[
         dropped[reason] = dropped.get(reason, 0) + 1
 
     for row in rows:
-        if row.get("mutator") == "base":
+        if row.is_base:
             continue
-        if row.get("status") == "duplicate":
+        if row.status == "duplicate":
             drop("duplicate")
             continue
-        if row.get("status") != "evaluated":
+        if not row.evaluated:
             drop("pending")
             continue
-        if row.get("code") is None or row.get("reason") == "malformed_proposal":
+        if row.code is None or row.malformed:
             drop("malformed")
             continue
-        parent = by_id.get(row.get("parent_id")) if row.get("parent_id") is not None else base
-        if parent is None or parent.get("code") is None:
+        parent = by_id.get(row.parent_id) if row.parent_id is not None else base
+        if parent is None or parent.code is None:
             drop("no_parent")
             continue
-        if not row.get("accepted"):
+        if not row.accepted:
             drop("rejected")
             continue
         inspirations = [by_id[i] for i in row.get("inspiration_ids") or [] if i in by_id]
         gain = step_gain(parent, row)
-        first = parent.get("mutator") == "base"
-        if first and _untimed(row):
+        first = parent.is_base
+        if first and not row.timed:
             kept.append(Step(parent, row, "first", gain, inspirations))
             continue
-        if not first and not parent.get("accepted"):
+        if not first and not parent.accepted:
             drop("parent_rejected")
-        elif _noisy(row) or (not first and _noisy(parent)):
+        elif row.noisy or (not first and parent.noisy):
             drop("noisy")
         elif gain is None:
             drop("untimed")

@@ -9,6 +9,7 @@ impossible shape can dominate the geomean.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from statistics import geometric_mean
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from . import correctness as C
 from .input_cache import fresh_copy
+from .verdict import shape_timing_fields, timing_block
 
 INPUT_SETS = 3  # inputs change between iterations: a result cached across calls is caught
 AA_LIMIT = 0.01  # |aa_ratio - 1| beyond this: re-take, then report as noisy
@@ -55,7 +57,23 @@ def _median(xs: list[float]) -> float:
     return float(np.median(np.asarray(xs)))
 
 
-def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool = True) -> dict:
+@dataclass
+class ShapeTiming:
+    """One shape's interleaved measurement: per-repetition device times of base and candidate."""
+
+    base: list[float]
+    cand: list[float]
+    aa_ratio: float | None  # median base / median A/A copy (full mode only)
+    noisy: bool  # the A/A control strayed past AA_LIMIT on every take
+    reps: int
+    attempts: int
+    timed_output_ok: bool | None = None  # the last timed candidate call's output was right (None: unchecked)
+    host_base: float | None = None  # eager wall clock per call, ms (full mode, when asked)
+    host_cand: float | None = None
+
+
+def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
+               host: bool = True) -> ShapeTiming:
     """Time base, candidate (and, in full mode, the A/A copy) on one shape; `host`: also the eager
     wall clock per call (skipped for search-time contenders: only the final numbers report it)."""
     cfg = FULL if mode == "full" else SCREEN
@@ -107,8 +125,8 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
         attempts += 1
         if aa is None or abs(aa - 1) <= AA_LIMIT or attempts > RETAKES:
             break
-    result = {"base": times[0], "cand": times[1], "aa_ratio": aa,
-              "noisy": bool(aa is not None and abs(aa - 1) > AA_LIMIT), "reps": reps, "attempts": attempts}
+    result = ShapeTiming(base=times[0], cand=times[1], aa_ratio=aa,
+                         noisy=bool(aa is not None and abs(aa - 1) > AA_LIMIT), reps=reps, attempts=attempts)
     # The output of the last timed candidate call must be right for the inputs it was given (in-place
     # outputs too: their buffers were restored before that call).
     if "rep" in last:
@@ -118,13 +136,13 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
         # Values only (dtype and shape were checked against the base already; a float32 reference is fine).
         checks = [C.compare(o, e, session._tol(o), "timed", like=o) if type(o) is torch.Tensor
                   else C.Check("incorrect") for o, e in zip(outs, expected, strict=False)]
-        result["timed_output_ok"] = all(c.problem is None for c in checks)
+        result.timed_output_ok = all(c.problem is None for c in checks)
     if cfg["host_calls"] and host:
         hb, hc = [], []
         for _ in range(3):
             hb.append(backend.host_time(fns[0], cfg["host_calls"]))
             hc.append(backend.host_time(fns[1], cfg["host_calls"]))
-        result["host_base"], result["host_cand"] = _median(hb), _median(hc)
+        result.host_base, result.host_cand = _median(hb), _median(hc)
     return result
 
 
@@ -140,29 +158,20 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
     for si in (range(len(shapes)) if indices is None else indices):
         shape = shapes[si]
         r = time_shape(session, fn, shape, si, cid, seed, mode, host)
-        if r.get("timed_output_ok") is False:
+        if r.timed_output_ok is False:
             out["violations"].append("cached_result")
             out["details"]["messages"].append(
                 f"shape {shape}: the output of a timed call is wrong for its inputs "
                 "(results cached across calls)")
             return False
-        base_ms, cand_ms = _median(r["base"]), _median(r["cand"])
+        base_ms, cand_ms = _median(r.base), _median(r.cand)
         dtype = shape.get("dtype") if isinstance(shape.get("dtype"), str) else None
         roof = roofline_ms(h, shape, session.backend.peak(dtype if h.flops else None))
-        floored = roof is not None and cand_ms < roof
-        speedup = base_ms / max(cand_ms, roof or 0.0)
-        entry = out["shapes"][si]
-        entry.update({
-            "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup,
-            "ci95": bootstrap_ci(r["base"], r["cand"], C.derive_seed(seed, cid, si, "ci")),
-            "device_ms": cand_ms, "base_device_ms": base_ms,
-            "host_ms": r.get("host_cand"), "base_host_ms": r.get("host_base"),
-            "pct_roofline": (100.0 * roof / cand_ms) if roof else None, "floored": floored,
-            "aa_ratio": r["aa_ratio"], "reps": r["reps"], "attempts": r["attempts"],
-            # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
-            "samples_ms": {"base": [float(f"{t:.5g}") for t in r["base"]],
-                           "candidate": [float(f"{t:.5g}") for t in r["cand"]]},
-        })
+        out["shapes"][si].update(shape_timing_fields(
+            base_ms=base_ms, cand_ms=cand_ms, speedup=base_ms / max(cand_ms, roof or 0.0),
+            ci95=bootstrap_ci(r.base, r.cand, C.derive_seed(seed, cid, si, "ci")),
+            host_ms=r.host_cand, base_host_ms=r.host_base, roof_ms=roof, aa_ratio=r.aa_ratio,
+            reps=r.reps, attempts=r.attempts, base_samples=r.base, cand_samples=r.cand))
     conclude(out, mode)
     return True
 
@@ -175,6 +184,5 @@ def conclude(out: dict, mode: str) -> None:
     noisy = any(abs(a - 1) > AA_LIMIT for a in aas)
     out["timed"] = True
     out["geomean_speedup"] = geomean([s["speedup"] for s in timed])
-    out["timing"] = {"metric": "device", "aa_ratio": worst, "noisy": noisy if mode == "full" else None,
-                     "mode": mode, "method": "CUDA events after an L2 flush and a ~100us GPU spin"}
+    out["timing"] = timing_block(worst, noisy, mode)
     out["details"]["timing_depth"] = mode

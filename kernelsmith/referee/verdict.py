@@ -22,32 +22,60 @@ CONTENDER_MARGIN = 1.0
 
 
 # The rules below are the only place the search, export, chart and report read "may this number be
-# trusted": verdicts and archive rows travel as JSON dicts, so they are plain functions over those.
-def is_noisy(verdict: dict | None) -> bool:
-    """The A/A control strayed past ±1%: the measurement is no evidence either way."""
-    return bool(((verdict or {}).get("timing") or {}).get("noisy"))
+# trusted". Each is written once, over plain values; the Verdict methods, the search's Candidate
+# (search/candidate.py) and the functions over verdict JSON below all call it.
+def _noisy(timing: dict | None) -> bool:
+    return bool((timing or {}).get("noisy"))
+
+
+def _fully_measured(timing: dict | None) -> bool:
+    return (timing or {}).get("aa_ratio") is not None
+
+
+def speedup_to_trust(accepted, geomean: float | None, noisy: bool, depth: str | None) -> float | None:
+    """The rule: a geomean a decision may rest on is accepted, fully timed (`depth` "full", the
+    archive's timing column) and not noisy; anything else gives None."""
+    return geomean if accepted and depth == "full" and not noisy else None
+
+
+def shape_timings_usable(accepted, timed: bool, noisy: bool) -> bool:
+    """Whether per-shape speedups may be read (a table, a sweep's per-shape best): accepted, timed
+    at any depth, not noisy."""
+    return bool(accepted and timed and not noisy)
+
+
+def _depth(timed: bool, timing: dict | None, details: dict | None) -> str:
+    if not timed:
+        return "none"
+    depth = (details or {}).get("timing_depth") or (timing or {}).get("mode")
+    if depth in ("screen_subset", "screen", "full"):
+        return depth
+    return "full" if _fully_measured(timing) else "screen"
+
+
+def is_noisy(verdict) -> bool:
+    """The A/A control strayed past ±1%: the measurement is no evidence either way (a Verdict or its JSON)."""
+    if isinstance(verdict, Verdict):
+        return verdict.noisy
+    return _noisy((verdict or {}).get("timing"))
 
 
 def fully_measured(verdict) -> bool:
     """The full interleaved measurement with its A/A control was done (a Verdict or its JSON)."""
     timing = verdict.timing if isinstance(verdict, Verdict) else (verdict or {}).get("timing")
-    return (timing or {}).get("aa_ratio") is not None
+    return _fully_measured(timing)
 
 
 def trusted_speedup(verdict: dict | None, depth: str | None) -> float | None:
-    """The geomean speedup a decision may rest on: accepted, fully timed (`depth` "full", the
-    archive's timing column) and not noisy; else None."""
+    """`speedup_to_trust` of a verdict's JSON timed to `depth` (the archive's timing column)."""
     verdict = verdict or {}
-    if verdict.get("accepted") and depth == "full" and not is_noisy(verdict):
-        return verdict.get("geomean_speedup")
-    return None
+    return speedup_to_trust(verdict.get("accepted"), verdict.get("geomean_speedup"), is_noisy(verdict), depth)
 
 
-def row_trusted_speedup(row: dict) -> float | None:
-    """`trusted_speedup` read off an archive row (its accepted, timing and speedup columns)."""
-    verdict = {"accepted": row.get("accepted"), "geomean_speedup": row.get("speedup"),
-               "timing": (row.get("verdict") or {}).get("timing")}
-    return trusted_speedup(verdict, row.get("timing"))
+def row_trusted_speedup(row) -> float | None:
+    """`speedup_to_trust` read off an archive row (a search Candidate or its columns as a dict)."""
+    return speedup_to_trust(row.get("accepted"), row.get("speedup"),
+                            is_noisy(row.get("verdict")), row.get("timing"))
 
 
 def contender_bar(best: float) -> float:
@@ -60,25 +88,23 @@ def is_contender(screen_geomean: float | None, bar: float | None) -> bool:
     return screen_geomean is not None and bar is not None and screen_geomean >= bar
 
 
-def timing_depth(verdict: dict) -> str:
-    """How deep a verdict (as JSON) was timed: "none", "screen_subset", "screen" or "full".
+def timing_depth(verdict) -> str:
+    """How deep a verdict (a Verdict or its JSON) was timed: "none", "screen_subset", "screen" or "full".
 
     "screen_subset" (staging.py): screened on a few representative shapes only and stopped there;
     its null `geomean_speedup` must not be read as an all-shape number.
     """
-    if not verdict.get("timed"):
-        return "none"
-    depth = (verdict.get("details") or {}).get("timing_depth") or (verdict.get("timing") or {}).get("mode")
-    if depth in ("screen_subset", "screen", "full"):
-        return depth
-    return "full" if fully_measured(verdict) else "screen"
+    if isinstance(verdict, Verdict):
+        return verdict.depth
+    return _depth(verdict.get("timed"), verdict.get("timing"), verdict.get("details"))
 
 
-def subset_geomean(verdict: dict) -> float | None:
+def subset_geomean(verdict) -> float | None:
     """The geomean over the representative shapes of a "screen_subset" verdict (else None)."""
     if timing_depth(verdict) != "screen_subset":
         return None
-    return (verdict.get("details") or {}).get("subset_geomean")
+    details = verdict.details if isinstance(verdict, Verdict) else verdict.get("details")
+    return (details or {}).get("subset_geomean")
 
 
 def _first_reason(names: list[str]) -> str | None:
@@ -88,8 +114,46 @@ def _first_reason(names: list[str]) -> str | None:
     return min(names, key=lambda n: rank.get(n, len(REJECTIONS)))
 
 
+# -- the verdict's schema (docs/design.md, Pinned details: Verdict JSON), written here only -----------
 SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", "ci95",
               "device_ms", "host_ms", "bitwise_identical", "pct_roofline")
+TIMING_METHOD = "CUDA events after an L2 flush and a ~100us GPU spin"
+
+
+def untimed_block() -> dict:
+    """A verdict's `timing` before (or without) any timing."""
+    return {"metric": None, "aa_ratio": None, "noisy": None}
+
+
+def timing_block(aa_ratio: float | None, noisy: bool, mode: str) -> dict:
+    """A timed verdict's `timing`: the worst A/A ratio, noisy (full mode only: a screen has no A/A
+    control, so null), the depth and the method."""
+    return {"metric": "device", "aa_ratio": aa_ratio, "noisy": noisy if mode == "full" else None,
+            "mode": mode, "method": TIMING_METHOD}
+
+
+def in_progress() -> dict:
+    """The verdict a worker fills while it evaluates (Verdict.from_json reads it when done)."""
+    return {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
+            "fresh_shapes": [], "timed": False, "geomean_speedup": None,
+            "timing": untimed_block(), "details": {"messages": []}}
+
+
+def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95: list[float],
+                        host_ms: float | None, base_host_ms: float | None, roof_ms: float | None,
+                        aa_ratio: float | None, reps: int, attempts: int,
+                        base_samples: list[float], cand_samples: list[float]) -> dict:
+    """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
+    return {
+        "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
+        "device_ms": cand_ms, "base_device_ms": base_ms, "host_ms": host_ms, "base_host_ms": base_host_ms,
+        "pct_roofline": (100.0 * roof_ms / cand_ms) if roof_ms else None,
+        "floored": roof_ms is not None and cand_ms < roof_ms,
+        "aa_ratio": aa_ratio, "reps": reps, "attempts": attempts,
+        # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
+        "samples_ms": {"base": [float(f"{t:.5g}") for t in base_samples],
+                       "candidate": [float(f"{t:.5g}") for t in cand_samples]},
+    }
 
 
 @dataclass
@@ -103,12 +167,38 @@ class Verdict:
     device: dict = field(default_factory=dict)
     shapes: list[dict] = field(default_factory=list)
     geomean_speedup: float | None = None
-    timing: dict = field(default_factory=lambda: {"metric": None, "aa_ratio": None, "noisy": None})
+    timing: dict = field(default_factory=untimed_block)
     fresh_shapes: list[dict] = field(default_factory=list)
     reason: str | None = None
     timed: bool = False
     eval_s: float = 0.0
     details: dict = field(default_factory=dict)
+
+    # -- the rules (module functions above), read off this verdict --------------------------------
+    @property
+    def noisy(self) -> bool:
+        """The A/A control strayed past ±1%."""
+        return _noisy(self.timing)
+
+    @property
+    def fully_measured(self) -> bool:
+        """The full interleaved measurement with its A/A control was done."""
+        return _fully_measured(self.timing)
+
+    @property
+    def depth(self) -> str:
+        """How deep it was timed: "none", "screen_subset", "screen" or "full"."""
+        return _depth(self.timed, self.timing, self.details)
+
+    def trusted_speedup(self, depth: str | None = None) -> float | None:
+        """The geomean a decision may rest on (`depth`: the archive's timing column; default its own)."""
+        return speedup_to_trust(self.accepted, self.geomean_speedup, self.noisy,
+                                self.depth if depth is None else depth)
+
+    @property
+    def shape_timings_usable(self) -> bool:
+        """Per-shape speedups may be read: accepted, timed (any depth), not noisy."""
+        return shape_timings_usable(self.accepted, self.timed, self.noisy)
 
     @classmethod
     def rejected(cls, reason: str, error: str | None = None, **kw) -> Verdict:
@@ -169,7 +259,7 @@ class Verdict:
         else:
             metric = self.timing.get("metric")
             gm = self.geomean_speedup
-            sub = subset_geomean({"timed": self.timed, "timing": self.timing, "details": self.details})
+            sub = subset_geomean(self)
             if sub is not None:
                 lines.append(f"screened on {len(self.details.get('subset_shapes') or [])} representative "
                              f"shapes only: geomean {sub:.3f}x there, too far below the best so far to "
@@ -177,7 +267,7 @@ class Verdict:
             else:
                 lines.append(f"geomean speedup vs base ({metric} time): "
                              + (f"{gm:.3f}x" if gm is not None else "n/a")
-                             + (" [NOISY measurement, not a win]" if self.timing.get("noisy") else ""))
+                             + (" [NOISY measurement, not a win]" if self.noisy else ""))
             for s in self.shapes:
                 if s.get("candidate_ms") is None:
                     continue
@@ -197,8 +287,8 @@ class Verdict:
         if not self.timed:
             return f"{state}; no timing was done"
         gm = self.geomean_speedup
-        noisy = " (noisy)" if self.timing.get("noisy") else ""
-        sub = subset_geomean({"timed": self.timed, "timing": self.timing, "details": self.details})
+        noisy = " (noisy)" if self.noisy else ""
+        sub = subset_geomean(self)
         if sub is not None:
             return f"{state}; screened on representative shapes only ({sub:.3f}x there): not a contender"
         return f"{state}; geomean speedup {gm:.3f}x{noisy}" if gm is not None else state

@@ -11,7 +11,9 @@ Columns (docs/design.md): id, parent_id, island, generation, mutator, code, diff
 "duplicate"), speedup (geomean or NULL), accepted (0/1), code_hash, created_at, evaluated_at.
 Extra columns: params (JSON: the params mutator's configuration), timing ("none" | "screen" |
 "full": depth of the stored verdict), awaiting_full (1 while a screened contender still needs its
-full measurement), duplicate_of, reason (first rejection name), eval_s.
+full measurement: set by runs before the staged referee call, which the evaluator still honours on
+resume), duplicate_of, reason (first rejection name), eval_s. Rows come back as Candidates
+(search/candidate.py), decoded once here.
 `code` is NULL for a malformed proposal (the model's answer is in `response`).
 """
 
@@ -23,6 +25,8 @@ import sqlite3
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+
+from .candidate import Candidate
 
 SCHEMA_VERSION = 1
 
@@ -117,7 +121,7 @@ class _LockedConnection:
 
 
 class Archive:
-    """A run's candidates in SQLite; rows come back as plain dicts with JSON columns decoded."""
+    """A run's candidates in SQLite; rows come back decoded once, as Candidates (search/candidate.py)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -226,26 +230,26 @@ class Archive:
             ),
         )
 
-    def get(self, cid: int) -> dict | None:
-        """One row as a dict (verdict, inspiration_ids and params decoded), or None."""
+    def get(self, cid: int) -> Candidate | None:
+        """One candidate (verdict, inspiration_ids and params decoded), or None."""
         row = self._db.execute("SELECT * FROM candidates WHERE id=?", (cid,)).fetchone()
         return _decode(row) if row is not None else None
 
-    def all(self) -> list[dict]:
+    def all(self) -> list[Candidate]:
         """Every row, in id order."""
         return [_decode(r) for r in self._db.execute("SELECT * FROM candidates ORDER BY id")]
 
-    def where(self, clause: str, args: tuple = ()) -> list[dict]:
+    def where(self, clause: str, args: tuple = ()) -> list[Candidate]:
         """Rows matching an SQL condition (written by this package, never by users), in id order."""
         q = f"SELECT * FROM candidates WHERE {clause} ORDER BY id"
         return [_decode(r) for r in self._db.execute(q, args)]
 
-    def base(self) -> dict | None:
+    def base(self) -> Candidate | None:
         """The base's own row (mutator "base"), if recorded."""
         rows = self.where("mutator='base'")
         return rows[0] if rows else None
 
-    def find_code(self, code: str) -> dict | None:
+    def find_code(self, code: str) -> Candidate | None:
         """The earliest row holding this code (trailing whitespace ignored), or None."""
         h = code_hash(code)
         row = self._db.execute(
@@ -258,7 +262,7 @@ class Archive:
         q = "SELECT code_hash FROM candidates WHERE code_hash IS NOT NULL"
         return {r[0] for r in self._db.execute(q)}
 
-    def pending(self) -> list[dict]:
+    def pending(self) -> list[Candidate]:
         """Rows still to evaluate (pending, or screened contenders awaiting the full measurement)."""
         return self.where("status='pending' OR awaiting_full=1")
 
@@ -315,12 +319,12 @@ def _timing_of(verdict: dict) -> str:
     return "full" if fully_measured(verdict) else "screen"
 
 
-def _decode(row: sqlite3.Row) -> dict:
+def _decode(row: sqlite3.Row) -> Candidate:
     d = dict(row)
     for col in _JSON_COLUMNS:
         if d.get(col) is not None:
             d[col] = json.loads(d[col])
-    return d
+    return Candidate.from_row(d)
 
 
 def rejected_counts(rows: list[dict]) -> dict[str, int]:

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..referee.verdict import row_trusted_speedup
+from .candidate import Candidate
 from .efficiency import best_at, candidate_rows, curve, run_summary, time_to
 from .evidence import ci_seed, judge
 
@@ -33,16 +33,16 @@ def _load(run_dir: Path) -> tuple[dict, dict]:
     return run, result
 
 
-def win_curve(rows: list[dict], seed: int) -> list[tuple[float, float]]:
+def win_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
     """efficiency.curve counting only full measurements that are measured wins."""
     best, claimable = 1.0, []
     for r in rows:
-        faster = (row_trusted_speedup(r) or 0.0) > best  # a noisy one would fail judge() anyway
+        faster = (r.trusted_speedup or 0.0) > best  # a noisy one would fail judge() anyway
         # Judged only where it would raise the best so far (a bootstrap costs a fraction of a second).
-        if faster and judge(r["verdict"] or {}, ci_seed(seed, r["id"]))["win"]:
-            best = r["speedup"]
-        elif r["accepted"] and r["timing"] == "full":
-            r = {**r, "accepted": 0}
+        if faster and judge(r.verdict_json, ci_seed(seed, r.id))["win"]:
+            best = r.speedup
+        elif r.accepted and r.depth == "full":
+            r = r.with_columns(accepted=0)
         claimable.append(r)
     return curve(claimable)
 

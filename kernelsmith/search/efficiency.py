@@ -14,25 +14,25 @@ import json
 import sys
 from pathlib import Path
 
-from ..referee.verdict import row_trusted_speedup, timing_depth
 from .archive import Archive
+from .candidate import Candidate
 
 
-def candidate_rows(run_dir: Path) -> list[dict]:
+def candidate_rows(run_dir: Path) -> list[Candidate]:
     """The run's evaluated candidates (the base left out), in evaluation order."""
     with Archive(Path(run_dir) / "archive.sqlite") as a:
-        rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated"]
-    return sorted(rows, key=lambda r: r["evaluated_at"] or "")
+        rows = [c for c in a.all() if not c.is_base and c.evaluated]
+    return sorted(rows, key=lambda c: c["evaluated_at"] or "")
 
 
-def curve(rows: list[dict]) -> list[tuple[float, float]]:
+def curve(rows: list[Candidate]) -> list[tuple[float, float]]:
     """[(cumulative GPU seconds, best geomean so far)] after each of `candidate_rows`."""
     out, t, best = [], 0.0, 1.0
-    for r in rows:
-        if not r["eval_s"]:
+    for c in rows:
+        if not c["eval_s"]:
             continue
-        t += r["eval_s"]
-        best = max(best, row_trusted_speedup(r) or 0.0)
+        t += c["eval_s"]
+        best = max(best, c.trusted_speedup or 0.0)
         out.append((t, best))
     return out
 
@@ -47,20 +47,20 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
     return next((t for t, b in points if b >= target), None)
 
 
-def phase_medians(rows: list[dict]) -> dict[str, dict[str, float]]:
+def phase_medians(rows: list[Candidate]) -> dict[str, dict[str, float]]:
     """Median seconds per referee phase (load, correctness, ..., screen/full timing) of
     `candidate_rows`, grouped by timing depth: screened on representative shapes only
     ("screen_subset"), screened on every shape, or also fully measured."""
     import statistics
 
     groups: dict[str, dict[str, list[float]]] = {}
-    for r in rows:
-        phases = ((r.get("verdict") or {}).get("details") or {}).get("phase_s")
+    for c in rows:
+        phases = (c.verdict.details or {}).get("phase_s") if c.verdict else None
         if not phases:
             continue
         # "screen_subset" rows (referee/staging.py) are their own group: they skipped most timing.
-        depth = timing_depth(r["verdict"] or {}) if r["timing"] else "none"
-        g = groups.setdefault(depth if depth == "screen_subset" else (r["timing"] or "none"), {})
+        subset = c.depth and c.verdict.depth == "screen_subset"
+        g = groups.setdefault("screen_subset" if subset else (c.depth or "none"), {})
         for k, v in phases.items():
             g.setdefault(k, []).append(v)
     return {t: {k: round(statistics.median(v), 4) for k, v in g.items()} for t, g in groups.items()}

@@ -22,8 +22,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..referee.verdict import Verdict, contender_bar, fully_measured, row_trusted_speedup, trusted_speedup
+from ..referee.verdict import Verdict, contender_bar
 from .archive import Archive
+from .candidate import Candidate
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
 # At 1.0 a candidate must screen at least as fast as the best. Replaying the H200 archives of
@@ -52,7 +53,7 @@ class Evaluator:
         referee_factory: Callable | None = None,
         precompiler=None,
         compile_limit: float | None = None,
-        on_verdict: Callable[[dict, dict, str], None] | None = None,
+        on_verdict: Callable[[Candidate], None] | None = None,
     ):
         from ..referee import Referee
 
@@ -121,28 +122,27 @@ class Evaluator:
         if self.precompiler is not None:
             self.precompiler.close()
 
-    def note_best(self, rows: list[dict]) -> None:
-        """Seed the contender threshold from rows already in the archive (on resume)."""
-        for r in sorted(rows, key=lambda r: -(r.get("speedup") or 0.0)):  # the fastest measured win
-            if ((row_trusted_speedup(r) or 0.0) > self.best and r.get("verdict")
-                    and _measured_win(r["verdict"], r["id"])):
-                self.best = r["speedup"]
+    def note_best(self, rows: list[Candidate]) -> None:
+        """Seed the contender threshold from candidates already in the archive (on resume)."""
+        for c in sorted(rows, key=lambda c: -(c.speedup or 0.0)):  # the fastest measured win
+            if (c.trusted_speedup or 0.0) > self.best and c.verdict and _measured_win(c.verdict_json, c.id):
+                self.best = c.speedup
                 break
 
     # -- jobs -----------------------------------------------------------------------------------
-    def submit(self, rows: Iterable[dict]) -> list[int]:
-        """Queue rows for evaluation (their compilation starts on CPU cores now); returns their ids."""
+    def submit(self, rows: Iterable[Candidate]) -> list[int]:
+        """Queue candidates for evaluation (their compilation starts on CPU cores now); returns their ids."""
         self.start()
         ids = []
-        for r in rows:
-            if r["id"] in self._outstanding:
+        for c in rows:
+            if c.id in self._outstanding:
                 continue
-            if self.precompiler is not None and r.get("code") and r["mutator"] != "base":
-                self.precompiler.submit(r["id"], r["code"])
+            if self.precompiler is not None and c.code and not c.is_base:
+                self.precompiler.submit(c.id, c.code)
             with self.lock:
-                self._outstanding.add(r["id"])
-            self._jobs.put(r)
-            ids.append(r["id"])
+                self._outstanding.add(c.id)
+            self._jobs.put(c)
+            ids.append(c.id)
         return ids
 
     def _stopped(self) -> bool:
@@ -161,7 +161,7 @@ class Evaluator:
                     return
                 self.changed.wait(POLL_S)
 
-    def run(self, rows: list[dict]) -> int:
+    def run(self, rows: list[Candidate]) -> int:
         """Evaluate `rows` (pending, or awaiting their full measurement) and wait; returns how many ran."""
         before = self.evaluated
         self.wait(self.submit(rows))
@@ -217,7 +217,7 @@ class Evaluator:
                         if lost:  # nothing was stored: another worker evaluates it
                             self._jobs.put(row)
                         else:
-                            self._outstanding.discard(row["id"])
+                            self._outstanding.discard(row.id)
                         self.evaluated += int(done)
                         self.changed.notify_all()
                 if lost:
@@ -240,17 +240,17 @@ class Evaluator:
                     f"stay pending: resume the run with --resume (last: {self.stats[i].get('lost_why')})"))
             self.changed.notify_all()
 
-    def _evaluate(self, ref, row: dict, st: dict | None = None) -> bool:
-        """Evaluate one row and store its verdict; False when the time budget ran out first (while
-        its kernels compiled) and the row stays pending for a resume."""
-        base = row["mutator"] == "base"
-        code = None if base else row["code"]
+    def _evaluate(self, ref, row: Candidate, st: dict | None = None) -> bool:
+        """Evaluate one candidate and store its verdict; False when the time budget ran out first
+        (while its kernels compiled) and the row stays pending for a resume."""
+        base = row.is_base
+        code = None if base else row.code
         if self.precompiler is not None and not base:
             t0 = time.monotonic()
             # A slow compile (a huge block on one warp: a minute on the H200 host) must not keep
             # the run past its time budget.
             wait_s = 120.0 if self.deadline is None else max(0.0, min(120.0, self.deadline - time.time()))
-            over = self.precompiler.wait(row["id"], timeout=wait_s, limit=self.compile_limit)
+            over = self.precompiler.wait(row.id, timeout=wait_s, limit=self.compile_limit)
             if st is not None:
                 st["compile_wait_s"] += time.monotonic() - t0
             if over is not None:
@@ -259,38 +259,41 @@ class Evaluator:
             if self._stopped():
                 return False
         if not self.timed:
-            self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="none"), "none")
+            self._store(row, ref.evaluate(code, candidate_id=row.id, timing="none"), "none")
             return True
         if base:
             # The base against itself: baseline times, roofline and the A/A noise floor.
-            self._store(row, ref.evaluate(None, candidate_id=row["id"], timing="full"), "full")
+            self._store(row, ref.evaluate(None, candidate_id=row.id, timing="full"), "full")
             return True
-        if row.get("awaiting_full"):  # screened by an earlier version of the loop, then killed
-            self._store(row, ref.evaluate(code, candidate_id=row["id"], timing="full"), "full")
+        if row.get("awaiting_full"):
+            # Archives written before the staged referee call (the screen, then a second call for
+            # the full measurement) can hold a screened contender killed before its full one: a
+            # resume still owes it that measurement. Nothing sets the column today.
+            self._store(row, ref.evaluate(code, candidate_id=row.id, timing="full"), "full")
             return True
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
             bar = contender_bar(self.best)
-        verdict = ref.evaluate(code, candidate_id=row["id"], timing="staged", contender_at=bar)
-        self._store(row, verdict, "full" if fully_measured(verdict) else "screen")
+        verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar)
+        self._store(row, verdict, "full" if verdict.fully_measured else "screen")
         return True
 
-    def _store(self, row: dict, verdict, timing: str) -> None:
+    def _store(self, row: Candidate, verdict: Verdict, timing: str) -> None:
         data = verdict.to_json()
-        g = data.get("geomean_speedup") or 0.0
+        trusted = verdict.trusted_speedup(timing)
         # The bootstrap outside the lock (a fraction of a second): only for what could raise the bar.
-        win = (trusted_speedup(data, timing) or 0.0) > self.best and _measured_win(data, row["id"])
+        win = (trusted or 0.0) > self.best and _measured_win(data, row.id)
         with self.lock:
             if self._closing:
                 return
-            self.archive.set_verdict(row["id"], data, verdict.feedback(), timing=timing)
+            self.archive.set_verdict(row.id, data, verdict.feedback(), timing=timing)
             if data.get("device") and not self.device_info:
                 self.device_info = data["device"]
             if win:
-                self.best = max(self.best, g)
+                self.best = max(self.best, trusted)
         if self.on_verdict is not None:
-            self.on_verdict(row, data, timing)
+            self.on_verdict(self.archive.get(row.id))
 
     def summary(self) -> list[dict]:
         """Per GPU: boot, jobs, waits for CPU compilation, time in the referee, and the share of
@@ -308,7 +311,7 @@ class Evaluator:
                         "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
         return out
 
-    def remeasure(self, row: dict, seed: int) -> dict:
+    def remeasure(self, row: Candidate, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).
 
         It reuses the first GPU's referee (the first alive on a Ray cluster; new seeds per call), so
@@ -326,7 +329,7 @@ class Evaluator:
         timing = "full" if self.timed else "none"
         alive = [r for r, st in zip(self.referees, self.stats, strict=True) if not st.get("lost")]
         verdict = (alive or self.referees)[0].evaluate(
-            row["code"], candidate_id=row["id"], timing=timing, seed=seed, fresh_compile=True
+            row.code, candidate_id=row.id, timing=timing, seed=seed, fresh_compile=True
         )
         return verdict.to_json()
 

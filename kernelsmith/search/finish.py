@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from ..errors import KernelsmithError
-from ..referee.verdict import is_noisy, row_trusted_speedup
+from ..referee.verdict import is_noisy
 from ..rundir import write_json, write_text
 from .archive import rejected_counts
+from .candidate import Candidate
 from .edits import unified_diff
 from .evidence import ci_seed, judge
 from .result import SearchResult
@@ -36,60 +37,60 @@ def changed_lines(base_code: str, code: str) -> int:
                if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
-def _finalists(search, rows: list[dict]) -> list[dict]:
+def _finalists(search, rows: list[Candidate]) -> list[Candidate]:
     base_hash = search.archive.base()["code_hash"]
-    accepted = [r for r in rows if r["accepted"] and r["mutator"] != "base" and r["code_hash"] != base_hash]
+    accepted = [c for c in rows if c.accepted and not c.is_base and c["code_hash"] != base_hash]
     if not search.timed:
         return list(reversed(accepted))[: search.config.final_k]
-    full = [r for r in accepted if (row_trusted_speedup(r) or 0) > 1.0]
+    full = [c for c in accepted if (c.trusted_speedup or 0) > 1.0]
     # Candidates whose search measurement already is a measured win go first: a faster one that
     # loses a shape would fail the same rule again on re-measurement and crowd out one that passes.
     # Judged fastest first, only until enough pass (a bootstrap costs a fraction of a second).
     k = search.config.final_k
     passed, failed = [], []
-    for r in sorted(full, key=lambda r: (-r["speedup"], r["id"])):
+    for c in sorted(full, key=lambda c: (-c.speedup, c.id)):
         if len(passed) == k:
             break
-        (passed if judge(r["verdict"], ci_seed(search.seed, r["id"]))["win"] else failed).append(r)
+        (passed if judge(c.verdict_json, ci_seed(search.seed, c.id))["win"] else failed).append(c)
     return (passed + failed)[:k]
 
 
 NOISY_RETAKES = 2  # a final measurement whose A/A control strayed is taken again, on new inputs
 
 
-def _remeasure(search, evaluator, row: dict, seed: int) -> dict:
+def _remeasure(search, evaluator, row: Candidate, seed: int) -> dict:
     """The final verdict of one finalist; a noisy one (the A/A control past ±1%: the machine, not
     the candidate) is taken again on new inputs, up to NOISY_RETAKES times, and the last one kept."""
     verdict = evaluator.remeasure(row, seed)
     for attempt in range(1, NOISY_RETAKES + 1):
         if not (search.timed and verdict.get("accepted") and is_noisy(verdict)):
             break
-        search.progress.note(f"re-measuring candidate #{row['id']} again: its A/A control strayed past ±1%")
+        search.progress.note(f"re-measuring candidate #{row.id} again: its A/A control strayed past ±1%")
         verdict = evaluator.remeasure(row, seed + attempt)
     return verdict
 
 
-def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]]:
-    """(winner row, its final verdict, the final measurements) after re-measuring the finalists."""
+def pick_winner(search, evaluator) -> tuple[Candidate | None, dict | None, list[dict]]:
+    """(winner, its final verdict, the final measurements) after re-measuring the finalists."""
     archive = search.archive
     finalists = _finalists(search, archive.all())
     final: dict[str, dict] = archive.get_meta("final", {}) or {}
     seed = search.seed + FINAL_SEED_OFFSET
     measured = []
     for row in finalists:
-        key = str(row["id"])
+        key = str(row.id)
         if key not in final:
-            search.progress.note(f"re-measuring candidate #{row['id']} with new input seeds")
+            search.progress.note(f"re-measuring candidate #{row.id} with new input seeds")
             # Stored as it finishes: a kill here repeats at most one re-measurement.
             final[key] = _remeasure(search, evaluator, row, seed)
             archive.set_meta("final", final)
         v = final[key]
         measured.append(
             {
-                "id": row["id"],
+                "id": row.id,
                 "accepted": bool(v.get("accepted")),
                 "reason": v.get("reason"),
-                "search_speedup": row["speedup"],
+                "search_speedup": row.speedup,
                 "final_speedup": v.get("geomean_speedup"),
                 "noisy": is_noisy(v),
             }
@@ -100,21 +101,21 @@ def pick_winner(search, evaluator) -> tuple[dict | None, dict | None, list[dict]
         return None, None, measured
     good = []
     for m, r in zip(measured, finalists, strict=True):
-        verdict = final[str(r["id"])]
-        evidence = judge(verdict, ci_seed(search.seed + FINAL_SEED_OFFSET, r["id"]))
+        verdict = final[str(r.id)]
+        evidence = judge(verdict, ci_seed(search.seed + FINAL_SEED_OFFSET, r.id))
         m["final_ci95"], m["measured_win"], m["not_a_win"] = (
             evidence["geomean_ci95"], evidence["win"], evidence["reason"])
         if evidence["win"]:
             good.append((verdict["geomean_speedup"], r))
     if not good:
         return None, None, measured
-    size = {r["id"]: changed_lines(search.task.base_code, r["code"]) for r in finalists}
+    size = {r.id: changed_lines(search.task.base_code, r.code) for r in finalists}
     fastest = max(g for g, _ in good)
     close = [(g, r) for g, r in good if g >= fastest * (1 - SIMPLER_WITHIN)]
-    _, row = min(close, key=lambda x: (size[x[1]["id"]], -x[0], x[1]["id"]))
+    _, row = min(close, key=lambda x: (size[x[1].id], -x[0], x[1].id))
     for m in measured:
-        m["changed_lines"], m["chosen"] = size[m["id"]], m["id"] == row["id"]
-    return row, final[str(row["id"])], measured
+        m["changed_lines"], m["chosen"] = size[m["id"]], m["id"] == row.id
+    return row, final[str(row.id)], measured
 
 
 def no_winner_reason(search, measured: list[dict]) -> str:
@@ -148,15 +149,15 @@ def _shapes(verdict: dict | None) -> list[dict]:
     return out
 
 
-def _replay_summary(replay: dict, rows: list[dict]) -> dict:
+def _replay_summary(replay: dict, rows: list[Candidate]) -> dict:
     """What became of a replayed winner: applied or not, and the referee's reason when rejected."""
-    row = next((r for r in rows if r["mutator"] == "replay"), None)
-    v = (row or {}).get("verdict") or {}
+    row = next((c for c in rows if c.mutator == "replay"), None)
+    v = row.verdict_json if row is not None else {}
     return {
         "source": replay.get("source"),
-        "candidate": row["id"] if row else None,
-        "applied": bool(row and row.get("code") is not None),
-        "accepted": bool(row and row.get("accepted")),
+        "candidate": row.id if row else None,
+        "applied": bool(row and row.code is not None),
+        "accepted": bool(row and row.accepted),
         "reason": v.get("reason"),
         "error": v.get("error"),
     }
@@ -170,18 +171,18 @@ def finish(search, evaluator, started: float) -> SearchResult:
     winner, verdict, measured = pick_winner(search, evaluator)
     rows = archive.all()
     base = archive.base()
-    proposals = [r for r in rows if r["mutator"] != "base"]
-    device = evaluator.device_info or (base.get("verdict") or {}).get("device") or {}
+    proposals = [c for c in rows if not c.is_base]
+    device = evaluator.device_info or base.verdict_json.get("device") or {}
     winner_dir = path / "winner"
     name = Path(task.operator.file).name
     winner_json = None
     if winner is not None:
-        diff = unified_diff(task.base_code, winner["code"], task.operator.file)
-        write_text(winner_dir / name, winner["code"])
+        diff = unified_diff(task.base_code, winner.code, task.operator.file)
+        write_text(winner_dir / name, winner.code)
         write_text(winner_dir / "winner.diff", diff)
         winner_json = {
-            "id": winner["id"],
-            "parent": winner["parent_id"],
+            "id": winner.id,
+            "parent": winner.parent_id,
             "file": task.operator.file,
             "diff": diff,
         }
@@ -189,7 +190,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         for stale in (winner_dir / name, winner_dir / "winner.diff"):
             stale.unlink(missing_ok=True)
     reason = None if winner is not None else no_winner_reason(search, measured)
-    win_ci = next((m.get("final_ci95") for m in measured if winner and m["id"] == winner["id"]), None)
+    win_ci = next((m.get("final_ci95") for m in measured if winner and m["id"] == winner.id), None)
     if reason is not None:
         search.progress.note(f"no winner: {reason}")
     elif search.timed:
@@ -205,7 +206,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "device": {k: device.get(k) for k in ("name", "driver", "torch", "triton")},
         "proposals": len(proposals),
         "evaluations": archive.evaluations(),
-        "accepted": sum(1 for r in proposals if r["accepted"]),
+        "accepted": sum(1 for c in proposals if c.accepted),
         "rejected": rejected_counts(rows),
         "wall_s": round(wall, 1),
         "winner": winner_json,

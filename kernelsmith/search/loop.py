@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
-from ..referee.verdict import is_noisy, row_trusted_speedup, trusted_speedup
 from .archive import Archive, code_hash
+from .candidate import Candidate
 from .mutators import Mutator, Proposal, members
 from .progress import Progress
 from .resolve import DEFAULT_BUDGET, resolve_run
@@ -104,7 +104,7 @@ class Search:
         from .edits import unified_diff
 
         parent = self.archive.get(p.parent_id) if p.parent_id is not None else None
-        parent_code = (parent or {}).get("code") or self.task.base_code
+        parent_code = (parent.code if parent is not None else None) or self.task.base_code
         common = dict(
             mutator=p.mutator,
             parent_id=p.parent_id,
@@ -123,50 +123,47 @@ class Search:
         diff = unified_diff(parent_code, p.code, self.task.operator.file)
         same = self.archive.find_code(p.code)
         if same is not None:
-            v = Verdict.rejected("duplicate", f"identical to candidate #{same['id']}")
+            v = Verdict.rejected("duplicate", f"identical to candidate #{same.id}")
             return self.archive.add(
                 p.code,
                 diff=diff,
                 status="duplicate",
                 verdict=v.to_json(),
                 feedback=v.feedback(),
-                duplicate_of=same["id"],
+                duplicate_of=same.id,
                 **common,
             )
         return self.archive.add(p.code, diff=diff, **common)
 
-    def _settled(self, row: dict, verdict: dict, timing: str) -> None:
+    def _settled(self, c: Candidate) -> None:
         from .prompt import status_line
 
-        noisy = is_noisy(verdict)
-        summary = status_line({"status": "evaluated", "verdict": verdict}) + (
-            f" [{timing}]" if self.timed else ""
-        )
-        if row["mutator"] == "base":
+        summary = status_line(c) + (f" [{c.depth}]" if self.timed else "")
+        if c.is_base:
             self.progress.note(f"base: {summary}")
             return
         self.progress.event(
-            row["id"],
-            row["mutator"],
-            summary + (" (noisy)" if noisy else ""),
+            c.id,
+            c.mutator,
+            summary + (" (noisy)" if c.noisy else ""),
             evaluated=True,
-            accepted=bool(verdict.get("accepted")),
-            best=trusted_speedup(verdict, timing),
-            generation=row.get("generation"),
+            accepted=c.accepted,
+            best=c.trusted_speedup,
+            generation=c.generation,
         )
 
     # -- the loop -------------------------------------------------------------------------------
     @staticmethod
-    def _visible(rows: list[dict], generation: int) -> list[dict]:
-        """Rows as generation `generation` may see them: verdicts of the generations still in
+    def _visible(rows: list[Candidate], generation: int) -> list[Candidate]:
+        """Candidates as generation `generation` may see them: verdicts of the generations still in
         flight when it is proposed are hidden (whether or not they happen to be in yet)."""
         out = []
-        for r in rows:
-            fresh = r["mutator"] != "base" and r["generation"] > generation - PIPELINE
-            if fresh and r["status"] == "evaluated" and r.get("reason") != "malformed_proposal":
-                r = {**r, "status": "pending", "verdict": None, "feedback": None, "speedup": None,
-                     "accepted": 0, "timing": None, "reason": None, "awaiting_full": 0}
-            out.append(r)
+        for c in rows:
+            fresh = not c.is_base and c.generation > generation - PIPELINE
+            if fresh and c.evaluated and not c.malformed:
+                c = c.with_columns(status="pending", verdict=None, feedback=None, speedup=None,
+                                   accepted=0, timing=None, reason=None, awaiting_full=0)
+            out.append(c)
         return out
 
     def _island(self, generation: int, slot: int) -> int:
@@ -221,8 +218,8 @@ class Search:
                 cid = self._record(p, island, generation)
                 row = self.archive.get(cid)
                 made += 1
-                if row["status"] != "pending":
-                    reason = row["verdict"]["reason"]
+                if row.status != "pending":
+                    reason = row.verdict.reason
                     self.progress.event(
                         cid,
                         p.mutator,
@@ -236,8 +233,8 @@ class Search:
     def _best(self) -> float | None:
         rows = self.archive.where("accepted=1 AND mutator!='base'")
         if not self.timed:
-            return float(len({r["code_hash"] for r in rows}))  # progress = new distinct accepted code
-        return max(filter(None, map(row_trusted_speedup, rows)), default=None)
+            return float(len({c["code_hash"] for c in rows}))  # progress = new distinct accepted code
+        return max(filter(None, (c.trusted_speedup for c in rows)), default=None)
 
     def _should_stop(self, evaluator, since: int) -> str | None:
         """Why no further generation is proposed, or None."""
@@ -346,15 +343,15 @@ def optimize(config: SearchConfig) -> SearchResult:
             progress.note(f"evaluating {len(pending)} pending candidate(s) first")
             evaluator.run(pending)
         base = search.archive.base()
-        if base["status"] != "evaluated" or not base["accepted"]:
+        if not base.evaluated or not base.accepted:
             from ..referee.diagnose import base_failure
 
-            raise KernelsmithError(base_failure(base.get("verdict") or {"error": base.get("feedback")}))
+            raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
         rows = search.archive.all()
         progress.set_counts(
             search.archive.proposals(),
             search.archive.evaluations(),
-            sum(1 for r in rows if r["accepted"] and r["mutator"] != "base"),
+            sum(1 for c in rows if c.accepted and not c.is_base),
             search._best() if search.timed else None,
         )
         search.search(evaluator, started)

@@ -14,7 +14,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from ..referee.verdict import is_noisy, subset_geomean, timing_depth
+from ..referee.verdict import subset_geomean
+from .candidate import Candidate
 
 _WARPS = re.compile(r"\bnum_warps\b\s*[=:]\s*[\"']?\s*(\d+)")
 _BLOCK = re.compile(r"\b\w*(?:BLOCK|TILE)\w*\b[\"']?\s*[=:]\s*(\d+)\b", re.I)
@@ -43,19 +44,19 @@ def features(code: str, base_lines: int) -> tuple[int, int, int]:
     return launch, tiling, size
 
 
-def fitness(row: dict) -> float | None:
-    """Selection score: geomean speedup when timed, 1.0 for accepted without timing; None if rejected."""
-    if not row.get("accepted") or row.get("status") != "evaluated":
+def fitness(row) -> float | None:
+    """Selection score of a Candidate (or its columns as a dict): geomean speedup when timed, 1.0
+    for accepted without timing; None if rejected."""
+    c = Candidate.of(row)
+    if not c.accepted or not c.evaluated:
         return None
-    v = row.get("verdict") or {}
-    if is_noisy(v):
+    if c.noisy:
         return 1.0  # a noisy number is no evidence either way
-    if timing_depth(v) == "screen_subset":
+    if c.verdict is not None and c.verdict.depth == "screen_subset":
         # Timed on a few shapes only and behind the best there: not faster than the base, and its
         # subset geomean is never ranked against all-shape ones (referee/staging.py).
-        return min(1.0, subset_geomean(v) or 1.0)
-    s = row.get("speedup")
-    return float(s) if s is not None else 1.0
+        return min(1.0, subset_geomean(c.verdict) or 1.0)
+    return float(c.speedup) if c.speedup is not None else 1.0
 
 
 class Population:
@@ -64,7 +65,7 @@ class Population:
     def __init__(self, config: SelectionConfig, base_code: str):
         self.config = config
         self.base_lines = len(base_code.strip().splitlines())
-        self.rows: dict[int, dict] = {}
+        self.rows: dict[int, Candidate] = {}
         self.members: list[set[int]] = [set() for _ in range(max(1, config.islands))]
         self.cells: dict[int, tuple[int, int, int]] = {}
 
@@ -73,19 +74,20 @@ class Population:
         """Number of islands."""
         return len(self.members)
 
-    def add(self, row: dict) -> None:
-        """Add an evaluated row (the base joins every island); rejected rows are ignored."""
-        if fitness(row) is None or not row.get("code"):
+    def add(self, row) -> None:
+        """Add an evaluated candidate (the base joins every island); rejected ones are ignored."""
+        c = Candidate.of(row)
+        if fitness(c) is None or not c.code:
             return
-        self.rows[row["id"]] = row
-        self.cells[row["id"]] = features(row["code"], self.base_lines)
-        if row.get("mutator") == "base":
+        self.rows[c.id] = c
+        self.cells[c.id] = features(c.code, self.base_lines)
+        if c.is_base:
             for m in self.members:
-                m.add(row["id"])
+                m.add(c.id)
         else:
-            self.members[row["island"] % self.n_islands].add(row["id"])
+            self.members[c.island % self.n_islands].add(c.id)
 
-    def rebuild(self, rows: list[dict], migrations: list[tuple[int, int, int]]) -> None:
+    def rebuild(self, rows: list[Candidate], migrations: list[tuple[int, int, int]]) -> None:
         """Reset from archive rows and recorded migrations."""
         self.rows.clear()
         self.cells.clear()
@@ -97,27 +99,27 @@ class Population:
             if cid in self.rows:
                 self.members[to_island % self.n_islands].add(cid)
 
-    def _ranked(self, ids) -> list[dict]:
+    def _ranked(self, ids) -> list[Candidate]:
         # Best first; among equals the newest first, so untimed runs keep moving forward.
-        return sorted((self.rows[i] for i in ids), key=lambda r: (-fitness(r), -r["id"]))
+        return sorted((self.rows[i] for i in ids), key=lambda c: (-fitness(c), -c.id))
 
-    def elites(self, island: int) -> list[dict]:
+    def elites(self, island: int) -> list[Candidate]:
         """The island's best members."""
         return self._ranked(self.members[island % self.n_islands])[: self.config.elite_size]
 
-    def grid(self, island: int) -> dict[tuple[int, int, int], dict]:
+    def grid(self, island: int) -> dict[tuple[int, int, int], Candidate]:
         """The island's MAP-Elites grid: the best member of every occupied feature cell."""
-        cells: dict[tuple[int, int, int], dict] = {}
-        for row in self._ranked(self.members[island % self.n_islands]):
-            cells.setdefault(self.cells[row["id"]], row)
+        cells: dict[tuple[int, int, int], Candidate] = {}
+        for c in self._ranked(self.members[island % self.n_islands]):
+            cells.setdefault(self.cells[c.id], c)
         return cells
 
-    def best(self) -> dict | None:
+    def best(self) -> Candidate | None:
         """The best row over all islands."""
         ranked = self._ranked(self.rows)
         return ranked[0] if ranked else None
 
-    def sample(self, island: int, rng: random.Random) -> tuple[dict, list[dict]]:
+    def sample(self, island: int, rng: random.Random) -> tuple[Candidate, list[Candidate]]:
         """(parent, inspirations) for one proposal on `island`."""
         elites = self.elites(island)
         if not elites:
@@ -128,11 +130,11 @@ class Population:
             parent = rng.choices(elites, weights=weights)[0]
         else:
             parent = grid[rng.choice(sorted(grid))]
-        ranked = [r for r in self._ranked(self.rows) if r["id"] != parent["id"]]
+        ranked = [c for c in self._ranked(self.rows) if c.id != parent.id]
         chosen = ranked[: self.config.top_inspirations]
-        taken = {parent["id"], *(r["id"] for r in chosen)}
-        parent_cell = self.cells[parent["id"]]
-        others = [row for cell, row in sorted(grid.items()) if cell != parent_cell and row["id"] not in taken]
+        taken = {parent.id, *(c.id for c in chosen)}
+        parent_cell = self.cells[parent.id]
+        others = [c for cell, c in sorted(grid.items()) if cell != parent_cell and c.id not in taken]
         rng.shuffle(others)
         chosen += others[: self.config.diverse_inspirations]
         return parent, chosen
@@ -144,10 +146,10 @@ class Population:
         moves = []
         for i in range(self.n_islands):
             elites = self.elites(i)
-            if elites and elites[0]["mutator"] != "base":
+            if elites and not elites[0].is_base:
                 to = (i + 1) % self.n_islands
-                if elites[0]["id"] not in self.members[to]:
-                    moves.append((elites[0]["id"], to))
+                if elites[0].id not in self.members[to]:
+                    moves.append((elites[0].id, to))
         for cid, to in moves:
             self.members[to].add(cid)
         return moves

@@ -19,7 +19,7 @@ import math
 import random
 from statistics import geometric_mean
 
-from ..referee.verdict import is_noisy, row_trusted_speedup
+from .candidate import Candidate
 from .mutators.params import GridMutator
 from .mutators.tunables import label
 
@@ -54,28 +54,28 @@ class SweepGrid(GridMutator):
         return f"grid of {self.size} configurations: {knobs}{sampled}"
 
 
-def _per_shape(row: dict, index: dict[str, int], n: int) -> list[float | None]:
-    """Per-shape speedups of an accepted, timed, non-noisy row (screen or full), in shape order."""
-    v = row.get("verdict") or {}
+def _per_shape(c: Candidate, index: dict[str, int], n: int) -> list[float | None]:
+    """Per-shape speedups of a candidate whose shape timings are usable (accepted, timed at any
+    depth, not noisy), in shape order."""
     out: list[float | None] = [None] * n
-    if not (row.get("accepted") and v.get("timed")) or is_noisy(v):
+    if not c.shape_timings_usable:
         return out
-    for s in v.get("shapes") or []:
+    for s in c.verdict.shapes or []:
         i = index.get(json.dumps(s.get("shape"), sort_keys=True))
         if i is not None and s.get("speedup"):
             out[i] = float(s["speedup"])
     return out
 
 
-def summary(search, rows: list[dict]) -> dict:
+def summary(search, rows: list[Candidate]) -> dict:
     """result.json's `sweep` block: grid size, points evaluated, best single config, per-shape bests."""
     grid = next(m for m in search.mutators if isinstance(m, SweepGrid))
     shapes = grid.shapes
     index = {json.dumps(s, sort_keys=True): i for i, s in enumerate(shapes)}
-    points = [r for r in rows if r["mutator"] == "grid"]
-    evaluated = [r for r in points if r["status"] == "evaluated" and r.get("reason") != "malformed_proposal"]
-    single = [(r["speedup"], r) for r in evaluated if row_trusted_speedup(r)]
-    best_single, best_row = max(single, key=lambda x: (x[0], -x[1]["id"]), default=(1.0, None))
+    points = [c for c in rows if c.mutator == "grid"]
+    evaluated = [c for c in points if c.evaluated and not c.malformed]
+    single = [(c.trusted_speedup, c) for c in evaluated if c.trusted_speedup]
+    best_single, best_row = max(single, key=lambda x: (x[0], -x[1].id), default=(1.0, None))
     # The base is a point of the grid too (1.0 on every shape).
     best = [(1.0, None) for _ in shapes]
     for r in evaluated:

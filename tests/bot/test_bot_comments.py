@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
-from conftest import SavedRunEngine, event
-from conftest import comment as _comment
-from conftest import replies as _replies
+from botkit import SavedRunEngine, event
+from botkit import comment as _comment
+from botkit import replies as _replies
 
 from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth

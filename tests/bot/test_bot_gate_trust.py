@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import SavedRunEngine, comment, event, replies, run_bot
+from botkit import SavedRunEngine, comment, event, replies, run_bot
 from test_bot_github import _app
 
 from bot.auth import GATE_PERMISSIONS, PUBLISH_PERMISSIONS

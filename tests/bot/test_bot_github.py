@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PUB, saved_run
+from botkit import PUB, saved_run
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import GithubException

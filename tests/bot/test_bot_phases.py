@@ -8,7 +8,7 @@ import string
 from pathlib import Path
 
 import pytest
-from conftest import PUB, saved_run
+from botkit import PUB, saved_run
 
 import bot.phases.publish as phase
 from bot.cli import main

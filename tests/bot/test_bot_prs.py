@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import SavedRunEngine, as_user, event, push_upstream, run_bot
+from botkit import SavedRunEngine, as_user, event, push_upstream, run_bot
 
 from bot.dashboard import TITLE, read_block
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import OP_FILE, PUB, SavedRunEngine, event, saved_run
+from botkit import OP_FILE, PUB, SavedRunEngine, event, saved_run
 
 from bot.actions import ActionsEnv
 from bot.auth import GitHubAuth

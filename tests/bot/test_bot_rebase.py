@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import OP_FILE, as_user, comment, event, push_upstream, replies, run_bot
+from botkit import OP_FILE, as_user, comment, event, push_upstream, replies, run_bot
 
 from bot.pullrequest import marker, read_marker
 from kernelsmith.search.edits import unified_diff

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OP_FILE, PUB, saved_run
+from botkit import OP_FILE, PUB, saved_run
 
 from bot.actions import ActionsEnv
 from bot.artifact import stage_plain_files

@@ -256,3 +256,21 @@ def test_in_place_buffers_are_restored_before_every_timed_call(tmp_path):
     out = {"shapes": [{"shape": {"n": 64}}], "violations": [], "details": {"messages": []}}
     timing.time_candidate(s, wrong, cid=2, seed=0, mode="screen", out=out)
     assert "cached_result" in out["violations"]  # the in-place output of a timed call is checked now
+
+
+def test_time_shape_returns_a_shape_timing_serialised_in_the_verdicts_key_order():
+    """time_shape's ShapeTiming becomes the verdict's per-shape fields and timing block with the keys
+    (and their order: archive rows and result.json are compared byte for byte) of referee/verdict.py."""
+    s = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
+    shape = s.harness.shapes_for("interpret")[0]
+    r = timing.time_shape(s, _rms, shape, 0, cid=1, seed=0, mode="full")
+    assert isinstance(r, timing.ShapeTiming) and r.reps == 12 and r.attempts == 1 and not r.noisy
+    assert len(r.base) == len(r.cand) == 12 and r.timed_output_ok is True and r.host_cand == 0.05
+    screen = timing.time_shape(s, _rms, shape, 0, cid=1, seed=0, mode="screen")
+    assert screen.aa_ratio is None and screen.host_base is None and not screen.noisy
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
+    assert list(out["shapes"][0]) == [
+        "shape", "baseline_ms", "candidate_ms", "speedup", "ci95", "device_ms", "base_device_ms", "host_ms",
+        "base_host_ms", "pct_roofline", "floored", "aa_ratio", "reps", "attempts", "samples_ms"]
+    assert list(out["timing"]) == ["metric", "aa_ratio", "noisy", "mode", "method"]

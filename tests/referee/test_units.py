@@ -236,3 +236,19 @@ def test_the_trusted_speedup_noisy_and_contender_rules():
     bar = contender_bar(1.3)
     assert is_contender(1.3, bar) and not is_contender(1.29, bar)
     assert not is_contender(None, bar) and not is_contender(2.0, None)
+
+
+def test_the_verdict_schema_and_its_rules_live_on_the_verdict():
+    from kernelsmith.referee.verdict import in_progress, timing_block, untimed_block
+
+    blank = in_progress()
+    assert blank["timing"] == untimed_block() == Verdict(accepted=False, correct=False).timing
+    assert blank is not in_progress() and blank["details"] is not in_progress()["details"]  # fresh each time
+    v = Verdict.from_json({**blank, "correct": True, "timed": True, "geomean_speedup": 1.3,
+                           "timing": timing_block(1.002, False, "full")}).finalize()
+    assert v.accepted and v.fully_measured and v.depth == "full" and not v.noisy
+    assert v.trusted_speedup() == 1.3 and v.trusted_speedup("screen") is None and v.shape_timings_usable
+    assert timing_block(1.05, True, "screen")["noisy"] is None  # a screen has no A/A control
+    noisy = Verdict.from_json({**v.to_json(), "timing": timing_block(1.05, True, "full")})
+    assert noisy.noisy and noisy.trusted_speedup() is None and not noisy.shape_timings_usable
+    assert "NOISY" in noisy.feedback() and "(noisy)" in noisy.summary()

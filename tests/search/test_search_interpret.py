@@ -70,7 +70,7 @@ def test_llm_run_with_malformed_and_hostile_answers(tmp_path, monkeypatch):
     hostile = by_answer[HOSTILE]
     assert hostile["status"] == "evaluated" and "found" not in (hostile["feedback"] or "")
     assert by_answer[INJECTION]["accepted"] == 1
-    stored = json.dumps(rows)
+    stored = json.dumps([dict(r) for r in rows])  # every column of every candidate
     sent = json.dumps([r["json"] for r in srv.requests])
     for secret in SECRETS:
         assert secret not in stored and secret not in sent

@@ -125,3 +125,29 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
         last = model_referee.CALLS[-1]
         assert last["seed"] == 5 + FINAL_SEED_OFFSET and last["fresh_compile"]
         ev.close()
+
+
+def test_a_screened_contender_from_an_older_archive_gets_its_full_measurement_on_resume(tmp_path, fake_gpu):
+    """Archives written before the staged referee call can hold a screened contender killed before
+    its full measurement (awaiting_full=1); nothing sets the column today, but a resume of such an
+    archive still owes it that measurement, and its referee time adds up."""
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.target.task import load_task
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        screen = {"accepted": True, "correct": True, "timed": True, "geomean_speedup": 1.3, "eval_s": 4.0,
+                  "timing": {"metric": "device", "aa_ratio": None, "noisy": None, "mode": "screen"}}
+        archive.set_verdict(cid, screen, "fb", timing="screen", awaiting_full=True)
+        pending = archive.pending()
+        assert [c.id for c in pending] == [cid] and pending[0].evaluated and pending[0].depth == "screen"
+        model_referee.CALLS.clear()
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5,
+                       referee_factory=model_referee.ModelReferee)
+        assert ev.run(pending) == 1
+        ev.close()
+        row, left = archive.get(cid), archive.pending()
+    assert [(c["cid"], c["timing"]) for c in model_referee.CALLS] == [(cid, "full")]
+    assert row.depth == "full" and row.verdict.fully_measured and not row["awaiting_full"] and left == []
+    assert row.verdict.eval_s > 0 and row["eval_s"] == pytest.approx(4.0 + row.verdict.eval_s)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..candidate import Candidate
 
 
 @dataclass
@@ -33,10 +36,11 @@ class Mutator(Protocol):
 
     name: str  # recorded in each proposal's archive row (its `mutator` column)
 
-    def sync(self, rows: list[dict]) -> None:
-        """Catch up with the archive rows the current generation may see (resume included)."""
+    def sync(self, rows: list[Candidate]) -> None:
+        """Catch up with the archive rows the current generation may see (resume included). Rows
+        are Candidates (search/candidate.py); read their fields and rules, or their columns by name."""
 
-    def propose(self, parent: dict, inspirations: list[dict], rng: random.Random,
+    def propose(self, parent: Candidate, inspirations: list[Candidate], rng: random.Random,
                 known: set[str] | None = None) -> Proposal | list[Proposal] | None:
         """A proposal for `parent` (the llm mutator: a list, its fix requests included); None when
         it has nothing new. `known`: code hashes already in the archive."""

@@ -22,6 +22,7 @@ import random
 from statistics import fmean
 
 from ..archive import code_hash
+from ..candidate import Candidate
 from ..edits import format_edits, make_edits
 from . import Proposal
 from .space import SPACE_MUTATORS, ConfigSpace, buckets, config_key, shape_sizes
@@ -196,16 +197,15 @@ class ParamsMutator(ConfigSpace):
         except SyntaxError:
             return None
         own = values_of(tunables)
-        obs = [Observation(own, "ok", math.log(parent["speedup"]) if parent.get("speedup") else 0.0)]
+        obs = [Observation(own, "ok", _log_speedup(parent))]
         for row in self.retunes.get(parent["id"], []):
-            vals = {**own, **(row["params"].get("values") or {})}
-            verdict = row.get("verdict") or {}
-            if row["status"] == "pending":
+            c = Candidate.of(row)
+            vals = {**own, **(c.params.get("values") or {})}
+            if c.status == "pending":
                 obs.append(Observation(vals, "running"))
-            elif row["status"] == "evaluated":
-                ok = verdict.get("accepted")
-                value = math.log(row["speedup"]) if ok and row.get("speedup") else 0.0
-                obs.append(Observation(vals, "ok" if ok else "failed", value))
+            elif c.evaluated:
+                ok = c.verdict is not None and c.verdict.accepted
+                obs.append(Observation(vals, "ok" if ok else "failed", _log_speedup(c) if ok else 0.0))
         study = Study({t.key: t.domain for t in tunables}, obs, n_startup=2)
         for _ in range(MAX_ASKS):
             values = {**own, **study.ask(rng.getrandbits(31))}
@@ -264,3 +264,10 @@ class GridMutator(ConfigSpace):
                 response=format_edits(make_edits(self.base_code, code)),
             )
         return None
+
+
+def _log_speedup(row) -> float:
+    """What a study is told of an accepted candidate: its log geomean (0.0, the base's, untimed).
+    Screen numbers count too: the study ranks configs, it decides nothing a number must back."""
+    speedup = Candidate.of(row).speedup
+    return math.log(speedup) if speedup else 0.0

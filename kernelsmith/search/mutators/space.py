@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from ..candidate import Candidate
 from .sizekeys import SizeKey, grid_key, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
 
@@ -166,31 +167,31 @@ class ConfigSpace:
                 self.records[row["id"]] = rec
         self._learn_edges()
 
-    def _record(self, row: dict, params: dict, shape_index: dict) -> Record | None:
+    def _record(self, row, params: dict, shape_index: dict) -> Record | None:
         changed = {k: v[1] for k, v in (params.get("changed") or {}).items() if k in self.by_key}
         values = {**self.base_values, **changed, **(params.get("values") or {})}
-        if row["status"] == "pending":
-            return Record(row["id"], params, values, "running")
-        if row["status"] != "evaluated":
+        c = Candidate.of(row)
+        if c.status == "pending":
+            return Record(c.id, params, values, "running")
+        if not c.evaluated:
             return None  # a duplicate: its twin is the record
-        verdict = row.get("verdict") or {}
-        if not verdict.get("accepted"):
+        v = c.verdict
+        if v is None or not v.accepted:
             # A compile-time limit is no edge of one knob's domain: it depends on the others (a block
             # that builds in seconds on 8 warps can take a minute on one).
-            slow_build = (verdict.get("details") or {}).get("compile_limit_s") is not None
-            edge = verdict.get("reason") in EDGE_REASONS and not slow_build
-            return Record(row["id"], params, values, "failed", edge=edge)
+            slow_build = v is not None and (v.details or {}).get("compile_limit_s") is not None
+            edge = v is not None and v.reason in EDGE_REASONS and not slow_build
+            return Record(c.id, params, values, "failed", edge=edge)
         speed: list[float | None] = [None] * len(self.shapes)
         ci: list[tuple[float, float] | None] = [None] * len(self.shapes)
-        noisy = (verdict.get("timing") or {}).get("noisy")
-        if verdict.get("timed") and not noisy:  # a noisy control: no per-shape call for a table
-            for s in verdict.get("shapes") or []:
+        if v.shape_timings_usable:  # a noisy control: no per-shape call for a table
+            for s in v.shapes or []:
                 i = shape_index.get(json.dumps(s.get("shape"), sort_keys=True))
                 if i is not None and s.get("speedup"):
                     speed[i] = float(s["speedup"])
                     lo, hi = (s.get("ci95") or [None, None])[:2]
                     ci[i] = (float(lo), float(hi)) if lo and hi else (speed[i], speed[i])
-        return Record(row["id"], params, values, "ok", row.get("speedup"), speed, ci)
+        return Record(c.id, params, values, "ok", c.speedup, speed, ci)
 
     def _learn_edges(self) -> None:
         """A value is an edge when failures at or beyond it (away from the base) reach EDGE_EVIDENCE
