@@ -62,20 +62,25 @@ def register(subparsers) -> None:
         "CPU compile processes (default 20; 0: no limit)",
     )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
-    add_ray_options(p)
+    add_pool_options(p)
     p.set_defaults(func=run)
 
 
-def add_ray_options(p) -> None:
-    """--ray and --workers-per-node (optimize and sweep)."""
+def add_pool_options(p) -> None:
+    """--ray, --workers-per-node and --pipeline (optimize and sweep): how candidates are evaluated."""
     p.add_argument("--ray", metavar="ADDRESS", help="run the evaluator pool on the Ray cluster at ADDRESS "
                    "(host:port, or auto: the one started on this machine); needs kernelsmith[ray]")
     p.add_argument("--workers-per-node", type=int, metavar="N",
                    help="with --ray: N workers on each node (default: one per GPU; CPU nodes need it)")
+    p.add_argument("--pipeline", type=int, metavar="N",
+                   help="generations in flight (default: 2, or on CUDA enough to keep one compile process "
+                   "per spare CPU core busy); a generation does not see the verdicts of the N-1 before it")
 
 
-def ray_config(args: argparse.Namespace) -> dict:
-    """SearchConfig's ray fields, checked; exits 2 naming the install when ray is missing."""
+def pool_config(args: argparse.Namespace) -> dict:
+    """SearchConfig's ray and pipeline fields, checked; exits 2 naming the install when ray is missing."""
+    if args.pipeline is not None and not 1 <= args.pipeline <= 16:
+        raise ConfigError("--pipeline", "must be between 1 and 16")
     if args.workers_per_node is not None:
         if args.ray is None:
             raise ConfigError("--workers-per-node", "only applies with --ray")
@@ -87,7 +92,7 @@ def ray_config(args: argparse.Namespace) -> dict:
         from ..search.ray_pool import require_ray
 
         require_ray()
-    return {"ray": args.ray, "workers_per_node": args.workers_per_node}
+    return {"ray": args.ray, "workers_per_node": args.workers_per_node, "pipeline": args.pipeline}
 
 
 def _gpus(text: str | None) -> list[int] | None:
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         targets=args.targets,
         replay=args.replay,
         compile_limit=args.compile_limit,
-        **ray_config(args),
+        **pool_config(args),
     )
     result = optimize(config)  # the LLM key is with the broker already (cli.py)
     return 0 if result.get("winner") else 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .optimize import _gpus, add_ray_options, ray_config
+from .optimize import _gpus, add_pool_options, pool_config
 
 
 def register(subparsers) -> None:
@@ -37,7 +37,7 @@ def register(subparsers) -> None:
         "0: no limit)",
     )
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
-    add_ray_options(p)
+    add_pool_options(p)
     p.set_defaults(func=run)
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         targets=args.targets,
         compile_limit=args.compile_limit,
-        **ray_config(args),
+        **pool_config(args),
     )
     result = optimize(config)
     sweep = result.get("sweep") or {}

@@ -21,11 +21,9 @@ from .mutators import Mutator, Proposal, members
 from .progress import Progress
 from .resolve import DEFAULT_BUDGET, resolve_run
 from .result import SearchResult
-from .run_config import SearchConfig  # named here too: the commands and tests import it from loop
+from .run_config import PIPELINE, SearchConfig  # noqa: F401 (SearchConfig: callers import it here)
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
-
-PIPELINE = 2  # generations in flight: one evaluating, the next proposed and compiling
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
@@ -83,8 +81,9 @@ class Search:
             SelectionConfig(islands=int(self.run["islands"]), exploit=float(self.run["exploit"])),
             self.task.base_code,
         )
-        # Proposals per generation; with PIPELINE generations in flight each GPU has two queued.
+        # Proposals per generation, and generations in flight (run.json's: see resolve.py).
         self.batch = config.batch or max(2, len(self.gpus))
+        self.pipeline = int(self.run.get("pipeline") or PIPELINE)
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
         self.command = self.run.get("command", "optimize")
@@ -153,13 +152,12 @@ class Search:
         )
 
     # -- the loop -------------------------------------------------------------------------------
-    @staticmethod
-    def _visible(rows: list[Candidate], generation: int) -> list[Candidate]:
+    def _visible(self, rows: list[Candidate], generation: int) -> list[Candidate]:
         """Candidates as generation `generation` may see them: verdicts of the generations still in
         flight when it is proposed are hidden (whether or not they happen to be in yet)."""
         out = []
         for c in rows:
-            fresh = not c.is_base and c.generation > generation - PIPELINE
+            fresh = not c.is_base and c.generation > generation - self.pipeline
             if fresh and c.evaluated and not c.malformed:
                 c = c.with_columns(status="pending", verdict=None, feedback=None, speedup=None,
                                    accepted=0, timing=None, reason=None, awaiting_full=0)
@@ -249,14 +247,14 @@ class Search:
 
     def search(self, evaluator, started: float) -> None:
         """Propose and evaluate generation after generation until a budget or stagnation stops it;
-        up to PIPELINE generations are in flight at once."""
+        up to `pipeline` generations are in flight at once."""
         if self.minutes is not None:
             evaluator.deadline = started + self.minutes * 60 - self.prior_wall
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
         in_flight: list[tuple[int, list[int], int]] = []  # (generation, candidate ids, proposals made)
         while True:
-            if self.stop_reason is None and len(in_flight) < PIPELINE:
+            if self.stop_reason is None and len(in_flight) < self.pipeline:
                 self.stop_reason = self._should_stop(evaluator, since)
                 if self.stop_reason is None:
                     generation += 1
@@ -316,10 +314,10 @@ def optimize(config: SearchConfig) -> SearchResult:
         from .precompile import Precompiler
 
         workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
-        # One compile process per candidate that can be in flight (PIPELINE generations of a batch),
-        # and one for the base's calibration job at start.
-        precompiler = Precompiler.maybe(search.task, workers=PIPELINE * search.batch + 1, workdir=workdir,
-                                        seed=search.seed)
+        # One compile process per candidate that can be in flight (`pipeline` generations of a
+        # batch), and one for the base's calibration job at start.
+        precompiler = Precompiler.maybe(search.task, workers=search.pipeline * search.batch + 1,
+                                        workdir=workdir, seed=search.seed, n_gpus=len(search.gpus))
         if precompiler is not None:
             precompiler.calibrate(search.task.base_code)
     evaluator = Evaluator(

@@ -29,6 +29,19 @@ BASE_JOB = 0  # the base's own compile job (archive ids start at 1): how long an
 LIMIT_OVER_BASE = 4.0  # a compile limit never cuts a job shorter than this many base jobs
 
 
+MAX_COMPILE_PROCESSES = 24
+
+
+def compile_processes(n_gpus: int, cores: int | None = None) -> int:
+    """Compile processes a machine affords beside `n_gpus` GPU workers and the search's own process.
+
+    Real kernels' verdicts are compile-bound (the sampler's GPU was busy 21% with five processes on
+    16 cores), so every core not needed by a GPU worker or the loop compiles.
+    """
+    cores = cores or os.cpu_count() or 2
+    return max(1, min(MAX_COMPILE_PROCESSES, cores - 2 - n_gpus))
+
+
 def device_facts() -> dict | None:
     """What launchers ask torch about GPU 0 (capability, SM count, name, memory), or None."""
     try:
@@ -128,7 +141,7 @@ class Precompiler:
             "target": list(target),
             "workdir": str(workdir),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
-            "threads": max(2, (os.cpu_count() or 2) // (2 * max(1, workers))),
+            "threads": max(1, (os.cpu_count() or 2) // (2 * max(1, workers))),
         }
         # The referee's run seed: with it each candidate's fresh shapes are known here. Only the
         # shapes reach the child (never the seed: the inputs' values stay unknown to candidate code).
@@ -147,8 +160,10 @@ class Precompiler:
         self.children = [_Child(self.spec) for _ in range(workers)]
 
     @classmethod
-    def maybe(cls, task, workers: int, workdir: Path, seed: int | None = None) -> Precompiler | None:
-        """A precompiler for CUDA runs, or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
+    def maybe(cls, task, workers: int, workdir: Path, seed: int | None = None,
+              n_gpus: int = 1) -> Precompiler | None:
+        """A precompiler for CUDA runs (at most `workers` processes, fewer where the cores are
+        short), or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
         if os.environ.get("KERNELSMITH_PRECOMPILE", "1") == "0":
             return None
         facts = device_facts()
@@ -156,7 +171,8 @@ class Precompiler:
         if facts is None or cores < 4:
             return None
         target = ("cuda", facts["major"] * 10 + facts["minor"], 32)  # backend, capability, warp size
-        return cls(task, target, max(1, min(workers, cores // 2)), workdir, device=facts, seed=seed)
+        return cls(task, target, max(1, min(workers, compile_processes(n_gpus, cores))), workdir,
+                   device=facts, seed=seed)
 
     def _child(self) -> _Child:
         with self.lock:

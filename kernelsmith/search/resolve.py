@@ -1,7 +1,8 @@
 """A new or resumed run of the search: its task, run directory, run.json, device and GPUs.
 
 A new run records in run.json what a `--resume` must keep (seed, mutator, device, GPUs, and the
-population's layout: islands, exploit share, stagnation); a resumed run reads them back, and only
+population's layout: islands, exploit share, stagnation; the generations in flight); a resumed run
+reads them back, and only
 the budget, the minutes, the exploit share and the stagnation may be given anew.
 """
 
@@ -14,6 +15,7 @@ from ..rundir import default_run_dir, load_run, run_json, write_json
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
+MAX_PIPELINE = 8  # deeper, and a generation sees too little of what came before it
 
 
 def resolve_run(config):
@@ -93,11 +95,25 @@ def resolve_run(config):
     run["islands"] = config.islands or _default_islands(budget)
     run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
     run["stagnation"] = config.stagnation  # None: from the budget
+    # Generations in flight: what a generation may see depends on it, so it is part of the layout.
+    run["pipeline"] = config.pipeline or default_pipeline(config, device, gpus)
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "run.json", run)
     return task, out.resolve(), run, device, gpus
+
+
+def default_pipeline(config, device: str, gpus: list) -> int:
+    """Generations in flight: enough that every compile process has a candidate (a timed run with
+    compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
+    from .precompile import compile_processes, device_facts
+    from .run_config import PIPELINE
+
+    if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
+        return PIPELINE
+    batch = config.batch or max(2, len(gpus))
+    return max(PIPELINE, min(MAX_PIPELINE, compile_processes(len(gpus)) // batch))
 
 
 def _default_islands(budget: int | None) -> int:
@@ -115,5 +131,11 @@ def _resume_layout(run: dict, config, out: Path) -> None:
                           f"--islands or with --islands {recorded}", "islands")
     if config.exploit is not None or "exploit" not in run:
         run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    recorded = run.get("pipeline")
+    if recorded is None:  # written before it was recorded: two, as every run then had
+        run["pipeline"] = config.pipeline or 2
+    elif config.pipeline is not None and config.pipeline != recorded:
+        raise ConfigError(out / "run.json", f"the run keeps {recorded} generations in flight; resume it "
+                          f"without --pipeline or with --pipeline {recorded}", "pipeline")
     if config.stagnation is not None or "stagnation" not in run:
         run["stagnation"] = config.stagnation

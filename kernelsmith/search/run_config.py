@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from .mutators import DEFAULT as DEFAULT_MUTATOR
 
+PIPELINE = 2  # generations in flight at least: one evaluating, the next proposed and compiling
+
 
 @dataclass
 class SearchConfig:
@@ -35,6 +37,7 @@ class SearchConfig:
     # rejected as a timeout; None: no limit. On the H200 host, a huge block on one warp took 27 to
     # over 60 s and stalled the search; upstream kernels compile in 1-3 s.
     compile_limit: float | None = 20.0
+    pipeline: int | None = None  # generations in flight; None: enough to keep the compile processes busy
     command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in

@@ -1,0 +1,97 @@
+"""Generations in flight: enough to keep every spare core compiling, recorded in run.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelsmith.errors import ConfigError
+from kernelsmith.search import precompile, resolve
+from kernelsmith.search.loop import Search, SearchConfig, optimize
+from kernelsmith.search.precompile import compile_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "H200", "total_memory": 1 << 37}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch says one CUDA device exists; the referee is the model (nothing runs on a GPU)."""
+    import kernelsmith.referee.backend as backend
+    import model_referee
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model_referee.CALLS.clear()
+    return model_referee
+
+
+def _config(tmp_path, referee, name="run", **kw):
+    cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / name), budget=8, mutator="params",
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
+               referee_factory=referee.ModelReferee, argv=["kernelsmith", "optimize"])
+    cfg.update(kw)
+    return SearchConfig(**cfg)
+
+
+def test_compile_processes_take_every_core_a_gpu_worker_and_the_loop_leave():
+    assert compile_processes(1, cores=16) == 13  # the H200 host: 16 cores, one GPU worker
+    assert compile_processes(2, cores=32) == 24  # capped
+    assert compile_processes(1, cores=2) == 1
+
+
+def test_default_pipeline_fills_the_compile_processes_only_where_they_run(tmp_path, monkeypatch):
+    cfg = SearchConfig(target="demo", op="silu_and_mul")
+    monkeypatch.setattr(precompile.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(precompile, "device_facts", lambda: H200)
+    assert resolve.default_pipeline(cfg, "cuda", [0]) == 6  # 13 compile processes, 2 per generation
+    assert resolve.default_pipeline(SearchConfig(target="d", op="o", batch=4), "cuda", [0]) == 3
+    monkeypatch.setattr(precompile.os, "cpu_count", lambda: 64)
+    assert resolve.default_pipeline(cfg, "cuda", [0]) == resolve.MAX_PIPELINE
+    assert resolve.default_pipeline(cfg, "interpret", [None]) == 2
+    assert resolve.default_pipeline(SearchConfig(target="d", op="o", precompile=False), "cuda", [0]) == 2
+    assert resolve.default_pipeline(SearchConfig(target="d", op="o", ray="auto"), "cuda", [0]) == 2
+    monkeypatch.setattr(precompile, "device_facts", lambda: None)  # no GPU to compile ahead for
+    assert resolve.default_pipeline(cfg, "cuda", [0]) == 2
+
+
+def test_pipeline_is_recorded_kept_on_resume_and_hides_that_many_generations(tmp_path, fake_gpu):
+    result = optimize(_config(tmp_path, fake_gpu, pipeline=3))
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["pipeline"] == 3 and result.data["proposals"] == 8
+    base = dict(resume=True, budget=12)
+    search = Search(_config(tmp_path, fake_gpu, **base))
+    try:
+        assert search.pipeline == 3
+        rows = search.archive.all()
+        last = max(c.generation for c in rows)
+        seen = search._visible(rows, last + 1)
+        hidden = {c.id for c in seen if c.status == "pending"}
+        # The generation about to be proposed sees nothing of the 3 before it, all of the older ones.
+        assert hidden == {c.id for c in rows if not c.is_base and c.generation > last - 2}
+        assert all(c.evaluated for c in rows if c.generation <= last - 2)
+    finally:
+        search.archive.close()
+    with pytest.raises(ConfigError, match="3 generations in flight"):
+        Search(_config(tmp_path, fake_gpu, pipeline=2, **base))
+    # A run.json written before the pipeline was recorded resumes with the two every run had then.
+    run.pop("pipeline")
+    (tmp_path / "run" / "run.json").write_text(json.dumps(run))
+    search = Search(_config(tmp_path, fake_gpu, **base))
+    try:
+        assert search.pipeline == 2
+    finally:
+        search.archive.close()
+
+
+def test_the_flag_reaches_the_run(tmp_path, fake_gpu):
+    from kernelsmith.cli import main
+
+    out = tmp_path / "cli"
+    main(["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--mutator", "params",
+          "--budget", "4", "--device", "cuda", "--out", str(out), "--no-progress", "--pipeline", "4"])
+    assert json.loads((out / "run.json").read_text())["pipeline"] == 4
+    assert main(["optimize", "demo", "silu_and_mul", "--pipeline", "0"]) == 2
