@@ -20,8 +20,9 @@ H200 = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "H200", "t
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """torch says one CUDA device exists; the referee is the model (nothing runs on a GPU)."""
-    import kernelsmith.referee.backend as backend
     import model_referee
+
+    import kernelsmith.referee.backend as backend
 
     monkeypatch.setattr(backend, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
