@@ -13,5 +13,6 @@ class ConfigError(KernelsmithError):
     def __init__(self, file: object, message: str, field: str | None = None):
         self.file = str(file)
         self.field = field
+        self.message = message
         where = f"{self.file}: {field}" if field else self.file
         super().__init__(f"{where}: {message}")

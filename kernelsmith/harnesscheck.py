@@ -1,15 +1,13 @@
 """`kernelsmith harness check`: is a harness sound before any search runs on it?
 
-The checks that run the harness and the base happen in a child process (harnessprobe.py); then the
-base goes through the real referee, as `evaluate` would run it. Each problem is one line naming
-the check and the likely fix.
+The checks that run the harness and the base happen in a sandboxed child process (harnessprobe.py,
+started by harnessbox.py: the harness is target code, never imported here); then the base goes
+through the real referee, as `evaluate` would run it. Each problem is one line naming the check
+and the likely fix.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 PROBE_TIMEOUT_S = 900
@@ -22,6 +20,8 @@ class Report:
     problems: list[list[str]] = field(default_factory=list)
     passed: int = 0
     device: str = ""
+    sandboxed: bool = True
+    child_failed: bool = False  # the probe's process crashed or hung: nothing else is checked
 
     @property
     def sound(self) -> bool:
@@ -29,40 +29,39 @@ class Report:
         return not self.problems
 
     def lines(self) -> list[str]:
-        """One line per problem, then a summary line."""
-        out = [f"problem [{check}] {message} -> fix: {fix}" for check, message, fix in self.problems]
+        """One line per problem, then a summary line (after a warning when run without the sandbox)."""
+        from .harnessbox import shown
+        from .sandbox import NO_SANDBOX_NOTE
+
+        out = [f"problem [{shown(check)}] {shown(message)} -> fix: {shown(fix)}"
+               for check, message, fix in self.problems]
+        if not self.sandboxed:
+            out.append(f"warning: {NO_SANDBOX_NOTE}")
         state = "sound" if self.sound else f"{len(self.problems)} problem(s)"
         out.append(f"harness check ({self.device}): {state}; {self.passed} check(s) passed")
         return out
 
 
 def run_probe(task, device: str) -> Report:
-    """The harness and base checks, in a child process with the referee's environment."""
-    from .referee.process import scrubbed_env
+    """The harness and base checks, in a sandboxed child process with the referee's environment;
+    ConfigError when the harness does not load."""
+    from . import sandbox
+    from .harnessbox import HarnessChildError, checked_probe, run_child
 
     op = task.operator
     spec = {"root": str(task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()}, "device": device}
-    env = scrubbed_env()
-    env.pop("TRITON_INTERPRET", None)
-    if device == "interpret":
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    report = Report([], 0, device, sandboxed=sandbox.enabled())
     try:
-        proc = subprocess.run([sys.executable, "-m", "kernelsmith.harnessprobe", json.dumps(spec)],
-                              capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S,
-                              cwd=str(task.root))
-    except subprocess.TimeoutExpired:
-        return Report([["harness", f"the checks did not finish in {PROBE_TIMEOUT_S} s",
-                        "smaller CPU_SHAPES (the interpreter runs one program at a time)"]], 0, device)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    try:
-        data = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        return Report([["harness", f"the check process failed (exit {proc.returncode}): {tail}",
-                        "run the harness's make_inputs and reference by hand to see why"]], 0, device)
-    return Report(data["problems"], int(data["passed"]), device)
+        answer = run_child(spec, harness=op.harness, cwd=task.root, device=device, timeout_s=PROBE_TIMEOUT_S,
+                           what="harness checks")
+        report.problems, report.passed = checked_probe(answer, op.harness)
+    except HarnessChildError as e:
+        fix = ("smaller CPU_SHAPES (the interpreter runs one program at a time), and no waiting in the "
+               "harness" if e.timed_out else "run the harness's make_inputs and reference by hand to see why")
+        report.problems.append(["harness", str(e), fix])
+        report.child_failed = True
+    return report
 
 
 def check_harness(task, device: str = "auto", timeout_s: float | None = None) -> Report:
@@ -73,13 +72,15 @@ def check_harness(task, device: str = "auto", timeout_s: float | None = None) ->
 
     resolved = resolve_device(device)
     report = run_probe(task, resolved)
-    if any(check == "reference" and "not written" in msg for check, msg, _ in report.problems):
+    if report.child_failed or any(check == "reference" and "not written" in msg
+                                  for check, msg, _ in report.problems):
         return report  # the referee would only repeat it
     with Referee(task, device=resolved, seed=0, timeout_s=timeout_s) as referee:
         try:
             verdict = referee.evaluate(None, timing="none")
         except Exception as e:  # noqa: BLE001 - a RefereeError: the worker cannot load the task
-            report.problems.append(["referee", str(e).strip().splitlines()[-1], "see `kernelsmith evaluate`"])
+            last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+            report.problems.append(["referee", last, "see `kernelsmith evaluate`"])
             return report
     if verdict.accepted:
         report.passed += 1

@@ -2,8 +2,11 @@
 
 `python -m kernelsmith.harnessprobe SPEC_JSON` (spec: root, file, entry, harness, stubs, device)
 prints one JSON line {"problems": [[check, message, fix], ...], "passed": N} on a private copy of
-stdout; anything the harness or the kernel prints goes to stderr. It runs in its own process
-because the interpreter's stand-ins patch process globals (Triton's driver, torch.cuda).
+stdout; anything the harness or the kernel prints goes to stderr. With {"load_only": true,
+"harness": path} it only imports and validates the harness (`scan`): {"loaded": true}. A harness
+that does not load answers {"config_error": {"message", "field"}}. harnessbox.py starts it, inside
+the sandbox (the harness is target code), and checks what it answers. It runs in its own process
+also because the interpreter's stand-ins patch process globals (Triton's driver, torch.cuda).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import traceback
 
 import torch
 
+from .errors import ConfigError
 from .referee import correctness as C
 from .referee.diagnose import likely_fix
 from .target.harness import load_harness
@@ -238,9 +242,15 @@ def main() -> int:
     sys.stdout = sys.stderr
     spec = json.loads(sys.argv[1])
     try:
-        p = probe(spec)
-        result = {"problems": p.problems, "passed": p.passed}
-    except Exception as e:  # noqa: BLE001 - the harness itself failed to load or run
+        if spec.get("load_only"):
+            load_harness(spec["harness"])
+            result = {"loaded": True}
+        else:
+            p = probe(spec)
+            result = {"problems": p.problems, "passed": p.passed}
+    except ConfigError as e:  # the harness does not import or lacks a required name
+        result = {"config_error": {"message": e.message, "field": e.field}}
+    except Exception as e:  # noqa: BLE001 - the harness itself failed to run
         result = {"problems": [["harness", f"{type(e).__name__}: {e}", "fix the harness module"]],
                   "passed": 0}
     answer.write(json.dumps(result) + "\n")

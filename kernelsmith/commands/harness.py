@@ -43,7 +43,9 @@ def run_check(args: argparse.Namespace) -> int:
     from ..harnesscheck import check_harness
     from ..target.task import load_task
 
-    task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None))
+    # The harness is target code: imported only in check_harness's sandboxed child, never here.
+    task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None),
+                     import_harness=False)
     try:
         report = check_harness(task, args.device, args.timeout)
     except ValueError as e:

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 def render(result) -> None:
     """Rich tables: operators, then hotspot marks, then warnings and problems."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -78,5 +79,7 @@ def render(result) -> None:
     for s in result.suggestions():
         console.print(f"[cyan]suggest:[/cyan] {s}", markup=True, highlight=False)
     for op in result.operators:
-        for p in op.problems:
-            console.print(f"[red]problem:[/red] {op.name}: {p}")
+        for p in op.problems:  # may quote a harness's own error text: no markup of its own
+            console.print(f"[red]problem:[/red] {escape(op.name)}: {escape(p)}", highlight=False)
+    if result.sandbox is not None and not result.sandbox.get("enabled"):
+        console.print(f"[red]warning:[/red] {escape(result.sandbox.get('note', ''))}", highlight=False)

@@ -4,10 +4,11 @@
              Triton's cache folder)
   setup      the target's `setup` command (writable: the checkout it builds in)
   tests      verify's upstream test and benchmark commands (writable: the scratch worktree)
+  harness    `harness check`'s probe and `scan`'s harness loads (writable: nothing but the scratch)
 
 Inside every profile (launch.py builds it): new user, mount, PID and network namespaces; every
-mount read-only except the profile's folders and a private scratch folder ($TMPDIR; tests and
-setup also get private Triton and XDG cache folders there), a private /dev/shm, known credential
+mount read-only except the profile's folders and a private scratch folder ($TMPDIR; tests,
+setup and harness also get private Triton and XDG cache folders there), a private /dev/shm, known credential
 files hidden, a fresh /proc that shows only the sandbox's own processes (no ancestor's environ),
 loopback only, no capability to undo any of it, and an environment without secrets. Every process
 started inside dies with the sandbox. /dev is kept, so GPUs stay usable.
@@ -32,12 +33,12 @@ from .environ import drop_secrets_from_environ, hide_environ, is_secret, scrubbe
 __all__ = ["PROFILES", "SandboxUnavailable", "disable", "enabled", "require", "summary", "wrap", "probe",
            "scrubbed_env", "hide_environ", "drop_secrets_from_environ", "is_secret", "secret_files"]
 
-PROFILES = ("candidate", "setup", "tests")
+PROFILES = ("candidate", "setup", "tests", "harness")
 LAUNCHER = Path(__file__).resolve().with_name("launch.py")
 SIMULATE_ENV = "KERNELSMITH_SANDBOX_SIMULATE_MISSING"  # tests: the probe fails as if the sysctl were 0
-NO_SANDBOX_NOTE = ("--no-sandbox: candidate code, the target's setup and its tests ran WITHOUT the sandbox "
-                   "(they could write the run directory and the user's files, reach the network and read "
-                   "their ancestors' environment)")
+NO_SANDBOX_NOTE = ("--no-sandbox: candidate code, harnesses, the target's setup and its tests ran WITHOUT "
+                   "the sandbox (they could write the run directory and the user's files, reach the network "
+                   "and read their ancestors' environment)")
 
 _state = {"enabled": True, "reason": None}
 
@@ -145,8 +146,8 @@ def wrap(argv: list[str], profile: str, *, env: dict, writable=(), scratch: Path
     """(argv, env) that run `argv` inside the sandbox `profile`; with the sandbox disabled, argv as
     it is and the same environment. The environment is scrubbed of secrets (`keep` names pass).
 
-    `scratch`: a private writable folder, made $TMPDIR (and, for setup and tests, the home of their
-    Triton and XDG caches, so those do not land in the user's own).
+    `scratch`: a private writable folder, made $TMPDIR (and, for setup, tests and harness, the home
+    of their Triton and XDG caches, so those do not land in the user's own).
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown sandbox profile {profile!r}")
@@ -157,7 +158,7 @@ def wrap(argv: list[str], profile: str, *, env: dict, writable=(), scratch: Path
         scratch.mkdir(parents=True, exist_ok=True)
         env["TMPDIR"] = str(scratch)
         rw.append(scratch)
-        if profile in ("setup", "tests"):
+        if profile in ("setup", "tests", "harness"):
             env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")
             env["XDG_CACHE_HOME"] = str(scratch / "xdg-cache")
     if profile == "candidate":  # candidates compile into Triton's cache (shared with the precompiler)

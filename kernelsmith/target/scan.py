@@ -1,5 +1,8 @@
 """What a target offers to optimize: its operators (yaml + the repo's `.kernelsmith.yml`), the
 `# kernelsmith: hotspot` marks in its source, each operator's source hash and whether it is stale.
+
+Harnesses are target code: they are checked from their syntax tree (`static`) or imported in
+sandboxed children (harnessbox.py), never in this process.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class ScanResult:
     operators: list[OperatorStatus]
     hotspots: list[Hotspot]
     warnings: list[str] = field(default_factory=list)
+    sandbox: dict | None = None  # how harnesses were imported (None: --static, none was)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +87,7 @@ class ScanResult:
             "hotspots": [dict(asdict(h), status=h.status) for h in self.hotspots],
             "warnings": list(self.warnings),
             "suggestions": self.suggestions(),
+            **({"sandbox": self.sandbox} if self.sandbox is not None else {}),
         }
 
     def suggestions(self) -> list[str]:
@@ -228,14 +233,33 @@ def check_harness_static(path: Path) -> None:
             raise ConfigError(path, "missing (checked without importing the harness)", name)
 
 
+def harness_problems(ops: list[Operator], root: Path, static: bool = False) -> list[str | None]:
+    """Per operator, what is wrong with its harness (None: nothing): read from its syntax tree
+    (`static`, runs no target code), else imported in a sandboxed child of its own (a crash or a
+    hang is that harness's problem only)."""
+    if not static:
+        from ..harnessbox import load_harnesses
+
+        return load_harnesses([op.harness for op in ops], root)
+    out: list[str | None] = []
+    for op in ops:
+        try:
+            check_harness_static(op.harness)
+            out.append(None)
+        except ConfigError as e:
+            out.append(str(e))
+    return out
+
+
 def operator_status(target: Target, op: Operator, root: Path, state: dict,
-                    static: bool = False) -> OperatorStatus:
+                    static: bool = False, harness_problem: str | None | bool = False) -> OperatorStatus:
     """Check one operator's file, entry and harness in a checkout, and whether it is stale.
 
     `static`: check the harness from its syntax tree instead of importing it (runs no target code).
+    `harness_problem`: what harness_problems found for it (None: nothing); False: check it here.
     """
-    from .harness import load_harness  # imports torch: only when there is an operator to check
-
+    if harness_problem is False:
+        (harness_problem,) = harness_problems([op], root, static)
     problems = []
     path = root / op.file
     digest = None
@@ -249,12 +273,9 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict,
                 problems.append(f"entry {op.entry}() not defined at the top level of {op.file}")
         except SyntaxError as e:
             problems.append(f"{op.file} does not parse: {e.msg} (line {e.lineno})")
-    harness_ok = True
-    try:
-        check_harness_static(op.harness) if static else load_harness(op.harness)
-    except ConfigError as e:
-        harness_ok = False
-        problems.append(f"harness: {e}")
+    harness_ok = harness_problem is None
+    if not harness_ok:
+        problems.append(f"harness: {harness_problem}")
     recorded = state_entry(state, target.name, op.name)
     ignored = bool(recorded.get("ignored"))
     if digest is None:
@@ -276,7 +297,9 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False)
     `static`: harnesses are checked without being imported (see operator_status)."""
     merged = with_repo_operators(target, co)
     root = Path(co.path)
-    ops = [operator_status(merged, op, root, state, static) for op in merged.operators]
+    found = harness_problems(merged.operators, root, static)
+    ops = [operator_status(merged, op, root, state, static, harness_problem=problem)
+           for op, problem in zip(merged.operators, found, strict=True)]
     warnings: list[str] = []
     # A mark is covered when an operator's entry reaches the marked function (not merely its file).
     covered: dict[tuple[str, str], str] = {}
@@ -286,5 +309,8 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False)
                 covered.setdefault((op.file, fn), op.name)
     hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get((f, fn)))
                 for f, ln, fn in find_hotspots(root, warnings)]
+    from .. import sandbox
+
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
-                      operators=ops, hotspots=hotspots, warnings=warnings)
+                      operators=ops, hotspots=hotspots, warnings=warnings,
+                      sandbox=None if static else sandbox.summary())

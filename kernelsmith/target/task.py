@@ -34,20 +34,25 @@ class Task:
         }
 
 
-def make_task(target: Target, op_name: str, root: Path, base_sha: str) -> Task:
-    """Resolve `op_name` in `target` against a checkout folder and validate file, entry, harness."""
+def make_task(target: Target, op_name: str, root: Path, base_sha: str, import_harness: bool = True) -> Task:
+    """Resolve `op_name` in `target` against a checkout folder and validate file, entry, harness.
+
+    `import_harness=False`: the harness (target code) is not imported here and `task.harness` stays
+    None; `harness check` runs it in the sandbox only (harnessbox.py)."""
     op = target.operator(op_name)
     file_path = Path(root) / op.file
     if not file_path.is_file():
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op.name}.file")
     code = file_path.read_text()
-    harness = load_harness(op.harness)
+    harness = load_harness(op.harness) if import_harness else None
     return Task(target=target, operator=op, root=Path(root).resolve(), base_sha=base_sha, base_code=code,
                 harness=harness)
 
 
-def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None) -> Task:
-    """Target argument + operator + optional checkout -> a validated Task (clones when needed)."""
+def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None,
+              import_harness: bool = True) -> Task:
+    """Target argument + operator + optional checkout -> a validated Task (clones when needed);
+    `import_harness` as in make_task."""
     from .checkout import prepare_checkout
     from .scan import with_repo_operators
 
@@ -56,4 +61,4 @@ def load_task(target_arg: str, op_name: str, checkout: str | None = None, target
     if not any(op.name == op_name for op in target.operators):
         # Operators may also come from the target repo's own .kernelsmith.yml (base branch only).
         target = with_repo_operators(target, co)
-    return make_task(target, op_name, co.path, co.base_sha)
+    return make_task(target, op_name, co.path, co.base_sha, import_harness=import_harness)
