@@ -1,0 +1,175 @@
+"""Harnesses are target code: `scan` and `harness check` import them only in a sandboxed child
+(issue 13). A hostile harness cannot write outside its scratch, see a secret or reach the network;
+one that crashes or hangs is one error naming its file, and scan still checks the other operators."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernelsmith import harnessbox, harnesscheck, sandbox
+from kernelsmith.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-harnessfake0123456789ab", "GITHUB_TOKEN": "ghs_" + "h" * 36}
+pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
+
+# Attacks at import, then reports what it saw in its import error (the one text that comes back).
+SPY = '''
+import os, socket
+seen = []
+for path in OUTSIDE:
+    try:
+        with open(path, "w") as f:
+            f.write("harness was here")
+        seen.append("WRITE-SUCCEEDED")
+    except OSError:
+        seen.append("WRITE-REFUSED")
+found = any(s in v for s in SECRETS for v in os.environ.values())
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        data = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        continue
+    found = found or any(s.encode() in data for s in SECRETS)
+seen.append("SECRET-FOUND" if found else "NO-SECRET")
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=3).close()
+    seen.append("NET-CONNECTED")
+except OSError:
+    seen.append("NET-REFUSED")
+raise RuntimeError("\\x1b[31m " + " ".join(seen))
+'''
+CRASH = "import ctypes\nctypes.string_at(0)  # a segfault at import\n"
+HANG = "import time\ntime.sleep(3600)\n"
+
+
+@pytest.fixture
+def sibling():
+    """A dumpable process of this user holding the secrets (like a CI step's shell)."""
+    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, **SECRETS})
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on the host's loopback (what a harness must not reach)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def _target(tmp_path: Path, port: int, monkeypatch,
+            names=("good", "spy", "crash", "hang")) -> tuple[Path, Path]:
+    """A target over a copy of miniserve with a sound harness and spy, crash and hang harnesses."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "examples" / "miniserve", src)
+    outside = [str(tmp_path / "pwned.txt"), str(src / "pwned.txt")]
+    spy = f"OUTSIDE = {outside!r}\nSECRETS = {list(SECRETS.values())!r}\nPORT = {port}\n" + SPY
+    harnesses = {"good": (ROOT / "targets" / "demo" / "rms_norm.py").read_text(), "spy": spy,
+                 "crash": CRASH, "hang": HANG}
+    ops = ""
+    for name in names:
+        text = harnesses[name]
+        (tmp_path / f"{name}.py").write_text(text)
+        ops += (f"  - name: {name}\n    file: miniserve/kernels/rms_norm.py\n    entry: rms_norm\n"
+                f"    harness: {name}.py\n")
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text(f"repo: owner/engine\nclone_url: {src}\noperators:\n{ops}")
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    return yaml, src
+
+
+def _nothing_written(tmp_path: Path, src: Path, checkout: Path | None = None) -> None:
+    assert not (tmp_path / "pwned.txt").exists() and not (src / "pwned.txt").exists()
+    assert checkout is None or not (checkout / "pwned.txt").exists()
+
+
+def _spy_saw_nothing(text: str) -> None:
+    assert "WRITE-REFUSED WRITE-REFUSED NO-SECRET NET-REFUSED" in text, text
+    assert "SUCCEEDED" not in text and "SECRET-FOUND" not in text and "NET-CONNECTED" not in text
+    assert "\x1b" not in text and "\\x1b[31m" in text  # its terminal escape is shown, not obeyed
+
+
+def test_scan_imports_each_harness_in_the_sandbox(tmp_path, listener, sibling, monkeypatch, capsys):
+    yaml, src = _target(tmp_path, listener, monkeypatch)
+    monkeypatch.setattr(harnessbox, "LOAD_TIMEOUT_S", 15.0)
+    assert main(["scan", str(yaml), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    ops = {op["name"]: op for op in doc["operators"]}
+    assert ops["good"]["harness_ok"] and not ops["good"]["problems"]  # still scanned, and sound
+    for name in ("spy", "crash", "hang"):
+        (problem,) = ops[name]["problems"]
+        assert not ops[name]["harness_ok"] and problem.startswith(f"harness: {tmp_path / name}.py: "), problem
+    _spy_saw_nothing(ops["spy"]["problems"][0])
+    assert "import failed: RuntimeError" in ops["spy"]["problems"][0]
+    assert "killed by SIGSEGV" in ops["crash"]["problems"][0]
+    assert "did not finish in 15 s" in ops["hang"]["problems"][0]
+    assert doc["sandbox"]["enabled"] is True
+    _nothing_written(tmp_path, src, Path(doc["checkout"]))
+
+
+def _check(yaml: Path, op: str, *extra: str) -> list[str]:
+    return ["harness", "check", str(yaml), op, "--device", "interpret", *extra]
+
+
+def test_harness_check_runs_the_harness_in_the_sandbox(tmp_path, listener, sibling, monkeypatch, capsys):
+    yaml, src = _target(tmp_path, listener, monkeypatch)
+    assert main(_check(yaml, "spy")) == 2  # a harness that does not import: a config error, as before
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'spy.py'}: import failed: RuntimeError" in err
+    _spy_saw_nothing(err)
+    assert main(_check(yaml, "crash")) == 1
+    out = capsys.readouterr().out
+    crash = tmp_path / "crash.py"
+    assert f"problem [harness] {crash}: the harness checks process was killed by SIGSEGV" in out
+    monkeypatch.setattr(harnesscheck, "PROBE_TIMEOUT_S", 15)
+    assert main(_check(yaml, "hang")) == 1
+    out = capsys.readouterr().out
+    assert f"problem [harness] {tmp_path / 'hang.py'}: the harness checks did not finish in 15 s" in out
+    _nothing_written(tmp_path, src)
+
+
+def test_without_user_namespaces_both_refuse_unless_no_sandbox_and_say_so(tmp_path, listener, sibling,
+                                                                          monkeypatch, capsys):
+    yaml, src = _target(tmp_path, listener, monkeypatch, names=("good", "spy"))
+    monkeypatch.setenv("KERNELSMITH_SANDBOX_SIMULATE_MISSING", "1")
+    assert main(_check(yaml, "good")) == 2
+    assert "user.max_user_namespaces = 0" in capsys.readouterr().err
+    assert main(["scan", str(yaml), "--json"]) == 2
+    assert "user.max_user_namespaces = 0" in capsys.readouterr().err
+    # --no-sandbox: the harness runs outside, and the outputs say so.
+    code = main(_check(yaml, "good", "--no-sandbox"))
+    out = capsys.readouterr().out
+    assert code == 0 and "warning: --no-sandbox" in out and "WITHOUT the sandbox" in out, out
+    code = main(["scan", str(yaml), "--json", "--no-sandbox"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["sandbox"]["enabled"] is False
+    assert "WITHOUT the sandbox" in doc["sandbox"]["note"]
+    # Without the sandbox the same attack writes its files: what the sandbox is for.
+    spy = {op["name"]: op for op in doc["operators"]}["spy"]["problems"][0]
+    assert "WRITE-SUCCEEDED" in spy and "SECRET-FOUND" in spy and "NET-CONNECTED" in spy
+    assert (tmp_path / "pwned.txt").exists()
+
+
+def test_malformed_answers_are_refused():
+    with pytest.raises(harnessbox.HarnessChildError, match="h.py: the harness check process answered"):
+        harnessbox.checked_probe({"problems": [["a", "b"]], "passed": 1}, "h.py")
+    with pytest.raises(harnessbox.HarnessChildError):
+        harnessbox.checked_probe({"problems": [], "passed": True}, "h.py")
+    problems, passed = harnessbox.checked_probe({"problems": [["c", "x\x1b]0;t\x07" + "y" * 5000, "f"]],
+                                                 "passed": 3}, "h.py")
+    assert passed == 3 and "\x1b" not in problems[0][1] and len(problems[0][1]) < 1100
+    err = harnessbox.config_error({"config_error": {"message": "bad\nline", "field": "x; rm -rf"}}, "h.py")
+    assert str(err) == "h.py: bad\\nline"  # a field that is no name is dropped
+    assert harnessbox.shown("a\u202eb") == "a\\u202eb"  # no bidi override
