@@ -29,6 +29,7 @@ LOAD_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine
 LOAD_PARALLEL = 4  # harness loads of one scan at a time (each child imports torch)
 STDOUT_CAP = 4 << 20  # bytes of the answer channel kept
 STDERR_CAP = 64 << 10  # bytes of the child's stderr tail kept
+EXIT_GRACE_S = 2.0  # after the child exits, how long its pipes may stay open (--no-sandbox: a daemon)
 MAX_PROBLEMS = 2000
 TEXT_LIMIT = 1000  # characters of one problem's text shown
 _FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]]{0,100}\Z")
@@ -64,7 +65,10 @@ def _collect(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bytes, bo
             os.set_blocking(f.fileno(), False)
             sel.register(f, selectors.EVENT_READ)
         while sel.get_map():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if proc.poll() is not None:
+                deadline = min(deadline, now + EXIT_GRACE_S)
+            left = deadline - now
             if left <= 0:
                 timed_out = proc.poll() is None
                 break
@@ -147,7 +151,7 @@ def config_error(answer: dict, harness: str | Path) -> ConfigError | None:
         raise HarnessChildError(f"{harness}: the harness's child answered a malformed config_error")
     field = err.get("field")
     field = field if isinstance(field, str) and _FIELD_RE.match(field) else None
-    return ConfigError(harness, shown(err["message"]), field)
+    return ConfigError(Path(harness).resolve(), shown(err["message"]), field)
 
 
 def checked_probe(answer: dict, harness: str | Path) -> tuple[list[list[str]], int]:
@@ -167,6 +171,8 @@ def checked_probe(answer: dict, harness: str | Path) -> tuple[list[list[str]], i
 
 
 def _load_one(harness: str, cwd: str | Path, timeout_s: float) -> str | None:
+    if not Path(harness).is_file():  # as load_harness says it, without starting a child
+        return str(ConfigError(Path(harness).resolve(), "harness file not found"))
     try:
         answer = run_child({"load_only": True, "harness": harness}, harness=harness, cwd=cwd, device=None,
                            timeout_s=timeout_s, what="harness load")

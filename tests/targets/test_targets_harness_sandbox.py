@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -171,5 +172,15 @@ def test_malformed_answers_are_refused():
                                                  "passed": 3}, "h.py")
     assert passed == 3 and "\x1b" not in problems[0][1] and len(problems[0][1]) < 1100
     err = harnessbox.config_error({"config_error": {"message": "bad\nline", "field": "x; rm -rf"}}, "h.py")
-    assert str(err) == "h.py: bad\\nline"  # a field that is no name is dropped
+    assert str(err) == f"{Path('h.py').resolve()}: bad\\nline"  # a field that is no name is dropped
     assert harnessbox.shown("a\u202eb") == "a\\u202eb"  # no bidi override
+
+
+def test_a_process_left_behind_does_not_hold_the_answer_back():
+    """--no-sandbox: a daemon keeping the pipes open costs EXIT_GRACE_S, not the timeout."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & echo '{\"loaded\": true}'"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    start = time.monotonic()
+    out, _, timed_out = harnessbox._collect(proc, 60)
+    assert json.loads(out) == {"loaded": True} and not timed_out
+    assert time.monotonic() - start < 10
