@@ -203,12 +203,12 @@ class _Finder(ast.NodeVisitor):
         if isinstance(grid, ast.Name) and (bound := self.lookup(self.defs, grid.id)):
             exprs += bound[1]
         # A grid dimension itself is a count of programs; a name inside one (`cdiv(n, BLOCK)`) sizes a tile.
-        dims = {id(e) for g in exprs for e in (g.elts if isinstance(g, ast.Tuple) else [g])}
+        dims = {e.id for g in exprs for e in (g.elts if isinstance(g, ast.Tuple) else [g])
+                if isinstance(e, ast.Name)}
         for g in exprs:
             for sub in ast.walk(g):
                 if isinstance(sub, ast.Name) and _KNOB.match(sub.id):
-                    count = id(sub) in dims
-                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set(), count=count)
+                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set(), count=sub.id in dims)
 
     def _argument(self, kernel: str, name: str, value) -> None:
         """A launch argument named like a launch choice: its literal, its name's values, or its expression."""
