@@ -120,7 +120,7 @@ class CompileGate:
         cid = int(kwargs.get("candidate_id") or 0)
         if self.precompiler is not None and code is not None and cid > 0 and not kwargs.get("fresh_compile"):
             self.precompiler.submit(cid, code)
-            over = self.precompiler.wait(cid, timeout=COMPILE_WAIT_S, limit=self.limit)
+            over = self.precompiler.wait(cid, timeout=COMPILE_WAIT_S, limit=self.limit, queued=True)
             if over is not None:
                 return compile_timeout_verdict(over, self.limit)
         return referee.evaluate(code, **kwargs)

@@ -178,7 +178,8 @@ class SlowBuildPrecompiler:
         self.codes[cid] = code
         self.jobs.append((cid, "submit", None))
 
-    def wait(self, cid, timeout, limit=None):
+    def wait(self, cid, timeout, limit=None, queued=False):
+        assert queued  # submitted just before: a job still queued must be waited for, not dropped
         self.jobs.append((cid, "wait", limit))
         slow = any(cfg["BLOCK"] >= self.SLOW_BUILD_BLOCK for _, cfg in config_of(self.codes.pop(cid)))
         return limit + 1.5 if slow and limit else None

@@ -357,3 +357,24 @@ def test_a_ray_actors_gate_cuts_a_job_past_the_limit_in_real_compile_processes(t
     assert not slow.accepted and slow.reason == "timeout" and "--compile-limit" in slow.error
     assert slow.details["compile_limit_s"] == 0.5 and base_s and slow.details["compile_s"] >= 4 * base_s
     assert waited < 60 and quick.accepted and judged == [2]
+
+
+def test_a_queued_job_is_waited_for_and_cut_when_asked(tmp_path, monkeypatch):
+    """One compile process busy with the base: a candidate submitted behind it is still queued. By
+    default `wait` drops it (the worker compiles it); with queued=True (a Ray actor, which submits
+    and waits at once) it waits for the job and the limit still cuts it."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+    stall = task.base_code.replace("    BLOCK = 64\n", "    __import__('time').sleep(60)\n    BLOCK = 64\n")
+    for queued in (False, True):
+        pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / f"work{queued}")
+        try:
+            pc.calibrate(task.base_code)
+            pc.submit(1, stall)
+            over = pc.wait(1, timeout=120, limit=0.5, queued=queued)
+        finally:
+            pc.close()
+        if queued:
+            assert over is not None and pc.base_s and over >= 4 * pc.base_s
+        else:
+            assert over is None and pc.stats["jobs"] <= 1  # dropped before it ran
