@@ -254,7 +254,7 @@ class Evaluator:
             if st is not None:
                 st["compile_wait_s"] += time.monotonic() - t0
             if over is not None:
-                self._store(row, _compile_timeout(over, self.compile_limit), "none")
+                self._store(row, compile_timeout_verdict(over, self.compile_limit), "none")
                 return True
             if self._stopped():
                 return False
@@ -341,7 +341,7 @@ def _measured_win(verdict: dict, cid: int) -> bool:
     return judge(verdict, seed=cid)["win"]
 
 
-def _compile_timeout(seconds: float, limit: float) -> Verdict:
+def compile_timeout_verdict(seconds: float, limit: float) -> Verdict:
     """The verdict of a candidate whose kernels took longer than the compile limit to build."""
     v = Verdict.rejected(
         "timeout",

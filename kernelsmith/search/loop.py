@@ -302,10 +302,12 @@ def optimize(config: SearchConfig) -> SearchResult:
         )
     precompiler = None
     workers, factory = search.gpus, config.referee_factory
-    if config.ray:  # one actor per worker; kernels compile inside each actor's referee (ray_pool.py)
+    if config.ray:  # one actor per worker; kernels compile on each actor's node (ray_pool.py)
         from .ray_pool import RayPool
 
-        pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory)
+        pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory,
+                       compile_limit=config.compile_limit or None, precompile=config.precompile,
+                       precompiler_factory=config.precompiler_factory)
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
     elif search.timed and config.precompile:

@@ -227,12 +227,13 @@ class Precompiler:
         if cid not in self.futures:
             self.futures[cid] = self.pool.submit(self._compile, cid, code)
 
-    def wait(self, cid: int, timeout: float, limit: float | None = None) -> float | None:
+    def wait(self, cid: int, timeout: float, limit: float | None = None, queued=False) -> float | None:
         """Wait (at most `timeout` s) for candidate `cid`'s compile job, since compiling it again
         would take as long. Returns the job's seconds when it ran past `limit` seconds of its own
-        (never less than LIMIT_OVER_BASE base jobs; the job is then killed), else None."""
+        (never less than LIMIT_OVER_BASE base jobs; the job is then killed), else None. A job not
+        started yet is dropped (the worker compiles it), unless `queued` (a Ray actor's, just sent)."""
         fut = self.futures.pop(cid, None)
-        if fut is None or fut.cancel():  # not started yet: the worker compiles it itself
+        if fut is None or not queued and fut.cancel():
             return None
         end = time.monotonic() + timeout
         while True:

@@ -4,8 +4,10 @@ Each worker is a Ray actor pinned to one node (one per GPU, or `--workers-per-no
 Referee built there: the same referee, worker process and sandbox as a local run, on that node's
 GPU and disk. The driver keeps the proposals, seeds and the archive; `Evaluator` drives the actors
 through `RemoteReferee` proxies exactly as it drives local referees, one thread each. A candidate's
-kernels compile inside the referee's worker on the actor's node (no driver-side precompile: a
-binary built on the driver's disk would not reach another node).
+kernels compile on the actor's node (no driver-side precompile: a binary built on the driver's disk
+would not reach another node): with a `--compile-limit` on CUDA, first in the actor's own compile
+processes under the limit (`CompileGate`; over it: a `timeout` verdict, as the driver gives
+locally), then the referee's worker loads them from that node's Triton cache.
 
 A worker lost with its node (or killed) raises `WorkerLost`; the evaluator puts its candidate back
 in the queue for another worker, so no verdict of a dead worker is ever stored. `ray` is optional:
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
-from .evaluator import WorkerLost
+from .evaluator import WorkerLost, compile_timeout_verdict
 
 INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
 # Rejections that a worker dying under the referee also produces: before storing one, make sure
@@ -78,10 +80,61 @@ def cluster_device(address: str, requested: str, workers_per_node: int | None) -
     return device, list(range(len(workers)))
 
 
+COMPILE_WAIT_S = 120.0  # the most an evaluation waits on its compile job, as the driver's evaluator
+
+
+class CompileGate:
+    """The `--compile-limit` on one actor's node: a candidate's kernels compile first in this node's
+    compile processes (search/precompile.py); one running past the limit is killed there and the
+    candidate gets the `timeout` verdict the driver's evaluator gives locally, without reaching the
+    GPU. `precompiler` None (no CUDA, no limit, precompile off): every evaluation goes straight on."""
+
+    def __init__(self, precompiler, limit: float | None):
+        self.precompiler = precompiler if limit else None
+        self.limit = limit
+
+    @classmethod
+    def build(cls, task, device: str, seed: int, limit: float | None, precompile: bool, n_gpus: int,
+              factory=None) -> CompileGate:
+        """A gate for an actor: its own compile processes (`factory`: a stand-in, for tests), the
+        base compiled first as a job of its own (its time floors the limit, as locally)."""
+        if not limit or not precompile:
+            return cls(None, None)
+        import tempfile
+
+        from .precompile import Precompiler
+
+        make = factory or (Precompiler.maybe if device == "cuda" else None)
+        if make is None:
+            return cls(None, None)
+        workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
+        # Two processes: the base's calibration job and the candidate the actor evaluates.
+        precompiler = make(task, workers=2, workdir=workdir, seed=seed, n_gpus=n_gpus)
+        if precompiler is not None:
+            precompiler.calibrate(task.base_code)
+        return cls(precompiler, limit)
+
+    def evaluate(self, referee, code, kwargs: dict):
+        """`referee`'s verdict on `code`, or a compile-timeout verdict when its compile ran too long.
+        The base and the final fresh-compile re-measurement are never cut (as locally)."""
+        cid = int(kwargs.get("candidate_id") or 0)
+        if self.precompiler is not None and code is not None and cid > 0 and not kwargs.get("fresh_compile"):
+            self.precompiler.submit(cid, code)
+            over = self.precompiler.wait(cid, timeout=COMPILE_WAIT_S, limit=self.limit, queued=True)
+            if over is not None:
+                return compile_timeout_verdict(over, self.limit)
+        return referee.evaluate(code, **kwargs)
+
+    def close(self) -> None:
+        if self.precompiler is not None:
+            self.precompiler.close()
+
+
 class _RefereeActor:
     """Lives in a Ray worker process on one node and owns one Referee there."""
 
-    def __init__(self, spec: tuple, device: str, seed: int, factory=None, sandboxed: bool = True):
+    def __init__(self, spec: tuple, device: str, seed: int, factory=None, sandboxed: bool = True,
+                 compile_limit: float | None = None, precompile: bool = True, precompiler_factory=None):
         import ray
 
         from .. import sandbox
@@ -121,6 +174,10 @@ class _RefereeActor:
         ctx = ray.get_runtime_context()
         self.where = {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "gpu": gpu}
         self.referee = (factory or Referee)(task, device=device, gpu=gpu, seed=seed)
+        node = [n for n in ray.nodes() if n["NodeID"] == self.where["node"]]
+        gpus_here = int(node[0].get("Resources", {}).get("GPU", 0)) if node else 1
+        self.gate = CompileGate.build(task, device, seed, compile_limit, precompile,
+                                      n_gpus=max(1, gpus_here), factory=precompiler_factory)
 
     def locate(self) -> dict:
         return self.where
@@ -132,9 +189,10 @@ class _RefereeActor:
         return getattr(self.referee, "boot_phases", None)
 
     def evaluate(self, code, kwargs: dict):
-        return self.referee.evaluate(code, **kwargs)
+        return self.gate.evaluate(self.referee, code, kwargs)
 
     def close(self) -> None:
+        self.gate.close()
         self.referee.close()
 
 
@@ -142,7 +200,8 @@ class RayPool:
     """The actors of one run, started on the nodes `plan` picked; `factory` makes their proxies."""
 
     def __init__(self, address: str, task, device: str, seed: int, workers_per_node: int | None,
-                 referee_factory=None):
+                 referee_factory=None, compile_limit: float | None = None, precompile: bool = True,
+                 precompiler_factory=None):
         connect(address)
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -159,7 +218,8 @@ class RayPool:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(w["node"], soft=False),
                 max_restarts=0,
                 max_concurrency=2,  # close() may stop the referee while an evaluation runs, as locally
-            ).remote(spec, device, seed, referee_factory, sandbox.enabled()))
+            ).remote(spec, device, seed, referee_factory, sandbox.enabled(), compile_limit, precompile,
+                     precompiler_factory))
         if not self.actors:
             raise ConfigError("--ray", "the cluster offers no worker now")
 
@@ -206,7 +266,8 @@ class RemoteReferee:
         """The actor's verdict; WorkerLost when the actor or its node died before answering."""
         self._locate()
         verdict = self._get(self.actor.evaluate.remote(code, kwargs))
-        if not verdict.accepted and verdict.reason in _CRASH_REASONS:
+        at_limit = (verdict.details or {}).get("compile_limit_s") is not None  # the gate's own verdict
+        if not verdict.accepted and verdict.reason in _CRASH_REASONS and not at_limit:
             # The node may be dying with the referee's worker killed first: store the crash only
             # when the actor outlives it.
             time.sleep(1.0)

@@ -41,5 +41,6 @@ class SearchConfig:
     command: str = "optimize"  # or "sweep": the whole grid (mutator grid), no budget, no stagnation stop
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
+    precompiler_factory: object = field(default=None, repr=False)  # the Ray actors' compile processes: ditto
     ray: str | None = None  # a Ray cluster's address (or "auto"): the evaluator pool runs there
     workers_per_node: int | None = None  # Ray workers per node (default: one per GPU)

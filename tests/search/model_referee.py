@@ -159,3 +159,30 @@ class ModelReferee:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class SlowBuildPrecompiler:
+    """Precompiler-shaped stand-in for a Ray actor's compile processes (ray_pool.CompileGate): a
+    candidate whose BLOCK reaches SLOW_BUILD_BLOCK "compiles" for 1.5 s past any limit; the rest are
+    quick. Jobs are logged (cid, "calibrate"/"submit"/"wait", limit) for assertions."""
+
+    SLOW_BUILD_BLOCK = 1024
+
+    def __init__(self, task, *, workers, workdir, seed=None, n_gpus=1):
+        self.workers, self.jobs, self.codes, self.closed = workers, [], {}, False
+
+    def calibrate(self, base_code):
+        self.jobs.append((0, "calibrate", None))
+
+    def submit(self, cid, code):
+        self.codes[cid] = code
+        self.jobs.append((cid, "submit", None))
+
+    def wait(self, cid, timeout, limit=None, queued=False):
+        assert queued  # submitted just before: a job still queued must be waited for, not dropped
+        self.jobs.append((cid, "wait", limit))
+        slow = any(cfg["BLOCK"] >= self.SLOW_BUILD_BLOCK for _, cfg in config_of(self.codes.pop(cid)))
+        return limit + 1.5 if slow and limit else None
+
+    def close(self):
+        self.closed = True

@@ -47,3 +47,31 @@ def test_params_search_on_gpu(tmp_path):
     assert all(s["ci95"] and s["pct_roofline"] for s in result["shapes"])
     bench = json.loads((out / "benchmark.json").read_text())
     assert bench["benchmarks"] and bench["benchmarks"][0]["extra_info"]["stats_from"] == "referee samples"
+
+
+@pytest.mark.gpu
+def test_the_ray_actors_compile_gate_with_real_compile_processes(tmp_path, monkeypatch):
+    """What each Ray actor runs (ray_pool.CompileGate), without a cluster: the real compile processes
+    on this machine and the real referee. A candidate whose compile job runs past the limit (its
+    launcher stalls for a minute; the limit is floored at 4 base jobs) gets the timeout verdict
+    without reaching the GPU; an ordinary one is compiled there and judged by the referee."""
+    from kernelsmith.referee import Referee
+    from kernelsmith.search.ray_pool import CompileGate
+    from kernelsmith.target.task import load_task
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    gate = CompileGate.build(task, "cuda", 0, 1.0, True, n_gpus=1)
+    assert gate.precompiler is not None, "no compile processes (under 4 cores, or KERNELSMITH_PRECOMPILE=0)"
+    stall = task.base_code.replace("    BLOCK = 64\n", "    __import__('time').sleep(90)\n    BLOCK = 64\n")
+    assert stall != task.base_code
+    try:
+        with Referee(task, device="cuda", gpu=0, seed=0) as referee:
+            slow = gate.evaluate(referee, stall, {"candidate_id": 1, "timing": "none"})
+            quick = gate.evaluate(referee, task.base_code.replace("BLOCK = 64", "BLOCK = 128"),
+                                  {"candidate_id": 2, "timing": "none"})
+    finally:
+        gate.close()
+    assert not slow.accepted and slow.reason == "timeout" and "--compile-limit" in slow.error
+    assert slow.details["compile_limit_s"] == 1.0 and slow.details["compile_s"] < 90
+    assert quick.accepted, quick.feedback()

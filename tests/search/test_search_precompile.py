@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.precompile import Precompiler
 from kernelsmith.target.config import load_target
 from kernelsmith.target.task import make_task
@@ -318,3 +319,62 @@ def test_close_stops_a_job_still_compiling(tmp_path, monkeypatch):
     pc.close()
     reply = fut.result(timeout=20)
     assert time.monotonic() - t0 < 10 and not busy.alive() and not reply["ok"], reply
+
+
+def test_a_ray_actors_gate_cuts_a_job_past_the_limit_in_real_compile_processes(tmp_path, monkeypatch):
+    """ray_pool.CompileGate with the real compile processes (compiling for an sm_90 target on this
+    CPU): a candidate whose job stalls past the limit (floored at 4 base jobs) is killed there and
+    gets the timeout verdict without reaching the referee; an ordinary one reaches it."""
+    import time
+
+    from kernelsmith.search.ray_pool import CompileGate
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+
+    def compile_processes(task, *, workers, workdir, seed=None, n_gpus=1):
+        return Precompiler(task, ("cuda", 90, 32), workers, workdir, seed=seed)
+
+    judged = []
+
+    class Recording:
+        def evaluate(self, code, **kw):
+            judged.append(kw["candidate_id"])
+            return Verdict(accepted=True, correct=True).finalize()
+
+    gate = CompileGate.build(task, "cuda", 0, 0.5, True, n_gpus=1, factory=compile_processes)
+    stall = task.base_code.replace("    BLOCK = 64\n", "    __import__('time').sleep(60)\n    BLOCK = 64\n")
+    assert stall != task.base_code
+    try:
+        t0 = time.monotonic()
+        slow = gate.evaluate(Recording(), stall, {"candidate_id": 1, "timing": "none"})
+        waited = time.monotonic() - t0
+        quick = gate.evaluate(Recording(), task.base_code.replace("BLOCK = 64", "BLOCK = 128"),
+                              {"candidate_id": 2, "timing": "none"})
+        base_s = gate.precompiler.base_s
+    finally:
+        gate.close()
+    assert not slow.accepted and slow.reason == "timeout" and "--compile-limit" in slow.error
+    assert slow.details["compile_limit_s"] == 0.5 and base_s and slow.details["compile_s"] >= 4 * base_s
+    assert waited < 60 and quick.accepted and judged == [2]
+
+
+def test_a_queued_job_is_waited_for_and_cut_when_asked(tmp_path, monkeypatch):
+    """One compile process busy with the base: a candidate submitted behind it is still queued. By
+    default `wait` drops it (the worker compiles it); with queued=True (a Ray actor, which submits
+    and waits at once) it waits for the job and the limit still cuts it."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+    stall = task.base_code.replace("    BLOCK = 64\n", "    __import__('time').sleep(60)\n    BLOCK = 64\n")
+    for queued in (False, True):
+        pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / f"work{queued}")
+        try:
+            pc.calibrate(task.base_code)
+            pc.submit(1, stall)
+            over = pc.wait(1, timeout=120, limit=0.5, queued=queued)
+        finally:
+            pc.close()
+        if queued:
+            assert over is not None and pc.base_s and over >= 4 * pc.base_s
+        else:
+            assert over is None and pc.stats["jobs"] <= 1  # dropped before it ran

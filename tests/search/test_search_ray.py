@@ -42,6 +42,12 @@ class SlowNodeReferee(model_referee.ModelReferee):
         return v
 
 
+class SlowBuilds(model_referee.SlowBuildPrecompiler):
+    """Every BLOCK above the base's 64 builds past the compile limit (runs in the actors)."""
+
+    SLOW_BUILD_BLOCK = 128
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head and one worker node, one CPU each; actors import kernelsmith and the test referees."""
@@ -94,6 +100,26 @@ def test_evaluations_spread_over_both_nodes_and_reproducible(cluster, tmp_path):
     optimize(_config(c, tmp_path / "again"))
     with Archive(tmp_path / "again" / "archive.sqlite") as a:
         assert [r["code"] for r in a.all()] == [r["code"] for r in rows]
+
+
+def test_the_compile_limit_holds_on_the_actors(cluster, tmp_path):
+    """--compile-limit under --ray: each actor compiles its candidate first (here a stand-in for its
+    compile processes) and a build past the limit is a timeout verdict that never reaches a referee."""
+    c, log = cluster
+    before = {p.name for p in log.iterdir()}
+    out = tmp_path / "run"
+    optimize(_config(c, out, budget=6, compile_limit=20.0, precompiler_factory=SlowBuilds))
+    with Archive(out / "archive.sqlite") as a:
+        rows = a.all()
+    assert not [r for r in rows if r["status"] == "pending"]
+    slow = [r for r in rows if any(cfg["BLOCK"] >= 128 for _, cfg in model_referee.config_of(r["code"]))]
+    assert slow, "no proposal above the limit's block: nothing was tested"
+    for r in slow:
+        verdict = r["verdict"]
+        assert verdict["reason"] == "timeout" and "--compile-limit" in verdict["error"], verdict
+        assert r["verdict"]["details"] == {"compile_limit_s": 20.0, "compile_s": 21.5}
+    judged = {cid for cid, _ in _starts(log, before)}  # what reached a referee
+    assert judged == {r["id"] for r in rows} - {r["id"] for r in slow}
 
 
 def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):

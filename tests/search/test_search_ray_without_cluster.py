@@ -93,3 +93,70 @@ def test_every_worker_lost_stops_the_run_with_the_rows_pending(tmp_path):
         finally:
             ev.close()
         assert all(archive.get(r["id"])["status"] == "pending" for r in rows)
+
+
+def _gated_referee(made: list, limit=20.0, precompile=True):
+    """The model referee behind a CompileGate, called the way a Ray actor calls it (ray_pool.py)."""
+    from kernelsmith.search.ray_pool import CompileGate
+
+    class Gated:
+        def __init__(self, task, *, device, gpu, seed):
+            self.inner = model_referee.ModelReferee(task, device=device, gpu=gpu, seed=seed)
+            self.gate = CompileGate.build(task, device, seed, limit, precompile, n_gpus=1,
+                                          factory=model_referee.SlowBuildPrecompiler)
+            made.append(self)
+
+        def evaluate(self, code, **kwargs):
+            return self.gate.evaluate(self.inner, code, kwargs)
+
+        def close(self):
+            self.gate.close()
+
+    return Gated
+
+
+def test_the_compile_limit_holds_on_a_ray_actor(tmp_path):
+    """A candidate whose compile runs past --compile-limit gets the local timeout verdict without
+    reaching the referee; the others, and the base, are judged by it."""
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    made: list = []
+    model_referee.CALLS.clear()
+    with Archive(tmp_path / "a.sqlite") as archive:
+        base = archive.get(archive.add(task.base_code, mutator="base"))
+        rows = _rows(archive, task, 4)  # BLOCK 128, 256, 512, 1024: the last one builds too slowly
+        ev = Evaluator(task, archive, device="interpret", gpus=[0], seed=0,
+                       referee_factory=_gated_referee(made))
+        try:
+            assert ev.run([base, *rows]) == 5
+        finally:
+            ev.close()
+        slow = archive.get(rows[-1]["id"])
+        assert slow["status"] == "evaluated" and not slow["accepted"]
+        assert slow["verdict"]["reason"] == "timeout" and "--compile-limit" in slow["verdict"]["error"]
+        assert slow["verdict"]["details"] == {"compile_limit_s": 20.0, "compile_s": 21.5}
+        assert not slow["eval_s"]  # no GPU time spent
+        assert all(archive.get(r["id"])["accepted"] for r in [base, *rows[:-1]])
+    assert sorted(c["cid"] for c in model_referee.CALLS) == sorted(r["id"] for r in [base, *rows[:-1]])
+    (gated,) = made
+    pc = gated.gate.precompiler
+    assert pc.workers == 2 and pc.jobs[0] == (0, "calibrate", None) and pc.closed
+    # every candidate, never the base, went through the compile processes under the limit
+    assert [j for j in pc.jobs if j[1] == "wait"] == [(r["id"], "wait", 20.0) for r in rows]
+
+
+def test_the_compile_gate_stands_aside_without_a_limit_and_for_fresh_compiles():
+    from kernelsmith.search.ray_pool import CompileGate
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    factory = model_referee.SlowBuildPrecompiler
+    assert CompileGate.build(task, "cuda", 0, None, True, 1, factory).precompiler is None
+    assert CompileGate.build(task, "cuda", 0, 20.0, False, 1, factory).precompiler is None  # precompile off
+    assert CompileGate.build(task, "interpret", 0, 20.0, True, 1).precompiler is None  # nothing compiles
+    gate = CompileGate.build(task, "cuda", 0, 20.0, True, 1, factory)
+    slow = task.base_code.replace("BLOCK = 64", "BLOCK = 4096")
+    referee = model_referee.ModelReferee(task, device="cuda")
+    # The final re-measurement compiles afresh in the referee; it is never cut.
+    verdict = gate.evaluate(referee, slow, {"candidate_id": 3, "timing": "none", "fresh_compile": True})
+    assert verdict.accepted and gate.precompiler.jobs == [(0, "calibrate", None)]
+    verdict = gate.evaluate(referee, slow, {"candidate_id": 3, "timing": "none"})
+    assert not verdict.accepted and verdict.reason == "timeout"

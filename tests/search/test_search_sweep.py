@@ -147,3 +147,63 @@ def test_sweep_usage_errors_exit_2(tmp_path, capsys):
     assert _sweep(tmp_path / "x", "--minutes", "0") == 2
     assert "--minutes" in capsys.readouterr().err
     assert _sweep(tmp_path / "y", "--resume") == 2  # nothing to resume there
+
+
+def _parser(name: str):
+    import argparse
+
+    from kernelsmith.commands import optimize as optimize_cmd
+    from kernelsmith.commands import sweep as sweep_cmd
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--targets")  # the top-level option (cli.py)
+    {"optimize": optimize_cmd, "sweep": sweep_cmd}[name].register(parser.add_subparsers())
+    return parser
+
+
+def _subcommand(name: str):
+    return _parser(name)._subparsers._group_actions[0].choices[name]
+
+
+def _flags(sub) -> dict:
+    return {a.dest: (tuple(a.option_strings), a.default, a.type, a.choices and tuple(a.choices), a.metavar,
+                     type(a).__name__) for a in sub._actions if a.dest != "help"}
+
+
+def test_optimize_and_sweep_share_their_run_options():
+    """One definition (commands/run_options.py): every sweep flag is optimize's, with the same default,
+    type and choices; optimize adds only its search options; README's rows name every flag."""
+    opt, sweep = _flags(_subcommand("optimize")), _flags(_subcommand("sweep"))
+    assert {k: opt[k] for k in sweep} == sweep
+    assert set(opt) - set(sweep) == {"budget", "mutator", "replay", "islands", "exploit", "stagnation"}
+    # Today's defaults, kept.
+    assert {k: sweep[k][1] for k in ("minutes", "gpus", "device", "resume", "seed", "compile_limit",
+                                     "ray", "workers_per_node", "pipeline", "checkout", "out")} == {
+        "minutes": None, "gpus": None, "device": "auto", "resume": False, "seed": 0, "compile_limit": 20.0,
+        "ray": None, "workers_per_node": None, "pipeline": None, "checkout": None, "out": None}
+    readme = (ROOT / "README.md").read_text()
+    for name, flags in (("optimize", opt), ("sweep", sweep)):
+        head = f"| `kernelsmith {name} TARGET OP"
+        row = next(line for line in readme.splitlines() if line.startswith(head))
+        named = {s for strings, *_ in flags.values() for s in strings if s.startswith("--")}
+        # --no-progress only changes how progress is drawn; README's rows leave it out.
+        assert {f for f in named if f not in row} == {"--no-progress"}, name
+
+
+def test_the_shared_options_give_both_commands_the_same_config_fields():
+    from kernelsmith.commands.run_options import run_config
+    from kernelsmith.errors import ConfigError
+
+    argv = ["demo", "silu_and_mul", "--checkout", "co", "--out", "o", "--minutes", "2", "--gpus", "0,1",
+            "--device", "cuda", "--resume", "--seed", "5", "--compile-limit", "0", "--pipeline", "3"]
+    opt = run_config(_parser("optimize").parse_args(["--targets", "t", "optimize", *argv]))
+    assert opt == run_config(_parser("sweep").parse_args(["--targets", "t", "sweep", *argv]))
+    assert opt == {"target": "demo", "op": "silu_and_mul", "checkout": "co", "out": "o", "minutes": 2.0,
+                   "gpus": [0, 1], "device": "cuda", "resume": True, "seed": 5, "progress": True,
+                   "targets": "t", "compile_limit": 0.0, "ray": None, "workers_per_node": None,
+                   "pipeline": 3}
+    for name in ("optimize", "sweep"):
+        with pytest.raises(ConfigError, match="must be positive"):
+            run_config(_parser(name).parse_args([name, "demo", "silu_and_mul", "--minutes", "0"]))
+        with pytest.raises(ConfigError, match="names no device"):
+            run_config(_parser(name).parse_args([name, "demo", "silu_and_mul", "--gpus", ","]))

@@ -119,11 +119,6 @@ def test_without_inplace_the_base_leaves_poison_and_the_message_says_inplace(ref
     assert "INPLACE" in " ".join(verdict.details["messages"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kernelsmith/search/mutators/launchers.py kind_of(): any name containing 'block' is taken for a "
-    "tile size, so `max_num_blocks = 1` (the decode grid's count of cache blocks per sequence) becomes "
-    "a 'block' knob over 1..4096; every value above 1 is correct but launches more programs (and "
-    "turns the decode path off), so it only multiplies the params space (13 x num_warps' 6)"))
 def test_params_knobs_are_launch_options_not_the_grids_block_count():
     from kernelsmith.search.mutators.tunables import discover, label, relevant
 
@@ -131,6 +126,9 @@ def test_params_knobs_are_launch_options_not_the_grids_block_count():
     code = (_checkout() / op.file).read_text()
     labels = {label(t) for t in relevant(discover(code), code, op.entry)}
     assert "num_warps" in labels
+    # `max_num_blocks = 1` (decode) else `cdiv(max_q_seq_length, block_size) + 1`: the grid's count of
+    # cache blocks per sequence, derived from the inputs; every value above 1 only launches more
+    # programs (and turns the decode path off), so it is no launch choice.
     assert "max_num_blocks" not in labels
 
 

@@ -112,6 +112,17 @@ def _literals(value) -> list[ast.Constant]:
     return []
 
 
+def _computed(value) -> bool:
+    """True when a value, or a branch of it that runs on CUDA, is computed rather than a literal."""
+    if is_int(value):
+        return False
+    if isinstance(value, ast.IfExp):
+        cuda = _cuda_branch(value.test)
+        branches = {"body": value.body, "orelse": value.orelse}
+        return any(_computed(b) for name, b in branches.items() if cuda in (None, name))
+    return True
+
+
 def _cuda_branch(test) -> str | None:
     """Which branch of `a if test else b` runs on an NVIDIA GPU when `test` is a platform flag."""
     flip = False

@@ -14,6 +14,9 @@ given by keyword, by position (against the kernel's signature) or through a `**c
   defaults: changing one inserts the keyword;
 - integer names that drive the launch grid, size thresholds of `if` tests that choose a tunable,
   and the entries of `triton.Config(...)` lists.
+Never a knob: a count (named `n_*`/`num_*`/`*_blocks`..., or a grid dimension itself) computed from
+the inputs in some branch, literal branches included (`max_num_blocks = 1` when decoding); a
+BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .launch_syntax import (
     TRITON_DEFAULTS,
     Tunable,
     _call_name,
+    _computed,
     _const_operand,
     _dict_entries,
     _is_count,
@@ -60,6 +64,15 @@ class _Finder(ast.NodeVisitor):
         }
         self.params = {
             f.name: [a.arg for a in f.args.posonlyargs + f.args.args] for f in funcs if f.name in self.jit
+        }
+        self.constexprs = {  # parameters that can size a tile (tl.arange needs a constexpr)
+            f.name: {
+                a.arg
+                for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs
+                if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)
+            }
+            for f in funcs
+            if f.name in self.jit
         }
         self.loops = kernel_loops(tree)
         self.scope: list[str] = []
@@ -189,16 +202,22 @@ class _Finder(ast.NodeVisitor):
         exprs = [grid]
         if isinstance(grid, ast.Name) and (bound := self.lookup(self.defs, grid.id)):
             exprs += bound[1]
+        # A grid dimension itself is a count of programs; a name inside one (`cdiv(n, BLOCK)`) sizes a tile.
+        dims = {e.id for g in exprs for e in (g.elts if isinstance(g, ast.Tuple) else [g])
+                if isinstance(e, ast.Name)}
         for g in exprs:
             for sub in ast.walk(g):
                 if isinstance(sub, ast.Name) and _KNOB.match(sub.id):
-                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set())
+                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set(), count=sub.id in dims)
 
     def _argument(self, kernel: str, name: str, value) -> None:
         """A launch argument named like a launch choice: its literal, its name's values, or its expression."""
         if not _KNOB.match(name):
             return
         scope, kind = self.current(), kind_of(name)
+        if kind == "block" and kernel in self.params and name in self.params[kernel]:
+            if name not in self.constexprs[kernel]:
+                return  # a plain runtime int (a page size, a bound): it cannot size a tile
         if is_int(value):
             self.add(f"{scope}:{kernel}.{name}", kind, value, scope, {name}, {kernel})
         elif isinstance(value, ast.Name):
@@ -222,15 +241,21 @@ class _Finder(ast.NodeVisitor):
                 key += "#default"
             self.add_span(key, opt, base, (pos, pos), scope, {opt}, {kernel}, fmt=f"{sep}{opt}={{}}")
 
-    def _resolve(self, var: str, kind: str, names: set[str], kernel: str, seen: set) -> None:
-        """Every value bound to `var` (in the current function, else at module level)."""
+    def _resolve(self, var: str, kind: str, names: set[str], kernel: str, seen: set, count=False) -> None:
+        """Every value bound to `var` (in the current function, else at module level); `count`: the
+        name is a grid dimension (a number of programs, whatever it is called)."""
         found = self.lookup(self.defs, var)
         if found is None or (found[0], var) in seen:
             return
         seen.add((found[0], var))
-        self._values(var, found[0], found[1], kind, names | {var}, kernel, seen)
+        self._values(var, found[0], found[1], kind, names | {var}, kernel, seen, count)
 
-    def _values(self, var, scope, values, kind, names, kernel, seen) -> None:
+    def _values(self, var, scope, values, kind, names, kernel, seen, count=False) -> None:
+        if (count or _is_count(var.rsplit(".", 1)[-1])) and any(_computed(v) for v in values):
+            # A count computed from the inputs in some branch (`max_num_blocks = 1` when decoding,
+            # else `cdiv(max_q_len, block_size) + 1`): its literal is a special case of the inputs,
+            # not a choice. A count that is only ever literal (`num_splits = 8`) stays one.
+            return
         users = {self.current()} if scope is None else set()
         lits = [c for v in values for c in _literals(v)]
         for n, lit in enumerate(lits):
