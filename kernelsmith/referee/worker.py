@@ -1,8 +1,10 @@
-"""The isolated worker process: `python -m kernelsmith.referee.worker`.
+"""The isolated worker process, the judge: `python -m kernelsmith.referee.worker`.
 
 Reads one JSON request per line on stdin and answers each on a private pipe whose fd the
-first ("init") request names; the worker's own stdout is pointed at stderr so nothing a
-candidate prints can be mistaken for an answer. Every answer echoes the request's nonce.
+first ("init") request names; every answer echoes the request's nonce. Candidate code never runs
+here: before reading anything the judge makes itself non-dumpable and forks its runner
+(judge.py, runner.py), which keeps no descriptor but its channel and the log, and so can reach
+neither the answer pipe nor the nonces.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def main() -> int:
     sys.stdout = sys.stderr
     fd = None
     session = None
+    from .judge import RunnerLink
+
+    link = RunnerLink()  # non-dumpable first, then the fork: the runner holds no answer channel
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -41,7 +46,7 @@ def main() -> int:
                 fd = int(msg["fd"])
                 from .session import Session
 
-                session = Session(msg["spec"])
+                session = Session(msg["spec"], link)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
                          "base_cache": str(session.caches.private), "seeded": session.seeded,
@@ -59,9 +64,11 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
+            link.close()
             return 2
         reply["nonce"] = nonce
         _answer(fd, reply)
+    link.close()
     return 0
 
 
