@@ -117,14 +117,16 @@ class _Unpacker:
         dtype = DTYPES.get(dtype_name)
         if dtype is None or not isinstance(i, int) or not 0 <= i < len(self.blobs):
             raise ProtocolError(f"bad tensor {spec!r:.200}")
-        if not all(isinstance(x, int) and x >= 0 for x in [*size, *stride, offset]) or len(size) != len(stride):
+        geometry = [*size, *stride, offset]
+        if not all(isinstance(x, int) and x >= 0 for x in geometry) or len(size) != len(stride):
             raise ProtocolError(f"bad tensor geometry {spec!r:.200}")
         raw = self.blob(i)
         item = torch.empty(0, dtype=dtype).element_size()
         if raw.numel() % item:
             raise ProtocolError("a storage's size is not a whole number of elements")
         typed = raw.view(dtype)
-        extent = offset + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) + 1 if all(size) else 0
+        reach = sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+        extent = offset + reach + 1 if all(size) else 0
         if extent > typed.numel():
             raise ProtocolError("a tensor reaches past its storage")
         t = typed.as_strided(size, stride, offset)
@@ -195,7 +197,7 @@ class Channel:
         self.sock.settimeout(timeout)
         try:
             data, fds, flags, _ = socket.recv_fds(self.sock, HEADER_MAX, 4)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError("no message from the peer") from None
         if not data and not fds:
             raise PeerGone("the peer closed the channel")

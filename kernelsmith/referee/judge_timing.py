@@ -57,8 +57,8 @@ def claimed_times(reply: dict, mode: str) -> dict:
     if not (isinstance(reps, int) and cfg["min_reps"] <= reps <= cfg["max_reps"]
             and isinstance(attempts, int) and 1 <= attempts <= RETAKES + 1):
         raise RunnerFailed("protocol", "the runner's repetition counts are out of range")
-    r = {"base": _times(reply.get("base"), reps, "base"), "cand": _times(reply.get("cand"), reps, "candidate"),
-         "reps": reps, "attempts": attempts}
+    r = {"base": _times(reply.get("base"), reps, "base"), "reps": reps, "attempts": attempts,
+         "cand": _times(reply.get("cand"), reps, "candidate")}
     probe = reply.get("probe")
     if not (isinstance(probe, list) and len(probe) == 2):
         raise RunnerFailed("protocol", "the runner's probe times are malformed")
@@ -99,8 +99,9 @@ def audit_unsupported(wall_ms: float, claimed_ms: float, host_ms: float, nbytes:
     allowance = AUDIT_FIXED_MS + nbytes / (AUDIT_COPY_GBS * 1e9) * 1e3
     per_call = max(AUDIT_SLACK * claimed_ms, HOST_SLACK * host_ms)
     if wall_ms > allowance + k * per_call:
+        most = allowance + k * per_call
         return (f"{k} back-to-back calls on fresh inputs took {wall_ms:.3f} ms of the judge's wall clock; "
-                f"the claimed {claimed_ms:.4f} ms per call explains at most {allowance + k * per_call:.3f} ms")
+                f"the claimed {claimed_ms:.4f} ms per call explains at most {most:.3f} ms")
     return None
 
 
@@ -177,7 +178,8 @@ class JudgeTiming:
         _, out = self.link.request({"op": "audit"}, sets)
         wall_ms = (time.perf_counter() - start) * 1e3
         outs = out.get("outs") if isinstance(out, dict) else None
-        if not (isinstance(outs, list) and len(outs) == AUDIT_SETS and all(isinstance(o, tuple) for o in outs)):
+        if not (isinstance(outs, list) and len(outs) == AUDIT_SETS
+                and all(isinstance(o, tuple) for o in outs)):
             raise RunnerFailed("protocol", "the runner's audit reply is malformed")
         if not all(timed_output_ok(self, o, e) for o, e in zip(outs, expected, strict=True)):
             return ["cached_result", "an audited call's output is wrong for its fresh inputs"]

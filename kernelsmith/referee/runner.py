@@ -196,8 +196,8 @@ class RunnerSession:
 
     def integrity(self, msg: dict) -> list[list[str]]:
         """What the monitor saw, as (violation, message) pairs (the judge may only reject on them)."""
-        found = [list(x) for x in violations_vs_base(self.rec, self.base_rec, library_base=bool(msg["library_base"]),
-                                                     complete=bool(msg["complete"]))]
+        found = [list(x) for x in violations_vs_base(
+            self.rec, self.base_rec, library_base=bool(msg["library_base"]), complete=bool(msg["complete"]))]
         if self.fresh_outputs.finding:
             found.insert(0, ["reused_output", self.fresh_outputs.finding])
         if thread_idents() - self.threads_before:
@@ -209,7 +209,8 @@ class RunnerSession:
 
     def settle(self) -> list[str]:
         """After timing: settings changed since loading that the base does not change; then unload."""
-        late = [c for c in (self.settings.changes() if self.settings else []) if c not in self.base_rec.settings]
+        changed = self.settings.changes() if self.settings else []
+        late = [c for c in changed if c not in self.base_rec.settings]
         self.fresh_outputs.reset()
         if self.mod is not None:
             sys.modules.pop(self.mod.__name__, None)
@@ -231,7 +232,8 @@ class RunnerSession:
         names = self.harness.outputs
         rets = [self.fn(**s) for s in sets]
         self.backend.synchronize()
-        return [C.as_tuple(r) if names is None else tuple(s[n] for n in names) for r, s in zip(rets, sets, strict=True)]
+        return [C.as_tuple(r) if names is None else tuple(s[n] for n in names)
+                for r, s in zip(rets, sets, strict=True)]
 
 
 def serve(chan: Channel) -> int:
@@ -260,7 +262,8 @@ def serve(chan: Channel) -> int:
             elif op == "call":
                 inputs = session.place(values, msg.get("same") or [])
                 fn = session.named(msg["fn"])
-                outs = session.call(fn, inputs, float(msg["dirty"]), bool(msg["watch"]), msg.get("sizes") or [])
+                outs = session.call(fn, inputs, float(msg["dirty"]), bool(msg["watch"]),
+                                    msg.get("sizes") or [])
                 out = {"outs": outs, "inputs": C.tensors_of(inputs)}
             elif op == "time":
                 t0 = time.monotonic()

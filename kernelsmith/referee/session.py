@@ -223,8 +223,8 @@ class Session(ShapeTrials, JudgeTiming):
         out["details"]["input_cache"] = self.inputs.report()
         return out
 
-    def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
-                  fresh: bool, contender_at: float | None) -> bool:
+    def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
+                  seed: int, fresh: bool, contender_at: float | None) -> bool:
         """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
         clock = PhaseClock()

@@ -158,8 +158,10 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
     for si in (range(len(shapes)) if indices is None else indices):
         shape = shapes[si]
         own = getattr(session, "time_shape", None)  # the judge's: the loop runs in its runner
-        r = own(fn, shape, si, cid, seed, mode, host) if own else time_shape(session, fn, shape, si, cid, seed,
-                                                                           mode, host)
+        if own is not None:
+            r = own(fn, shape, si, cid, seed, mode, host)
+        else:
+            r = time_shape(session, fn, shape, si, cid, seed, mode, host)
         if r.get("forged"):
             out["violations"].append(r["forged"][0])
             out["details"]["messages"].append(f"shape {shape}: {r['forged'][1]}")
