@@ -26,7 +26,7 @@ from ..target.loader import load_operator_module
 from . import correctness as C
 from .backend import get_backend
 from .channel import Channel, PeerGone
-from .compile_cache import CompileCaches, make_private
+from .compile_cache import CompileCaches
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
 from .settings import GlobalSettings
 from .shape_trials import Rejected, classify_exception
@@ -42,7 +42,8 @@ class RunnerSession:
 
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
-        self.caches = CompileCaches(make_private(self.workdir / ".triton-runner"))
+        # Its private base folder is made by the judge (which tells the parent to delete it).
+        self.caches = CompileCaches(Path(spec["runner_cache"]))
         seed = spec.get("base_cache_seed") or {}
         self.caches.seed({k: base64.b64decode(v) for k, v in seed.items()})
         self.backend = get_backend(self.device)
@@ -163,12 +164,12 @@ class RunnerSession:
         for key in msg.get("shapes") or []:
             if key in self.profiles:
                 self.base_rec.merge(self.profiles[key])
+        if msg.get("fresh"):  # before the settings are taken: switching the cache folder is ours
+            self.stack.enter_context(self.caches.fresh())
         self.snapshot = Snapshot(extra={"harness": self.harness.module})
         self.settings = GlobalSettings()
         self.threads_before = thread_idents()
         self.fresh_outputs.reset()
-        if msg.get("fresh"):
-            self.stack.enter_context(self.caches.fresh())
         if msg.get("source_path") is None:
             self.fn = self.base_fn
             self.rec.merge(self.base_import)

@@ -80,7 +80,8 @@ class Session(ShapeTrials, JudgeTiming):
         link.set_device(str(self.dev))
         clock.mark("device_init")
         # The runner boots beside the judge (its own device context, monitor, base and A/A).
-        link.request({"op": "init", "spec": spec})
+        self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
+        link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache}})
         clock.mark("runner_start")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}

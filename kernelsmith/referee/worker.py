@@ -49,7 +49,8 @@ def main() -> int:
                 session = Session(msg["spec"], link)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
-                         "base_cache": str(session.caches.private), "seeded": session.seeded,
+                         "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
+                         "seeded": session.seeded,
                          "boot_phases": session.boot_phases}
             elif op == "evaluate":
                 code = None
