@@ -219,6 +219,8 @@ class Channel:
         end = max([n_json, *[o + n for o, n in blobs]])
         if n_json < 0 or end > self.max_bytes or any(o < n_json or n < 0 or o % ALIGN for o, n in blobs):
             raise ProtocolError("bad layout")
+        if os.fstat(fd).st_size < end:  # before allocating: a header cannot make us reserve memory
+            raise ProtocolError("the memory file is shorter than its header says")
         buf = bytearray(end)
         view, got = memoryview(buf), 0
         while got < end:  # a private copy: later writes to the memfd cannot reach it

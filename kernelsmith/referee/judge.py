@@ -181,6 +181,31 @@ class RunnerLink:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def sweep(self) -> int:
+        """Kill every process but the judge and its runner, where the judge is a PID namespace's
+        init (inside the sandbox): what a candidate started (double-forked too) ends with its
+        evaluation, even when the worker is kept. Returns how many were killed."""
+        try:  # /proc must be this namespace's own (then its pids are ours to read)
+            own = os.getpid() == 1 and os.readlink("/proc/self") == "1"
+        except OSError:
+            own = False
+        if not own:
+            return 0
+        killed = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in (1, self.pid):
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                    killed.append(int(name))
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for pid in killed:  # orphans are the judge's children now: reap them
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        return len(killed)
+
     def close(self) -> None:
         """Ask the runner to exit; kill it if it does not."""
         try:

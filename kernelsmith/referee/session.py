@@ -79,10 +79,6 @@ class Session(ShapeTrials, JudgeTiming):
         self.dev = self.backend.device
         link.set_device(str(self.dev))
         clock.mark("device_init")
-        # The runner boots beside the judge (its own device context, monitor, base and A/A).
-        self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
-        link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache}})
-        clock.mark("runner_start")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
         self.harness = load_harness(spec["harness"])
@@ -100,6 +96,12 @@ class Session(ShapeTrials, JudgeTiming):
         # or handed over by the parent from an earlier worker's start; never read from a file.
         self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
         clock.mark("calibration")
+        # The runner boots beside the judge (its own device context, monitor, base and A/A), with
+        # the judge's device numbers (two processes calibrating at once would disturb both).
+        self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
+        link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
+                                             "calibration": self.calibration}})
+        clock.mark("runner_start")
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
         budget = spec.get("input_cache_bytes")
@@ -215,6 +217,8 @@ class Session(ShapeTrials, JudgeTiming):
                 out["violations"].append("monkeypatch")
                 out["details"]["messages"].append("changed process-global settings that outlive the call: "
                                                   + "; ".join(late[:5]))
+        if self.link.sweep():
+            out["details"]["messages"].append("processes the candidate left running were killed")
         tampered = self.inputs.verify()
         if tampered:
             out["violations"].append("input_mutation")

@@ -58,6 +58,14 @@ def test_a_forged_verdict_never_reaches_the_parent(referee, path, where):
     assert set(verdict.violations) & (WRONG | {"protocol"}), verdict.feedback()
     if path.stem.endswith("patch"):
         assert set(verdict.violations) & WRONG  # the judge's comparison is not the one it patched
+    if path.stem.endswith("late_fork"):
+        from kernelsmith import sandbox
+
+        # The writer's line reached the judge's channel: nonsense there ends the evaluation; inside
+        # the sandbox the judge (its PID namespace's init) killed the writer when it ended.
+        assert "protocol" in verdict.violations
+        killed = "processes the candidate left running were killed" in verdict.details["messages"]
+        assert killed or not sandbox.enabled(), verdict.details["messages"]
     time.sleep(1.0)  # a late writer has written by now
     # The next evaluation (a new worker: the rejected one was recycled) is judged as before.
     base = where(referee, None, 42) if where is _search else _search(referee, None, 42)
@@ -115,3 +123,26 @@ def test_a_runner_killed_mid_call_is_a_crash_verdict(referee, tmp_path):
         "    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
     verdict = referee.evaluate(code, candidate_id=44, timing="none")
     assert verdict.reason == "crash" and "SIGSEGV" in (verdict.error or ""), verdict.feedback()
+
+
+def test_with_no_sandbox_the_judge_and_runner_still_split(tmp_path):
+    """`--no-sandbox`: no namespaces, the same two processes; the forgers still fail, the base and
+    an honest rewrite are still accepted, and the runner still cannot open the judge's descriptors."""
+    from kernelsmith import sandbox
+
+    sandbox.disable()
+    try:
+        with Referee(demo_task("rms_norm"), device="interpret", seed=SEED, timeout_s=90,
+                     workdir=tmp_path / "work") as ref:
+            for path in FORGERS:
+                v = _search(ref, path.read_text(), 45)
+                assert not v.accepted and set(v.violations) & (WRONG | {"protocol"}), path.name
+            time.sleep(1.0)
+            honest = (CORPUS / "honest" / "rms_norm__num_warps.py").read_text()
+            assert _search(ref, honest, 46).accepted
+            base = (demo_task("rms_norm").root / demo_task("rms_norm").operator.file).read_text()
+            v = ref.evaluate(base + PROBE, candidate_id=47, timing="none")
+            line = (v.error or "")[(v.error or "").index("RuntimeError: PROBE"):].splitlines()[0]
+            assert "mem=readable" not in line and "parent_fds=opened0of" in line, line
+    finally:
+        sandbox.enable()

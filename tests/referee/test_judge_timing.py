@@ -118,14 +118,37 @@ def test_an_inflated_base_is_forged():
     assert "the judge measures it" in out["details"]["messages"][0]
 
 
-def test_a_claim_the_audit_wall_clock_cannot_support_is_forged():
-    # Claims 0.1 ms per call; each audited call really takes 30 ms (a GPU-bound block).
-    ok, out = _time(Judge(FakeBackend([0.2, 0.1, 0.2]), audit_delay_s=0.03))
+@pytest.fixture
+def audit_bites(monkeypatch):
+    """A 5 ms allowance: 4 calls of a 2 ms base outlast it, so the audit runs."""
+    monkeypatch.setattr(J, "AUDIT_FIXED_MS", 5.0)
+
+
+def test_an_honest_claim_passes_the_audit(audit_bites):
+    judge = Judge(FakeBackend([2.0, 1.0, 2.0]), audit_delay_s=0.001)  # audited calls take what they claim
+    calls = []
+    real = judge.link.request
+    judge.link.request = lambda msg, values=None: calls.append(msg["op"]) or real(msg, values)
+    ok, out = _time(judge)
+    assert ok and out["violations"] == [] and calls.count("audit") == len(out["shapes"])
+
+
+def test_a_claim_the_audit_wall_clock_cannot_support_is_forged(audit_bites):
+    # Claims 1 ms per call; each audited call really takes 30 ms (a GPU-bound block).
+    ok, out = _time(Judge(FakeBackend([2.0, 1.0, 2.0]), audit_delay_s=0.03))
     assert not ok and out["violations"] == ["forged_timing"]
     assert "back-to-back" in out["details"]["messages"][0]
     # Screen timing (the search's first look) runs no audit.
-    ok, out = _time(Judge(FakeBackend([0.2, 0.1]), audit_delay_s=0.03), mode="screen")
+    ok, out = _time(Judge(FakeBackend([2.0, 1.0]), audit_delay_s=0.03), mode="screen")
     assert ok and out["violations"] == []
+
+
+def test_the_audit_is_skipped_where_it_cannot_bite():
+    """Small kernels: 4 base calls are far below the allowance, so no fresh sets are made."""
+    judge = Judge(FakeBackend([0.2, 0.1, 0.2]), audit_delay_s=0.03)  # would fail if audited
+    ok, out = _time(judge)
+    assert ok and out["violations"] == []
+    assert not J.audit_can_bite(0.2, 1 << 20) and J.audit_can_bite(10.0, 1 << 20)
 
 
 def test_audit_rule_keeps_host_bound_small_kernels():
@@ -137,8 +160,8 @@ def test_audit_rule_keeps_host_bound_small_kernels():
     assert J.base_disagrees([0.1] * 5, own_ms=0.1) is None and J.base_disagrees([0.2] * 5, own_ms=0.1)
 
 
-def test_an_audited_wrong_output_is_caught():
-    judge = Judge(FakeBackend([0.2, 0.1, 0.2]))
+def test_an_audited_wrong_output_is_caught(audit_bites):
+    judge = Judge(FakeBackend([2.0, 1.0, 2.0]))
     honest = judge.link.request
 
     def wrong_on_fresh_inputs(msg, values=None):  # right on the timed sets, zeros on the audit's
