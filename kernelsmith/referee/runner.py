@@ -284,7 +284,11 @@ def serve(chan: Channel) -> int:
         except Exception as e:  # noqa: BLE001 - candidate code raised: the judge decides what it means
             name, text = classify_exception(e)
             reply = {"ok": False, "raised": [name, text], "error": traceback.format_exc()[-2000:]}
-        chan.send(reply, out)
+        try:
+            chan.send(reply, out)
+        except Exception as e:  # noqa: BLE001 - an output that cannot travel (sparse, meta, ...)
+            why = f"cannot return the outputs: {type(e).__name__}: {e}"
+            chan.send({"ok": False, "raised": ["crash", why]})
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

@@ -205,6 +205,9 @@ class Session(ShapeTrials, JudgeTiming):
             out["violations"].append(e.reason)
             out["details"]["messages"].append(e.message)
             out["error"] = out["error"] or e.message
+        except (Rejected, CandidateError) as e:  # from the runner's integrity or settle answers
+            out["violations"].append(getattr(e, "reason", "crash"))
+            out["details"]["messages"].append(str(e)[:2000])
         if loaded and not self.link._dead():
             try:
                 late = self.link.request({"op": "settle"})[0].get("late")
