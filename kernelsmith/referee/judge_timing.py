@@ -31,10 +31,10 @@ from .judge import RunnerFailed
 BASE_TOLERANCE = 1.25  # reported base median / the judge's own, above this (plus the slack): forged
 BASE_SLACK_MS = 0.003
 BASE_REPS = 20
-AUDIT_SETS = 4
+AUDIT_SETS = 8
 AUDIT_SLACK = 3.0  # the audited wall clock may be this many times the claimed candidate time ...
 HOST_SLACK = 4.0  # ... or this many times the judge's own host time per base call, whichever is more
-AUDIT_FIXED_MS = 20.0  # + messages, process wake-ups
+AUDIT_FIXED_MS = 5.0  # + messages, process wake-ups
 AUDIT_COPY_GBS = 2.0  # + the inputs and outputs through shared memory, at this (low) rate
 
 

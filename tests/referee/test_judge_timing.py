@@ -91,6 +91,7 @@ def test_honest_claims_give_the_same_numbers_as_timing_in_one_process():
     judge = Judge(FakeBackend([0.2, 0.1, 0.2]))
     ok, out = _time(judge)
     assert ok and out["violations"] == [] and out["timed"]
+    assert all(abs(sh["judge_base_ms"] - 0.2) < 0.01 for sh in out["shapes"])
     same = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
     ref = _verdict_dict(same)
     timing.time_candidate(same, _rms, cid=1, seed=0, mode="full", out=ref)
@@ -120,7 +121,7 @@ def test_an_inflated_base_is_forged():
 
 @pytest.fixture
 def audit_bites(monkeypatch):
-    """A 5 ms allowance: 4 calls of a 2 ms base outlast it, so the audit runs."""
+    """A 5 ms allowance (the default): AUDIT_SETS calls of a 2 ms base outlast it, so the audit runs."""
     monkeypatch.setattr(J, "AUDIT_FIXED_MS", 5.0)
 
 
@@ -144,7 +145,7 @@ def test_a_claim_the_audit_wall_clock_cannot_support_is_forged(audit_bites):
 
 
 def test_the_audit_is_skipped_where_it_cannot_bite():
-    """Small kernels: 4 base calls are far below the allowance, so no fresh sets are made."""
+    """Small kernels: AUDIT_SETS base calls are far below the allowance, so no fresh sets are made."""
     judge = Judge(FakeBackend([0.2, 0.1, 0.2]), audit_delay_s=0.03)  # would fail if audited
     ok, out = _time(judge)
     assert ok and out["violations"] == []
