@@ -146,3 +146,35 @@ def test_with_no_sandbox_the_judge_and_runner_still_split(tmp_path):
             assert "mem=readable" not in line and "parent_fds=opened0of" in line, line
     finally:
         sandbox.enable()
+
+
+def test_a_patched_integrity_report_is_only_a_claim(referee):
+    """What the runner says about integrity is a claim: this forger hides its own patch of the
+    timing loop from it (nothing here rejects it on CPU, where nothing is timed); on the GPU the
+    judge's own base timing catches the lie (test_gpu_timing_forgery_is_caught)."""
+    code = (CORPUS / "forgers" / "gpu" / "rms_norm__forge_base_times.py").read_text()
+    verdict = _search(referee, code, 48)
+    assert verdict.correct and not verdict.timed, verdict.feedback()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["search", "final"])
+def test_gpu_timing_forgery_is_caught(how):
+    """H200: a runner reporting the base 3x slower than it ran is `forged_timing` (check b), in the
+    search's staged timing and in the final full re-measurement."""
+    code = (CORPUS / "forgers" / "gpu" / "rms_norm__forge_base_times.py").read_text()
+    with Referee(demo_task("rms_norm"), device="cuda", seed=SEED) as ref:
+        if how == "search":
+            verdict = ref.evaluate(code, candidate_id=49, timing="staged", contender_at=1.0)
+        else:
+            evaluator = Evaluator(demo_task("rms_norm"), None, device="cuda", gpus=[None], seed=SEED,
+                                  referee_factory=lambda task, **kw: ref)
+            from kernelsmith.referee.verdict import Verdict
+
+            verdict = Verdict.from_json(evaluator.remeasure({"code": code, "id": 49}, SEED + 1))
+        assert not verdict.accepted and "forged_timing" in verdict.violations, verdict.feedback()
+        honest = (CORPUS / "honest" / "rms_norm__num_warps.py").read_text()
+        fine = ref.evaluate(honest, candidate_id=50, timing="full")
+        assert fine.accepted, fine.feedback()
+        for sh in fine.shapes:  # no false alarm: the judge's base and the runner's agree
+            assert sh["baseline_ms"] <= sh["judge_base_ms"] * 1.25 + 0.003, sh
