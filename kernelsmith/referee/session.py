@@ -109,8 +109,10 @@ class Session(ShapeTrials, JudgeTiming):
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         self._profiles: dict = dict(spec.get("base_profiles") or {})
-        for shape in self.harness.shapes_for(self.device):
-            self.base_profile(shape, warm=self.backend.compiles)
+        for si, shape in enumerate(self.harness.shapes_for(self.device)):
+            # The first shape always runs in both processes: a first call's one-off set-up (the
+            # interpreter's too) is paid here, not by the first candidate of a replacement worker.
+            self.base_profile(shape, warm=self.backend.compiles or si == 0)
         clock.mark("base_compile_and_profile")
         # The run's inputs, reference and base outputs for every listed shape and trial, made now
         # (input_cache.py): the first candidate finds everything made.
