@@ -58,6 +58,18 @@ def make_non_dumpable() -> bool:
     return hide_environ()
 
 
+def holds_capabilities() -> bool:
+    """Whether this process has any effective capability (in its user namespace)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16) != 0
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 class RunnerLink:
     """The judge's handle on its runner: the fork, requests, and death."""
 

@@ -237,8 +237,9 @@ class RunnerSession:
                 for r, s in zip(rets, sets, strict=True)]
 
 
-def serve(chan: Channel) -> int:
-    """Answer the judge's requests until it says exit or goes away."""
+def serve(chan: Channel, own_userns: bool = False) -> int:
+    """Answer the judge's requests until it says exit or goes away (`own_userns`: reported at init,
+    before any candidate code has run here)."""
     session = None
     while True:
         try:
@@ -256,6 +257,7 @@ def serve(chan: Channel) -> int:
                 session = RunnerSession(msg["spec"])
                 chan.device = session.dev
                 reply["base_cache"] = str(session.caches.private)
+                reply["own_userns"] = own_userns
             elif op == "profile":
                 reply["record"] = session.profile(msg["key"], values, bool(msg.get("warm")))
             elif op == "load":
@@ -308,9 +310,9 @@ def start(sock, log_fds: tuple[int, int]) -> None:
                 except OSError:
                     pass
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-        _own_user_namespace()
+        own = _own_user_namespace()
         chan = Channel(sock, "cpu", trusted_peer=True)
-        code = serve(chan)
+        code = serve(chan, own)
     except BaseException:  # noqa: BLE001 - report, then leave without the judge's cleanup
         traceback.print_exc()
     finally:

@@ -25,7 +25,7 @@ from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
 from .input_cache import InputCache, default_budget, fresh_copy
-from .judge import CandidateError, RemoteFn, RunnerFailed, RunnerLink
+from .judge import CandidateError, RemoteFn, RunnerFailed, RunnerLink, holds_capabilities
 from .judge_timing import JudgeTiming
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from .verdict import REJECTIONS
@@ -99,8 +99,11 @@ class Session(ShapeTrials, JudgeTiming):
         # The runner boots beside the judge (its own device context, monitor, base and A/A), with
         # the judge's device numbers (two processes calibrating at once would disturb both).
         self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
-        link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
-                                             "calibration": self.calibration}})
+        reply, _ = link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
+                                                        "calibration": self.calibration}})
+        if not reply.get("own_userns") and holds_capabilities():
+            raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
+                               "judge holds capabilities it could use against the judge; refusing to run")
         clock.mark("runner_start")
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
