@@ -231,11 +231,11 @@ class Channel:
         try:
             body = json.loads(bytes(buf[:n_json]))
             msg = body["msg"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            raise ProtocolError(f"bad message: {e}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError("a message must be an object")
-        values = _Unpacker(buf, blobs, self.device, allow_pickle=self.trusted_peer).value(body["values"])
+            if not isinstance(msg, dict):
+                raise ProtocolError("a message must be an object")
+            values = _Unpacker(buf, blobs, self.device, allow_pickle=self.trusted_peer).value(body["values"])
+        except (ValueError, KeyError, TypeError, RecursionError, MemoryError, RuntimeError) as e:
+            raise ProtocolError(f"bad message: {type(e).__name__}: {str(e)[:200]}") from None
         return msg, values
 
     def close(self) -> None:
