@@ -204,6 +204,7 @@ class Session(ShapeTrials, JudgeTiming):
                "fresh_shapes": [], "timed": False, "geomean_speedup": None,
                "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
         loaded = False
+        self.link.chan.stats = {"messages": 0, "bytes": 0, "copy_s": 0.0}
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at)
         except RunnerFailed as e:
@@ -234,6 +235,8 @@ class Session(ShapeTrials, JudgeTiming):
                 "the referee's cached inputs or reference outputs changed during this evaluation "
                 "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
         out["details"]["input_cache"] = self.inputs.report()
+        # What crossed to the runner and back, and the judge's seconds spent copying it.
+        out["details"]["channel"] = dict(self.link.chan.stats)
         return out
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
