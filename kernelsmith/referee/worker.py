@@ -29,6 +29,9 @@ def main() -> int:
     sys.stdout = sys.stderr
     fd = None
     session = None
+    # Imported before the fork (no device is touched), so the runner does not import torch again.
+    from . import runner as _runner  # noqa: F401
+    from . import session as _session  # noqa: F401
     from .judge import RunnerLink
 
     link = RunnerLink()  # non-dumpable first, then the fork: the runner holds no answer channel
@@ -44,7 +47,7 @@ def main() -> int:
         try:
             if op == "init":
                 fd = int(msg["fd"])
-                from .session import Session
+                from .session import Session  # imported with the runner's modules above
 
                 session = Session(msg["spec"], link)
                 reply = {"ok": True, "device": session.backend.info(),
