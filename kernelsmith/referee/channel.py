@@ -2,10 +2,11 @@
 
 Each message is one SOCK_SEQPACKET datagram carrying a small header and one memfd (an anonymous
 shared-memory file): the memfd holds the message's JSON and the bytes of every tensor storage it
-names, each storage once (tensors that share storage still do on the other side). The receiver
-copies what it needs out of the memfd with `pread` into its own memory, so nothing the sender does
-to the memfd afterwards (writes, shrinking it) can change or fault what the receiver holds.
-CUDA tensors travel through host memory the same way (see docs/design.md for why not CUDA IPC).
+names, each storage once (tensors that share storage still do on the other side), copied straight
+into the shared pages. The sender seals it (no write, shrink or grow afterwards); the receiver
+refuses an unsealed one, maps it privately and copies every tensor out into its own memory (or
+device), so nothing the sender does afterwards can change or fault what the receiver holds. CUDA
+tensors travel through host memory the same way (see docs/design.md for why not CUDA IPC).
 
 The judge decodes the runner's messages as hostile input: plain JSON values, tensors with checked
 dtypes, sizes and bounds; nothing is unpickled. The runner may receive pickled leaf values from
@@ -15,7 +16,9 @@ the judge (it trusts the judge).
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import mmap
 import os
 import pickle
 import socket
@@ -24,6 +27,7 @@ import time
 import torch
 
 ALIGN = 64
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 HEADER_MAX = 4096
 DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
@@ -55,9 +59,16 @@ class ForeignSubclass(torch.Tensor):
 
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage of `t` as a CPU uint8 tensor."""
-    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-    return raw.cpu() if raw.device.type != "cpu" else raw
+    """The whole storage of `t` as a uint8 tensor (on its device)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def _close(mm: mmap.mmap) -> None:
+    """Unmap now where nothing views the mapping any more (else when the last view goes)."""
+    try:
+        mm.close()
+    except BufferError:
+        pass
 
 
 class _Packer:
@@ -101,16 +112,19 @@ class _Packer:
 
 
 class _Unpacker:
-    def __init__(self, buf: bytearray, blobs: list, device: str, allow_pickle: bool):
+    def __init__(self, buf, blobs: list, device: str, allow_pickle: bool):
         self.buf, self.blobs, self.device, self.allow_pickle = buf, blobs, device, allow_pickle
         self.made: dict[int, torch.Tensor] = {}
 
     def blob(self, i: int) -> torch.Tensor:
         if i not in self.made:
             off, n = self.blobs[i]
-            raw = torch.frombuffer(self.buf, dtype=torch.uint8, offset=off, count=n) if n else \
-                torch.empty(0, dtype=torch.uint8)
-            self.made[i] = raw.to(self.device) if self.device != "cpu" else raw
+            if n:
+                raw = torch.frombuffer(self.buf, dtype=torch.uint8, offset=off, count=n)
+                self.made[i] = raw.to(self.device) if self.device != "cpu" else raw.clone()
+                del raw  # the mapping closes once nothing views it
+            else:
+                self.made[i] = torch.empty(0, dtype=torch.uint8, device=self.device)
         return self.made[i]
 
     def tensor(self, spec: list, sub: str | None) -> torch.Tensor:
@@ -184,13 +198,21 @@ class Channel:
         for b in packer.blobs:
             layout.append([pos, b.numel()])
             pos = (pos + b.numel() + ALIGN - 1) // ALIGN * ALIGN
-        fd = os.memfd_create("kernelsmith-msg", os.MFD_CLOEXEC)
+        fd = os.memfd_create("kernelsmith-msg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, max(pos, 1))
             os.pwrite(fd, text, 0)
-            for (off, _), b in zip(layout, packer.blobs, strict=True):
-                if b.numel():
-                    os.pwrite(fd, memoryview(b.numpy()).cast("B"), off)
+            if packer.blobs:
+                # Each storage copied once, straight into the shared pages (from the device too).
+                mm = mmap.mmap(fd, max(pos, 1))
+                try:
+                    for (off, n), b in zip(layout, packer.blobs, strict=True):
+                        if n:
+                            torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=off).copy_(b)
+                finally:
+                    _close(mm)
+            # Sealed: the receiver may map it without the sender shrinking it under its feet.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
             header = json.dumps({"json": len(text), "blobs": layout}).encode()
             self._count(pos, start)
             socket.send_fds(self.sock, [header], [fd])
@@ -230,23 +252,27 @@ class Channel:
         end = max([n_json, *[o + n for o, n in blobs]])
         if n_json < 0 or end > self.max_bytes or any(o < n_json or n < 0 or o % ALIGN for o, n in blobs):
             raise ProtocolError("bad layout")
-        if os.fstat(fd).st_size < end:  # before allocating: a header cannot make us reserve memory
-            raise ProtocolError("the memory file is shorter than its header says")
-        buf = bytearray(end)
-        view, got = memoryview(buf), 0
-        while got < end:  # a private copy: later writes to the memfd cannot reach it
-            n = os.preadv(fd, [view[got:]], got)
-            if n <= 0:
-                raise ProtocolError("the memory file is shorter than its header says")
-            got += n
         try:
-            body = json.loads(bytes(buf[:n_json]))
+            sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+            size = os.fstat(fd).st_size
+        except OSError:
+            raise ProtocolError("the message's file is not a memory file") from None
+        if not sealed:  # unsealed, it could be changed or shrunk while mapped here
+            raise ProtocolError("the message's memory file is not sealed")
+        if size < end:  # before mapping: a header cannot make us reserve memory
+            raise ProtocolError("the memory file is shorter than its header says")
+        # A private (copy-on-write) mapping of sealed contents; every tensor is copied out of it.
+        mm = mmap.mmap(fd, max(end, 1), flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            body = json.loads(mm[:n_json])
             msg = body["msg"]
             if not isinstance(msg, dict):
                 raise ProtocolError("a message must be an object")
-            values = _Unpacker(buf, blobs, self.device, allow_pickle=self.trusted_peer).value(body["values"])
+            values = _Unpacker(mm, blobs, self.device, allow_pickle=self.trusted_peer).value(body["values"])
         except (ValueError, KeyError, TypeError, RecursionError, MemoryError, RuntimeError) as e:
             raise ProtocolError(f"bad message: {type(e).__name__}: {str(e)[:200]}") from None
+        finally:
+            _close(mm)
         self._count(end, start)
         return msg, values
 

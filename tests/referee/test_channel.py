@@ -1,6 +1,7 @@
 """The judge <-> runner channel (referee/channel.py): tensors through shared memory with their
 strides and aliasing, and the judge's end decoding the runner's messages as hostile input."""
 
+import fcntl
 import json
 import os
 import pickle
@@ -39,21 +40,31 @@ def test_the_judge_refuses_pickles_and_accepts_plain_values_only():
     _, got = judge.recv(timeout=5)
     assert type(got["obj"]).__name__ == "Foreign" and type(got["sub"]) is ForeignSubclass
     # A pickled leaf (the runner's end would send one for the judge; the judge's end never loads it).
-    fd = os.memfd_create("t")
     body = json.dumps({"msg": {"ok": True}, "values": {"p": pickle.dumps(1).hex()}}).encode()
-    os.write(fd, body)
-    socket.send_fds(runner.sock, [json.dumps({"json": len(body), "blobs": []}).encode()], [fd])
-    with pytest.raises(ProtocolError):
+    _raw(runner.sock, {"json": len(body), "blobs": []}, body)
+    with pytest.raises(ProtocolError, match="bad value"):
         judge.recv(timeout=5)
 
 
-def _raw(sock, header: dict, body: bytes, size: int | None = None, fds: bool = True):
-    fd = os.memfd_create("t")
+def _raw(sock, header: dict, body: bytes, size: int | None = None, fds: bool = True, seal: bool = True):
+    fd = os.memfd_create("t", os.MFD_ALLOW_SEALING)
     os.write(fd, body)
     if size is not None:
         os.ftruncate(fd, size)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
     socket.send_fds(sock, [json.dumps(header).encode()], [fd] if fds else [])
     os.close(fd)
+
+
+def test_a_well_formed_sealed_message_passes_and_an_unsealed_one_does_not():
+    judge, runner = _ends()
+    ok = json.dumps({"msg": {"ok": True}, "values": {"v": 1}}).encode()
+    _raw(runner.sock, {"json": len(ok), "blobs": []}, ok)
+    assert judge.recv(timeout=5) == ({"ok": True}, 1)
+    _raw(runner.sock, {"json": len(ok), "blobs": []}, ok, seal=False)
+    with pytest.raises(ProtocolError, match="not sealed"):
+        judge.recv(timeout=5)
 
 
 @pytest.mark.parametrize("case", ["no_fd", "short_file", "past_storage", "bad_dtype", "not_json", "line"])
