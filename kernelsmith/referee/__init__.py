@@ -130,6 +130,7 @@ class Referee:
             raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
                                f"{reply.get('error')}")
         worker.base_cache = reply.get("base_cache")
+        worker.runner_cache = reply.get("runner_cache")  # the runner's private base folder
         changed = self.pinned.restore()
         if changed:
             # Rewritten while this worker started (it may have loaded them): it is not used.
@@ -194,8 +195,9 @@ class Referee:
     def _kill(worker: WorkerProcess, close: bool = False) -> None:
         """Stop a worker and delete its private base kernel cache."""
         worker.close() if close else worker.kill()
-        if getattr(worker, "base_cache", None):
-            shutil.rmtree(worker.base_cache, ignore_errors=True)
+        for folder in (getattr(worker, "base_cache", None), getattr(worker, "runner_cache", None)):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",

@@ -175,6 +175,7 @@ class WorkerProcess:
     def __init__(self, env: dict[str, str], cwd: Path, zygote: Zygote | None = None):
         self.forked = False
         self.base_cache: str | None = None  # its private Triton cache for the base (compile_cache.py)
+        self.runner_cache: str | None = None  # and its runner's (the judge made it)
         if zygote is not None and zygote.alive():
             try:
                 pid, in_w, out_r, res_r = zygote.fork()

@@ -1,17 +1,16 @@
-"""The worker's evaluation of one candidate: load, correctness, integrity, then timing.
+"""The judge's evaluation of one candidate: load, correctness, integrity, then timing.
 
-Runs inside the isolated worker process only (kernelsmith.referee.worker); everything here may
-be crashed, hung or tampered with by candidate code, which is why the parent process keeps the
-clock and recycles the worker after any rejection.
+Runs in the judge (the worker process, kernelsmith.referee.worker), which never imports or runs
+candidate code: the candidate runs in the judge's runner child (runner.py, reached through
+judge.RunnerLink). The judge makes the inputs and the reference, runs the base itself, compares the
+outputs the runner returns, and decides every verdict field; the runner's integrity findings can
+only add rejections, and its times are checked (judge_timing.py).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import site
-import sys
 import time
 import traceback
 from contextlib import nullcontext
@@ -26,11 +25,10 @@ from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
 from .input_cache import InputCache, default_budget, fresh_copy
-from .integrity import Monitor, Record, thread_idents, violations_vs_base
-from .settings import GlobalSettings
+from .judge import CandidateError, RemoteFn, RunnerFailed, RunnerLink, holds_capabilities
+from .judge_timing import JudgeTiming
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
-from .snapshot import Snapshot
-from .trials import FreshOutputs
+from .verdict import REJECTIONS, in_progress
 
 
 def _preload_lazy_torch() -> None:
@@ -59,14 +57,18 @@ class PhaseClock:
         self._last = now
 
 
-class Session(ShapeTrials):
-    """One worker's state: the harness, the base module, the monitor and the backend."""
+WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
-    def __init__(self, spec: dict):
+
+class Session(ShapeTrials, JudgeTiming):
+    """The judge's state: the harness, the base, the input cache, the backend and its runner."""
+
+    def __init__(self, spec: dict, link: RunnerLink):
         clock = PhaseClock()
+        self.link = link
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
-        # Made now, before any candidate code runs in this process: see compile_cache.py.
+        # Made now, before any candidate code runs (in the runner): see compile_cache.py.
         self.caches = CompileCaches(make_private(self.workdir / ".triton-base"))
         # The base binaries an earlier worker compiled (handed over by the parent): loading them
         # instead of compiling again makes a replacement worker cheap.
@@ -75,50 +77,48 @@ class Session(ShapeTrials):
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
+        link.set_device(str(self.dev))
         clock.mark("device_init")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
-        roots = [sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages(),
-                 str(self.root), *[p for p in sys.path if p]]
-        self.monitor = Monitor(self.device, roots)
-        _preload_lazy_torch()
-        self.monitor.install()
         self.harness = load_harness(spec["harness"])
-        self.reference = self.harness.reference  # the referee's own handle; the module's is wrapped
-        self.monitor.wrap_reference(self.harness.module)
+        self.reference = self.harness.reference
         self.base_code = (self.root / self.file).read_text()
-        self.monitor.allowed_files.add(os.path.realpath(self.root / self.file))
-        with self.caches.base(), self.monitor.watch(ops=False) as rec:
+        with self.caches.base():
             self.base_mod = load_operator_module(self.root, self.file, tag="base", stubs=self.stubs)
-        self.base_import = rec
         # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
         self.bind = self.harness.bind
         self.base_fn = self._entry_fn(self.base_mod)
         if not callable(self.base_fn):
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
-        self.monitor.own_modules.add(self.base_mod.__name__)
-        self._aa_fn = None
-        self.fresh_outputs = FreshOutputs()
         clock.mark("load")
         # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
         # or handed over by the parent from an earlier worker's start; never read from a file.
         self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
         clock.mark("calibration")
-        # What the base does per shape, measured before any candidate code is loaded here (or
-        # handed over by the parent from an earlier worker's start, which is the same thing).
-        # Where kernels compile, base and A/A are compiled now too, so the timed shapes never
-        # compile them after candidate code has run in this process.
+        # The runner boots beside the judge (its own device context, monitor, base and A/A), with
+        # the judge's device numbers (two processes calibrating at once would disturb both).
+        self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
+        reply, _ = link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
+                                                        "calibration": self.calibration}})
+        if not reply.get("own_userns") and holds_capabilities():
+            raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
+                               "judge holds capabilities it could use against the judge; refusing to run")
+        clock.mark("runner_start")
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
         budget = spec.get("input_cache_bytes")
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
-        self._profiles = {k: Record.from_json(v) for k, v in (spec.get("base_profiles") or {}).items()}
+        # What the base does per shape, recorded by the runner's monitor before any candidate is
+        # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
+        self._profiles: dict = dict(spec.get("base_profiles") or {})
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
-            self.base_profile(shape, si, warm=self.backend.compiles)
+            # The first shape always runs in both processes: a first call's one-off set-up (the
+            # interpreter's too) is paid here, not by the first candidate of a replacement worker.
+            self.base_profile(shape, warm=self.backend.compiles or si == 0)
         clock.mark("base_compile_and_profile")
-        # The run's inputs, reference and base outputs for every listed shape and trial, made now,
-        # before any candidate code has run in this process (input_cache.py): the base outputs
-        # come from an untouched process, and the first candidate finds everything made.
+        # The run's inputs, reference and base outputs for every listed shape and trial, made now
+        # (input_cache.py): the first candidate finds everything made.
         for shape in self.harness.shapes_for(self.device):
             for t in range(TRIALS):
                 self.listed_base(self.listed(shape, self._profile_seed, t))
@@ -133,11 +133,11 @@ class Session(ShapeTrials):
         return sorted(n for n in names if isinstance(n, str))
 
     def trusted(self, fn) -> bool:
-        """Whether `fn` is the base or its A/A copy (compiled only in the private cache)."""
-        return fn is self.base_fn or (self._aa_fn is not None and fn is self._aa_fn)
+        """Whether `fn` is the judge's own base (compiled only in the private cache)."""
+        return fn is self.base_fn
 
     def base_compiles(self):
-        """Context: Triton compiles into this worker's private base cache (see compile_cache.py)."""
+        """Context: Triton compiles into this judge's private base cache (see compile_cache.py)."""
         return self.caches.base()
 
     def _entry_fn(self, mod):
@@ -148,28 +148,24 @@ class Session(ShapeTrials):
     def _write_only(self) -> list[str]:
         return [n for n in (self.harness.outputs or []) if n not in self.harness.inplace]
 
-    def call(self, fn, inputs: dict, dirty: float, rec: Record | None, sizes: list[int] = ()) -> tuple:
+    def call(self, fn, inputs: dict, dirty: float, rec, sizes: list[int] = ()) -> tuple:
         """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned).
 
+        `fn`: the judge's base, or a RemoteFn run by the runner (watched by its monitor when
+        `rec` is not None); either way `inputs` holds the post-call values afterwards.
         `sizes`: byte sizes of the expected outputs, used to dirty the allocator for them.
         """
+        if isinstance(fn, RemoteFn):
+            return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs)
         for name in self._write_only():
             C.poison(inputs[name])
-        # Always, not only for self-allocated outputs: scratch buffers must not start clean either.
         C.dirty_allocator(self.dev, dirty, sizes)
         self.backend.synchronize()
         with self.caches.base() if self.trusted(fn) else nullcontext():
-            if rec is None:
-                ret = fn(**inputs)
-                self.backend.synchronize()
-            else:
-                with self.monitor.watch(rec, garbage=dirty):
-                    ret = fn(**inputs)
-                    self.backend.synchronize()
+            ret = fn(**inputs)
+            self.backend.synchronize()
         names = self.harness.outputs
         outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
-        if rec is not None and names is None:
-            self.fresh_outputs.note(fn, outs, inputs)
         return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
 
     def expected(self, inputs: dict) -> tuple:
@@ -178,50 +174,23 @@ class Session(ShapeTrials):
 
     def base_profiles(self) -> dict:
         """The per-shape base profiles as plain data (for the parent to hand to later workers)."""
-        return {k: r.to_json() for k, r in self._profiles.items()}
+        return dict(self._profiles)
 
-    def base_profile(self, shape: dict, si: int, warm: bool = False) -> Record:
-        """What the base does on one call for this shape (its launches, ops, files, threads).
-
-        `warm`: also compile the base (and, where timing happens, the A/A copy) for this shape.
-        """
+    def base_profile(self, shape: dict, warm: bool = False) -> None:
+        """Have the runner record what the base does on one call for this shape (its launches, ops,
+        files, threads); `warm`: also compile the base (and the A/A copy) there, and here."""
         key = json.dumps(shape, sort_keys=True)
-        if key not in self._profiles or warm:
-            # The run's first trial inputs: the first candidate's check of this shape finds them made.
-            inputs = fresh_copy(self.listed(shape, self._profile_seed, 0).originals)
-            self.call(self.base_fn, inputs, float("nan"), None)  # compile outside the profile
-            if key not in self._profiles:
-                rec = Record()
-                self.call(self.base_fn, inputs, float("nan"), rec)
-                self._profiles[key] = rec
-            if warm and self.backend.timed:
-                self.call(self.aa_fn(), inputs, float("nan"), None)
-        return self._profiles[key]
+        if key in self._profiles and not warm:
+            return
+        # The run's first trial inputs: the first candidate's check of this shape finds them made.
+        originals = self.listed(shape, self._profile_seed, 0).originals
+        if warm:
+            self.call(self.base_fn, fresh_copy(originals), float("nan"), None)  # the judge's own base
+        reply, _ = self.link.request({"op": "profile", "key": key, "warm": warm}, originals)
+        if key not in self._profiles:
+            self._profiles[key] = reply["record"]
 
     # -- the evaluation -----------------------------------------------------------------------
-    def load_candidate(self, code: str, cid: int, source_path: Path):
-        """Static checks, then import the candidate beside the base under the monitor."""
-        if not static.defines(code, self.entry):
-            raise Rejected("import_error", f"the candidate does not define the entry function {self.entry!r}")
-        self.monitor.allowed_files.add(os.path.realpath(source_path))
-        self.monitor.candidate_files.update({str(source_path), os.path.realpath(source_path)})
-        tag = f"c{cid}"
-        try:
-            with self.monitor.watch(ops=False) as rec:
-                mod = load_operator_module(self.root, self.file, code=code, tag=tag, source_path=source_path,
-                                           stubs=self.stubs)
-        except BaseException as e:  # noqa: BLE001 - any import failure is the candidate's
-            raise Rejected("import_error", f"importing the candidate failed: {type(e).__name__}: {e}",
-                           classify_exception(e)[1]) from None
-        self.monitor.own_modules.add(mod.__name__)
-        try:
-            fn = self._entry_fn(mod)
-        except Exception as e:  # noqa: BLE001 - the harness rejects the module's shape
-            raise Rejected("import_error", f"{type(e).__name__}: {e}") from None
-        if not callable(fn):
-            raise Rejected("import_error", f"{self.entry!r} is not a function in the candidate")
-        return mod, fn, rec
-
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
                  fresh: bool = False, contender_at: float | None = None) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
@@ -231,29 +200,54 @@ class Session(ShapeTrials):
         where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
         control) right away, on the same loaded candidate (staging.py).
         """
-        with self.caches.fresh() if fresh else nullcontext():
-            return self._evaluate(code, source_path, cid, timing, seed, contender_at)
+        out = in_progress()
+        loaded = False
+        self.link.chan.stats = {"messages": 0, "bytes": 0, "copy_s": 0.0}
+        try:
+            loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at)
+        except RunnerFailed as e:
+            out["violations"].append(e.reason)
+            out["details"]["messages"].append(e.message)
+            out["error"] = out["error"] or e.message
+        except (Rejected, CandidateError) as e:  # from the runner's integrity or settle answers
+            out["violations"].append(getattr(e, "reason", "crash"))
+            out["details"]["messages"].append(str(e)[:2000])
+        if loaded and not self.link._dead():
+            try:
+                late = self.link.request({"op": "settle"})[0].get("late")
+                late = [str(x)[:300] for x in late] if isinstance(late, list) else []
+            except (RunnerFailed, Rejected, CandidateError) as e:
+                out["violations"].append(getattr(e, "reason", "protocol"))
+                late = []
+            # Watched calls cover loading and correctness; this also covers the timed calls.
+            if late and "monkeypatch" not in out["violations"]:
+                out["violations"].append("monkeypatch")
+                out["details"]["messages"].append("changed process-global settings that outlive the call: "
+                                                  + "; ".join(late[:5]))
+        if self.link.sweep():
+            out["details"]["messages"].append("processes the candidate left running were killed")
+        tampered = self.inputs.verify()
+        if tampered:
+            out["violations"].append("input_mutation")
+            out["details"]["messages"].append(
+                "the referee's cached inputs or reference outputs changed during this evaluation "
+                "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
+        out["details"]["input_cache"] = self.inputs.report()
+        # What crossed to the runner and back, and the judge's seconds spent copying it.
+        out["details"]["channel"] = dict(self.link.chan.stats)
+        return out
 
-    def _evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
-                  contender_at: float | None = None) -> dict:
-        out = {"accepted": False, "correct": False, "violations": [], "error": None, "shapes": [],
-               "fresh_shapes": [], "timed": False, "geomean_speedup": None,
-               "timing": {"metric": None, "aa_ratio": None, "noisy": None}, "details": {"messages": []}}
+    def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
+                  seed: int, fresh: bool, contender_at: float | None) -> bool:
+        """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
-        snap = Snapshot(extra={"harness": self.harness.module})
-        settings = GlobalSettings()  # before the candidate is loaded
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         self.inputs.begin()  # this evaluation's cache hits and misses (details.input_cache)
-        threads_before = thread_idents()
-        self.fresh_outputs.reset()  # outputs held across this evaluation's calls (trials.py)
-        mod, rec, base_rec = None, Record(), Record()
-        base_rec.merge(self.base_import)
+        loaded = False
+        shapes = self.harness.shapes_for(self.device)
         try:
-            if code is None:
-                fn = self.base_fn
-                rec.merge(self.base_import)
-            else:
+            if code is not None:
                 try:
                     compile(code, str(source_path), "exec")
                 except SyntaxError as e:
@@ -263,19 +257,21 @@ class Session(ShapeTrials):
                     out["violations"].append(viol)
                     msgs.append(msg)
                 out["details"]["same_as_base"] = static.same_program(code, self.base_code)
-                mod, fn, imp = self.load_candidate(code, cid, Path(source_path))
-                rec.merge(imp)
+                if not static.defines(code, self.entry):
+                    raise Rejected("import_error",
+                                   f"the candidate does not define the entry function {self.entry!r}")
+            loaded = True
+            self.link.request({"op": "load", "source_path": source_path, "cid": cid, "fresh": bool(fresh),
+                               "shapes": [json.dumps(sh, sort_keys=True) for sh in shapes]})
+            fn = RemoteFn("cand")
             clock.mark("load")
-            shapes = self.harness.shapes_for(self.device)
             for si, shape in enumerate(shapes):
                 out["details"]["failed_shape"] = shape  # until it passes (diagnose.py names it)
-                base_rec.merge(self.base_profile(shape, si))
-                out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, rec))
+                out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, WATCHED))
             clock.mark("correctness")
-            fresh = C.fresh_shapes_for(self.harness, self.device, seed, cid)
-            for shape in fresh:
+            for shape in C.fresh_shapes_for(self.harness, self.device, seed, cid):
                 out["details"]["failed_shape"] = shape
-                self.check_fresh(fn, shape, cid, seed, rec)
+                self.check_fresh(fn, shape, cid, seed, WATCHED)
                 out["fresh_shapes"].append(shape)
             clock.mark("fresh_shapes")
             out["details"].pop("failed_shape", None)
@@ -284,28 +280,22 @@ class Session(ShapeTrials):
             out["violations"].append(r.reason)
             msgs.append(r.message)
             out["error"] = r.error
-        except Exception as e:  # noqa: BLE001 - candidate code raised: a verdict, not a worker crash
+        except RunnerFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - candidate code raised (in the runner): a verdict
             name, text = classify_exception(e)
             out["violations"].append(name)
             out["error"] = text
             msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
-        if self.fresh_outputs.finding:
-            out["violations"].append("reused_output")
-            msgs.append(self.fresh_outputs.finding)
-        # Integrity is judged on everything observed, whether or not the answers were right.
-        # A pure-library base (KernelBench) is the timing reference; the policy judges candidates.
-        library_base = code is not None and self.harness.library_base
-        found = violations_vs_base(rec, base_rec, library_base=library_base, complete=out["correct"])
-        for viol, msg in found:
-            out["violations"].append(viol)
-            msgs.append(msg)
-        if thread_idents() - threads_before:
-            out["violations"].append("extra_threads")
-            msgs.append("a thread started by the candidate is still running")
-        changed = snap.changes()
-        if changed:
-            out["violations"].append("monkeypatch")
-            msgs.append("replaced: " + ", ".join(changed[:6]))
+        if not loaded:
+            return False
+        # Integrity, as the runner's monitor saw it: findings can only reject.
+        reply, _ = self.link.request({"op": "integrity", "complete": out["correct"],
+                                      "library_base": code is not None and self.harness.library_base})
+        for item in reply.get("found") or []:
+            viol, msg = (item + ["", ""])[:2] if isinstance(item, list) else ("protocol", repr(item))
+            out["violations"].append(viol if viol in REJECTIONS else "protocol")
+            msgs.append(str(msg)[:2000])
         clock.mark("integrity")
         try:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
@@ -317,39 +307,15 @@ class Session(ShapeTrials):
                 if timing == "staged":
                     from .staging import run_staged
 
-                    sizes = [self.shape_size(shape, seed) for shape in self.harness.shapes_for(self.device)]
+                    sizes = [self.shape_size(shape, seed) for shape in shapes]
                     run_staged(timer, out, sizes, contender_at, clock.mark)
                 else:
                     timer(timing, None, True)
                     clock.mark(f"{timing}_timing")
+        except RunnerFailed:
+            raise
         except Exception as e:  # noqa: BLE001
             name, text = classify_exception(e)
             out["violations"].append(name)
             out["error"] = text
-        finally:
-            self.fresh_outputs.reset()
-            if mod is not None:
-                sys.modules.pop(mod.__name__, None)
-        tampered = self.inputs.verify()
-        if tampered:
-            out["violations"].append("input_mutation")
-            msgs.append("the referee's cached inputs or reference outputs changed during this evaluation "
-                        "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
-        out["details"]["input_cache"] = self.inputs.report()
-        # Watched calls cover loading and correctness; this also covers the timed calls.
-        late = [c for c in settings.changes() if c not in base_rec.settings]
-        if late and "monkeypatch" not in out["violations"]:
-            out["violations"].append("monkeypatch")
-            out["details"]["messages"].append("changed process-global settings that outlive the call: "
-                                              + "; ".join(late[:5]))
-        return out
-
-    def aa_fn(self):
-        """The A/A control: the base file loaded again as a separate module."""
-        if self._aa_fn is None:
-            path = self.workdir / "aa" / Path(self.file).name
-            with self.caches.base():
-                mod = load_operator_module(self.root, self.file, code=self.base_code, tag="aa",
-                                           source_path=path, stubs=self.stubs)
-            self._aa_fn = self._entry_fn(mod)
-        return self._aa_fn
+        return True

@@ -34,6 +34,10 @@ class Rejected(Exception):
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """(violation, error text) for an exception raised by candidate code."""
+    from .judge import CandidateError
+
+    if isinstance(exc, CandidateError):  # raised in the runner, classified there
+        return (exc.name if exc.name in ("crash", "compile_error") else "crash"), exc.text
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     lines = text.strip().splitlines()
     text = "\n".join(lines[-40:])

@@ -22,6 +22,8 @@ WATCHED = (
     "kernelsmith.referee.snapshot", "kernelsmith.referee.worker", "kernelsmith.referee.trials",
     "kernelsmith.referee.trials.FreshOutputs", "kernelsmith.referee.backend.standins",
     "kernelsmith.referee.backend.cuda", "kernelsmith.referee.backend.interpret",
+    "kernelsmith.referee.runner", "kernelsmith.referee.runner.RunnerSession", "kernelsmith.referee.channel",
+    "kernelsmith.referee.channel.Channel",
 )
 
 

@@ -9,7 +9,7 @@ impossible shape can dominate the geomean.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import geometric_mean
 
 import numpy as np
@@ -70,18 +70,50 @@ class ShapeTiming:
     timed_output_ok: bool | None = None  # the last timed candidate call's output was right (None: unchecked)
     host_base: float | None = None  # eager wall clock per call, ms (full mode, when asked)
     host_cand: float | None = None
+    judge_base_ms: float | None = None  # the judge's own median of the base (judge_timing.py, check b)
+    forged: list[str] | None = None  # [violation, why]: the judge refused the runner's claims
+
+    @classmethod
+    def of(cls, r: dict) -> ShapeTiming:
+        """From a timing loop's (or the judge's checked) dict; keys it does not name are dropped."""
+        return cls(**{f.name: r.get(f.name) for f in fields(cls)})
+
+    @classmethod
+    def refused(cls, violation: str, why: str) -> ShapeTiming:
+        """No timing: the judge refused what the runner claimed (`violation`, in words `why`)."""
+        return cls(base=[], cand=[], aa_ratio=None, noisy=False, reps=0, attempts=0, forged=[violation, why])
 
 
 def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
                host: bool = True) -> ShapeTiming:
-    """Time base, candidate (and, in full mode, the A/A copy) on one shape; `host`: also the eager
-    wall clock per call (skipped for search-time contenders: only the final numbers report it)."""
-    cfg = FULL if mode == "full" else SCREEN
-    h, backend = session.harness, session.backend
-    # The correctness trials' inputs and reference outputs, from the worker's cache (input_cache.py):
+    """Time base, candidate (and, in full mode, the A/A copy) on one shape in this process; `host`:
+    also the eager wall clock per call (skipped for search-time contenders: only the final numbers
+    report it). The judge's Session has its own `time_shape` (the loop runs in its runner)."""
+    # The correctness trials' inputs and reference outputs, from the cache (input_cache.py):
     # never handed to a kernel, only their copies are.
     made = session.timing_sets(shape, seed, INPUT_SETS)
-    originals = [o for o, _ in made]
+    result = time_loop(session, fn, [o for o, _ in made], si, cid, seed, mode, host)
+    last = result.pop("last_outs", None)
+    if last is not None:
+        result["timed_output_ok"] = timed_output_ok(session, last, made[result["last_set"]][1])
+    return ShapeTiming.of(result)
+
+
+def timed_output_ok(session, outs: tuple, expected: tuple) -> bool:
+    """Whether the last timed candidate call's outputs are right for the inputs it was given."""
+    # Values only (dtype and shape were checked against the base already; a float32 reference is fine).
+    checks = [C.compare(o, e, session._tol(o), "timed", like=o) if type(o) is torch.Tensor
+              else C.Check("incorrect") for o, e in zip(outs, expected, strict=False)]
+    return len(outs) == len(expected) and all(c.problem is None for c in checks)
+
+
+def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, mode: str,
+              host: bool = True) -> dict:
+    """The interleaved loop on copies of `originals` (INPUT_SETS input sets): raw per-call times of
+    base, candidate (and A/A), host times, and the last timed candidate call's outputs
+    (`last_outs`, on set `last_set`). Runs where the candidate is loaded (the runner)."""
+    cfg = FULL if mode == "full" else SCREEN
+    h, backend = session.harness, session.backend
     sets = [fresh_copy(s) for s in originals]
     cand_sets = [fresh_copy(s) for s in originals]  # the candidate writes only its own buffers
     last: dict = {}
@@ -109,8 +141,8 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
         originals_fns.append(session.aa_fn())
         fns.append(runner(originals_fns[2], [fresh_copy(s) for s in originals], False))
     for f, orig in zip(fns, originals_fns, strict=True):  # warm-up: compile, autotune, fill caches
-        # Base and A/A compile only in the worker's private Triton cache (compile_cache.py); the
-        # switch happens here, around the warm-up, never inside a timed region.
+        # Base and A/A compile only in the private Triton cache (compile_cache.py); the switch
+        # happens here, around the warm-up, never inside a timed region.
         with session.base_compiles() if session.trusted(orig) else nullcontext():
             for r in range(INPUT_SETS):
                 f(r)
@@ -125,24 +157,22 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
         attempts += 1
         if aa is None or abs(aa - 1) <= AA_LIMIT or attempts > RETAKES:
             break
-    result = ShapeTiming(base=times[0], cand=times[1], aa_ratio=aa,
-                         noisy=bool(aa is not None and abs(aa - 1) > AA_LIMIT), reps=reps, attempts=attempts)
-    # The output of the last timed candidate call must be right for the inputs it was given (in-place
-    # outputs too: their buffers were restored before that call).
+    result = {"base": times[0], "cand": times[1], "aa": times[2] if mode == "full" else None,
+              "aa_ratio": aa, "noisy": bool(aa is not None and abs(aa - 1) > AA_LIMIT), "reps": reps,
+              "attempts": attempts, "probe": probe}
+    # The output of the last timed candidate call (in-place outputs too: their buffers were
+    # restored before that call), for the caller to check against the reference.
     if "rep" in last:
         k = last["rep"] % INPUT_SETS
-        outs = C.as_tuple(last["ret"]) if h.outputs is None else tuple(cand_sets[k][n] for n in h.outputs)
-        expected = made[k][1]
-        # Values only (dtype and shape were checked against the base already; a float32 reference is fine).
-        checks = [C.compare(o, e, session._tol(o), "timed", like=o) if type(o) is torch.Tensor
-                  else C.Check("incorrect") for o, e in zip(outs, expected, strict=False)]
-        result.timed_output_ok = all(c.problem is None for c in checks)
+        result["last_set"] = k
+        result["last_outs"] = (C.as_tuple(last["ret"]) if h.outputs is None
+                               else tuple(cand_sets[k][n] for n in h.outputs))
     if cfg["host_calls"] and host:
         hb, hc = [], []
         for _ in range(3):
             hb.append(backend.host_time(fns[0], cfg["host_calls"]))
             hc.append(backend.host_time(fns[1], cfg["host_calls"]))
-        result.host_base, result.host_cand = _median(hb), _median(hc)
+        result["host_base"], result["host_cand"] = _median(hb), _median(hc)
     return result
 
 
@@ -157,7 +187,15 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
     shapes = h.shapes_for(session.device)
     for si in (range(len(shapes)) if indices is None else indices):
         shape = shapes[si]
-        r = time_shape(session, fn, shape, si, cid, seed, mode, host)
+        own = getattr(session, "time_shape", None)  # the judge's: the loop runs in its runner
+        if own is not None:
+            r = own(fn, shape, si, cid, seed, mode, host)
+        else:
+            r = time_shape(session, fn, shape, si, cid, seed, mode, host)
+        if r.forged:
+            out["violations"].append(r.forged[0])
+            out["details"]["messages"].append(f"shape {shape}: {r.forged[1]}")
+            return False
         if r.timed_output_ok is False:
             out["violations"].append("cached_result")
             out["details"]["messages"].append(
@@ -171,7 +209,8 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
             base_ms=base_ms, cand_ms=cand_ms, speedup=base_ms / max(cand_ms, roof or 0.0),
             ci95=bootstrap_ci(r.base, r.cand, C.derive_seed(seed, cid, si, "ci")),
             host_ms=r.host_cand, base_host_ms=r.host_base, roof_ms=roof, aa_ratio=r.aa_ratio,
-            reps=r.reps, attempts=r.attempts, base_samples=r.base, cand_samples=r.cand))
+            reps=r.reps, attempts=r.attempts, judge_base_ms=r.judge_base_ms,
+            base_samples=r.base, cand_samples=r.cand))
     conclude(out, mode)
     return True
 

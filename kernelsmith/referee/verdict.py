@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 # Every named rejection (docs/design.md, Pinned details), in the order a verdict reports them first.
 REJECTIONS = (
-    "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout",
+    "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout", "protocol",
+    "forged_timing",
     "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
     "extra_threads", "extra_streams", "library_fallback", "no_kernel_launch", "cached_result",
     "reused_output",
@@ -142,7 +143,8 @@ def in_progress() -> dict:
 def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95: list[float],
                         host_ms: float | None, base_host_ms: float | None, roof_ms: float | None,
                         aa_ratio: float | None, reps: int, attempts: int,
-                        base_samples: list[float], cand_samples: list[float]) -> dict:
+                        base_samples: list[float], cand_samples: list[float],
+                        judge_base_ms: float | None = None) -> dict:
     """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
     return {
         "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
@@ -150,6 +152,8 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
         "pct_roofline": (100.0 * roof_ms / cand_ms) if roof_ms else None,
         "floored": roof_ms is not None and cand_ms < roof_ms,
         "aa_ratio": aa_ratio, "reps": reps, "attempts": attempts,
+        # The judge's own median of the base (judge_timing.py, check b); None in one process.
+        "judge_base_ms": judge_base_ms,
         # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
         "samples_ms": {"base": [float(f"{t:.5g}") for t in base_samples],
                        "candidate": [float(f"{t:.5g}") for t in cand_samples]},

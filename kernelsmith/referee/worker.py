@@ -1,8 +1,10 @@
-"""The isolated worker process: `python -m kernelsmith.referee.worker`.
+"""The isolated worker process, the judge: `python -m kernelsmith.referee.worker`.
 
 Reads one JSON request per line on stdin and answers each on a private pipe whose fd the
-first ("init") request names; the worker's own stdout is pointed at stderr so nothing a
-candidate prints can be mistaken for an answer. Every answer echoes the request's nonce.
+first ("init") request names; every answer echoes the request's nonce. Candidate code never runs
+here: before reading anything the judge makes itself non-dumpable and forks its runner
+(judge.py, runner.py), which keeps no descriptor but its channel and the log, and so can reach
+neither the answer pipe nor the nonces.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ def main() -> int:
     sys.stdout = sys.stderr
     fd = None
     session = None
+    # Imported before the fork (no device is touched), so the runner does not import torch again.
+    from . import runner as _runner  # noqa: F401
+    from . import session as _session  # noqa: F401
+    from .judge import RunnerLink
+
+    link = RunnerLink()  # non-dumpable first, then the fork: the runner holds no answer channel
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -39,12 +47,13 @@ def main() -> int:
         try:
             if op == "init":
                 fd = int(msg["fd"])
-                from .session import Session
+                from .session import Session  # imported with the runner's modules above
 
-                session = Session(msg["spec"])
+                session = Session(msg["spec"], link)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
-                         "base_cache": str(session.caches.private), "seeded": session.seeded,
+                         "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
+                         "seeded": session.seeded,
                          "boot_phases": session.boot_phases}
             elif op == "evaluate":
                 code = None
@@ -59,9 +68,11 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
+            link.close()
             return 2
         reply["nonce"] = nonce
         _answer(fd, reply)
+    link.close()
     return 0
 
 

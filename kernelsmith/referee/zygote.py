@@ -78,7 +78,7 @@ def main() -> int:
     import torch._dynamo  # noqa: F401 - the first dispatch mode imports it; do it once here
     import triton  # noqa: F401
 
-    from . import session, timing, worker  # noqa: F401
+    from . import channel, judge, judge_timing, runner, session, timing, worker  # noqa: F401
 
     statuses: dict[int, int] = {}
     sock.send(b'{"ready": true}')

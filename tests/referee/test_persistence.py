@@ -100,11 +100,16 @@ def test_each_worker_compiles_the_base_in_its_own_folder(tmp_path, monkeypatch):
         seen = []
         for cid in (1, 2):
             assert ref.evaluate(None, candidate_id=10 + cid).accepted  # base: listed and fresh shapes
-            private = ref._worker.base_cache
+            # The base runs in the judge (its folder: base_cache) and, for the integrity profile and
+            # timing, beside the candidate in the runner (its own folder: runner_cache), which the
+            # probe sees.
+            private, beside = ref._worker.base_cache, ref._worker.runner_cache
             dirs = _dirs(ref.evaluate(probe, candidate_id=cid))
-            assert dirs == {"base": [private], "cand": str(shared)}
+            assert dirs == {"base": [beside], "cand": str(shared)}
             assert os.path.dirname(private) == str(tmp_path / "work" / ".triton-base")
-            assert not os.path.exists(private)  # the rejected worker's folder is gone with it
+            assert os.path.dirname(beside) == str(tmp_path / "work" / ".triton-runner")
+            # The rejected worker's folders are gone with it.
+            assert not os.path.exists(private) and not os.path.exists(beside)
             seen.append(private)
         assert seen[0] != seen[1]
 

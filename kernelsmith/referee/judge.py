@@ -1,0 +1,235 @@
+"""The judge's side of a referee worker: its runner child and the checks on what the runner says.
+
+The worker process (worker.py) is the judge: it holds the answer channel to the parent, makes the
+inputs and the reference, and decides every verdict field; it never imports or runs candidate
+code. Candidate code runs in its child, the runner (runner.py), reached through channel.py. Before
+the runner is forked the judge makes itself non-dumpable (no ptrace, no /proc/<pid>/mem or fd of
+it for a same-uid process); the runner keeps no descriptor but its channel and the log, and moves
+into a user namespace of its own. The runner's replies are hostile input: a malformed one is a
+`protocol` rejection, times that cannot be true are `forged_timing`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+from . import correctness as C
+from .channel import Channel, PeerGone, ProtocolError, pair
+from .shape_trials import Rejected
+
+SHUTDOWN_S = 5.0
+
+
+class RemoteFn:
+    """Stands, in the judge, for a function loaded in the runner ("cand", "base" or "aa")."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<runner's {self.name}>"
+
+
+class RunnerFailed(Exception):
+    """The runner died, broke the protocol or claimed what cannot be: ends the evaluation."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+class CandidateError(Exception):
+    """Candidate code raised in the runner: (violation name, traceback text) as classified there."""
+
+    def __init__(self, name: str, text: str):
+        super().__init__(text.strip().splitlines()[-1] if text.strip() else name)
+        self.name, self.text = name, text
+
+
+def make_non_dumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0) on this process (Linux, via ctypes); False where it did not take."""
+    from ..sandbox.environ import hide_environ
+
+    return hide_environ()
+
+
+def holds_capabilities() -> bool:
+    """Whether this process has any effective capability (in its user namespace)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16) != 0
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+class RunnerLink:
+    """The judge's handle on its runner: the fork, requests, and death."""
+
+    def __init__(self):
+        make_non_dumpable()
+        mine, theirs = pair()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            from .runner import start
+
+            start(theirs, (1, 2))  # never returns
+        theirs.close()
+        self.pid = pid
+        self.chan = Channel(mine, "cpu", trusted_peer=False)
+        self.status: int | None = None
+        self._last_sent: dict[str, torch.Tensor] = {}
+
+    def set_device(self, device: str) -> None:
+        """Where received tensors go (the judge's device)."""
+        self.chan.device = device
+
+    def _dead(self) -> bool:
+        if self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.status = -signal.SIGKILL
+                return True
+            if pid == 0:
+                return False
+            self.status = os.waitstatus_to_exitcode(status)
+        return True
+
+    def death_note(self) -> str:
+        """How the runner ended, in words."""
+        code = self.status
+        if code is not None and code < 0:
+            try:
+                return f"the runner process was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"the runner process was killed by signal {-code}"
+        return f"the runner process exited with status {code}"
+
+    def request(self, msg: dict, values=None) -> tuple[dict, object]:
+        """Send one request and wait (no limit: the parent's wall clock ends a hang) for its reply."""
+        if self._dead():
+            raise RunnerFailed("crash", self.death_note())
+        try:
+            self.chan.send(msg, values)
+        except OSError:
+            self._wait_dead()
+            raise RunnerFailed("crash", self.death_note()) from None
+        while True:
+            try:
+                reply, out = self.chan.recv(timeout=1.0)
+            except TimeoutError:
+                if self._dead():
+                    raise RunnerFailed("crash", self.death_note()) from None
+                continue
+            except PeerGone:
+                self._wait_dead()
+                raise RunnerFailed("crash", self.death_note()) from None
+            except (ProtocolError, OSError, ValueError) as e:
+                raise RunnerFailed("protocol", f"the runner's reply is malformed: {e}") from None
+            if reply.get("ok") is True:
+                return reply, out
+            if isinstance(reply.get("rejected"), list) and len(reply["rejected"]) == 3:
+                reason, message, error = reply["rejected"]
+                raise Rejected(str(reason), str(message)[:4000], None if error is None else str(error)[:8000])
+            if isinstance(reply.get("raised"), list) and len(reply["raised"]) == 2:
+                raise CandidateError(str(reply["raised"][0]), str(reply["raised"][1])[:8000])
+            raise RunnerFailed("protocol", f"the runner failed a request: {str(reply.get('error'))[:2000]}")
+
+    def _wait_dead(self, limit: float = SHUTDOWN_S) -> None:
+        deadline = time.monotonic() + limit
+        while not self._dead() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def call(self, fn: RemoteFn, inputs: dict, dirty: float, watch: bool, sizes, outputs) -> tuple:
+        """Run `fn` in the runner on `inputs`: the post-call values of every input tensor are copied
+        back into `inputs` (in-place outputs, mutations); returns the outputs, private to the judge.
+
+        A tensor object sent in the previous call lands in the same runner storage again (a result
+        cached by address is caught as before: see trials.in_arena)."""
+        mine = C.tensors_of(inputs)
+        same = [n for n, t in mine.items() if self._last_sent.get(n) is t]
+        reply, out = self.request({"op": "call", "fn": fn.name, "dirty": dirty, "watch": watch,
+                                   "sizes": list(sizes), "same": same}, inputs)
+        self._last_sent = mine
+        if not isinstance(out, dict) or not isinstance(out.get("inputs"), dict):
+            raise RunnerFailed("protocol", "the runner's call reply carries no inputs")
+        back = out["inputs"]
+        for name, t in mine.items():
+            new = back.get(name)
+            if type(new) is not torch.Tensor or new.shape != t.shape or new.dtype != t.dtype:
+                raise RunnerFailed("protocol", f"the runner returned input {name!r} changed in shape or type")
+            t.copy_(new)
+        if outputs is not None:
+            return tuple(inputs[n].clone() for n in outputs)
+        outs = out.get("outs")
+        if not isinstance(outs, tuple):
+            raise RunnerFailed("protocol", "the runner's outputs are not a tuple")
+        return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
+
+    def pause(self) -> None:
+        """Stop the runner (and whatever it started, where the judge is a PID namespace's init)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let the runner go on."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: int) -> None:
+        targets = [-1] if os.getpid() == 1 else [self.pid]  # -1 from a namespace's init: all but itself
+        for target in targets:
+            try:
+                os.kill(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def sweep(self) -> int:
+        """Kill every process but the judge and its runner, where the judge is a PID namespace's
+        init (inside the sandbox): what a candidate started (double-forked too) ends with its
+        evaluation, even when the worker is kept. Returns how many were killed."""
+        try:  # /proc must be this namespace's own (then its pids are ours to read)
+            own = os.getpid() == 1 and os.readlink("/proc/self") == "1"
+        except OSError:
+            own = False
+        if not own:
+            return 0
+        killed = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in (1, self.pid):
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                    killed.append(int(name))
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for pid in killed:  # orphans are the judge's children now: reap them
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        return len(killed)
+
+    def close(self) -> None:
+        """Ask the runner to exit; kill it if it does not."""
+        try:
+            self.chan.send({"op": "exit"})
+        except OSError:
+            pass
+        self._wait_dead(2.0)
+        if not self._dead():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait_dead()
+        self.chan.close()
+

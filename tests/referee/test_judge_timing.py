@@ -1,0 +1,183 @@
+"""The judge's checks of the runner's timing claims (judge_timing.py), driven by a synthetic backend
+and a stand-in runner in this process: honest claims pass with the same numbers as before, a sum
+above the judge's wall clock, an inflated base and a throughput the wall clock cannot support are
+`forged_timing`, a malformed reply is `protocol`. Real numbers come from the H200 step."""
+
+import time
+
+import pytest
+import torch
+from test_timing_logic import FakeBackend, FakeSession, _rms, _verdict_dict
+
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee import judge_timing as J
+from kernelsmith.referee import timing
+from kernelsmith.referee.judge import RemoteFn, RunnerFailed
+from kernelsmith.referee.judge_timing import JudgeTiming
+
+
+class TakesItsTime(FakeBackend):
+    """FakeBackend whose scripted times really pass, plus the untimed flush and spin around each
+    call (as on CUDA, where per-call times exclude them)."""
+
+    FLUSH_AND_SPIN_MS = 0.3
+
+    def time_calls(self, fns, reps, order_seed):
+        out = super().time_calls(fns, reps, order_seed)
+        time.sleep((sum(map(sum, out)) + self.FLUSH_AND_SPIN_MS * reps * len(fns)) / 1e3)
+        return out
+
+    def host_time(self, fn, calls):
+        ms = super().host_time(fn, calls)
+        time.sleep(ms * calls / 1e3)
+        return ms
+
+
+class StandInRunner:
+    """Answers the judge's "time" and "audit" requests as the runner does (timing.time_loop), with
+    a hook that rewrites its reply (a forging runner) and an optional delay per audited call."""
+
+    def __init__(self, session, cand, forge=None, audit_delay_s: float = 0.0):
+        self.session, self.cand, self.forge, self.audit_delay_s = session, cand, forge, audit_delay_s
+        self.paused = 0
+
+    def request(self, msg, values=None):
+        if msg["op"] == "time":
+            r = timing.time_loop(self.session, self.cand, values, msg["si"], msg["cid"], msg["seed"],
+                                 msg["mode"], msg["host"])
+            last = r.pop("last_outs")
+            reply = {"ok": True, **r}
+            if self.forge:
+                self.forge(reply)
+            return reply, {"last": last}
+        if msg["op"] == "audit":
+            outs = []
+            for s in values:
+                outs.append(C.as_tuple(self.cand(**s)))
+                time.sleep(self.audit_delay_s)
+            return {"ok": True}, {"outs": outs}
+        raise AssertionError(msg)
+
+    def pause(self):
+        self.paused += 1
+
+    def resume(self):
+        pass
+
+
+class Judge(FakeSession, JudgeTiming):
+    """The judge's side: FakeSession's cache and base, JudgeTiming's checks, a stand-in runner."""
+
+    def __init__(self, backend, runner_backend=None, **runner):
+        """`backend`: the judge's (its own base timing); the runner's scripted times really pass."""
+        super().__init__(backend)
+        self.link = StandInRunner(FakeSession(runner_backend or TakesItsTime(backend.ms)), _rms, **runner)
+
+
+@pytest.fixture(autouse=True)
+def _few_reps(monkeypatch):
+    monkeypatch.setitem(timing.FULL, "min_reps", 12)
+    monkeypatch.setitem(timing.FULL, "max_reps", 12)
+    monkeypatch.setitem(timing.FULL, "host_calls", 3)
+
+
+def _time(judge, mode="full"):
+    out = _verdict_dict(judge)
+    ok = timing.time_candidate(judge, RemoteFn("cand"), cid=1, seed=0, mode=mode, out=out)
+    return ok, out
+
+
+def test_honest_claims_give_the_same_numbers_as_timing_in_one_process():
+    judge = Judge(FakeBackend([0.2, 0.1, 0.2]))
+    ok, out = _time(judge)
+    assert ok and out["violations"] == [] and out["timed"]
+    assert all(abs(sh["judge_base_ms"] - 0.2) < 0.01 for sh in out["shapes"])
+    same = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
+    ref = _verdict_dict(same)
+    timing.time_candidate(same, _rms, cid=1, seed=0, mode="full", out=ref)
+    assert abs(out["geomean_speedup"] - ref["geomean_speedup"]) < 0.01
+    assert judge.link.paused == len(out["shapes"])  # the runner was stopped while the judge timed the base
+    assert all(sh["reps"] == 12 and sh["ci95"][0] <= sh["speedup"] for sh in out["shapes"])
+
+
+def test_times_that_add_up_to_more_than_the_judges_wall_clock_are_forged():
+    def slow_claims(reply):  # every call "took" a second: the request took milliseconds
+        for key in ("base", "cand", "aa"):
+            reply[key] = [1000.0] * len(reply[key])
+        reply["cand"] = [500.0] * len(reply["cand"])
+    ok, out = _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=slow_claims))
+    assert not ok and out["violations"] == ["forged_timing"], out
+    assert "wall clock" in out["details"]["messages"][0]
+
+
+def test_an_inflated_base_is_forged():
+    def inflate(reply):  # within the wall clock (the flush and spin leave room), above the judge's own
+        reply["base"] = [t * 1.5 for t in reply["base"]]
+        reply["aa"] = [t * 1.5 for t in reply["aa"]]  # the A/A control agrees with the lie
+    ok, out = _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=inflate))
+    assert not ok and out["violations"] == ["forged_timing"]
+    assert "the judge measures it" in out["details"]["messages"][0]
+
+
+@pytest.fixture
+def audit_bites(monkeypatch):
+    """A 5 ms allowance (the default): AUDIT_SETS calls of a 2 ms base outlast it, so the audit runs."""
+    monkeypatch.setattr(J, "AUDIT_FIXED_MS", 5.0)
+
+
+def test_an_honest_claim_passes_the_audit(audit_bites):
+    judge = Judge(FakeBackend([2.0, 1.0, 2.0]), audit_delay_s=0.001)  # audited calls take what they claim
+    calls = []
+    real = judge.link.request
+    judge.link.request = lambda msg, values=None: calls.append(msg["op"]) or real(msg, values)
+    ok, out = _time(judge)
+    assert ok and out["violations"] == [] and calls.count("audit") == len(out["shapes"])
+
+
+def test_a_claim_the_audit_wall_clock_cannot_support_is_forged(audit_bites):
+    # Claims 1 ms per call; each audited call really takes 30 ms (a GPU-bound block).
+    ok, out = _time(Judge(FakeBackend([2.0, 1.0, 2.0]), audit_delay_s=0.03))
+    assert not ok and out["violations"] == ["forged_timing"]
+    assert "back-to-back" in out["details"]["messages"][0]
+    # Screen timing (the search's first look) runs no audit.
+    ok, out = _time(Judge(FakeBackend([2.0, 1.0]), audit_delay_s=0.03), mode="screen")
+    assert ok and out["violations"] == []
+
+
+def test_the_audit_is_skipped_where_it_cannot_bite():
+    """Small kernels: AUDIT_SETS base calls are far below the allowance, so no fresh sets are made."""
+    judge = Judge(FakeBackend([0.2, 0.1, 0.2]), audit_delay_s=0.03)  # would fail if audited
+    ok, out = _time(judge)
+    assert ok and out["violations"] == []
+    assert not J.audit_can_bite(0.2, 1 << 20) and J.audit_can_bite(10.0, 1 << 20)
+
+
+def test_audit_rule_keeps_host_bound_small_kernels():
+    # 5 us of device time per call, 40 us of launch cost: k calls take k*40 us, far above 3*5 us,
+    # yet within HOST_SLACK times the base's own host time: not a forgery.
+    assert J.audit_unsupported(wall_ms=J.AUDIT_SETS * 0.04 + 1.0, claimed_ms=0.005, host_ms=0.03,
+                               nbytes=1 << 20, k=J.AUDIT_SETS) is None
+    assert J.audit_unsupported(wall_ms=500.0, claimed_ms=1.0, host_ms=0.03, nbytes=1 << 20, k=4)
+    assert J.base_disagrees([0.1] * 5, own_ms=0.1) is None and J.base_disagrees([0.2] * 5, own_ms=0.1)
+
+
+def test_an_audited_wrong_output_is_caught(audit_bites):
+    judge = Judge(FakeBackend([2.0, 1.0, 2.0]))
+    honest = judge.link.request
+
+    def wrong_on_fresh_inputs(msg, values=None):  # right on the timed sets, zeros on the audit's
+        if msg["op"] == "audit":
+            return {"ok": True}, {"outs": [(torch.zeros_like(s["x"]),) for s in values]}
+        return honest(msg, values)
+    judge.link.request = wrong_on_fresh_inputs
+    ok, out = _time(judge)
+    assert not ok and out["violations"] == ["cached_result"]
+
+
+@pytest.mark.parametrize("bad", [
+    lambda r: r.update(reps=10_000), lambda r: r.update(base=[0.1]), lambda r: r.update(cand=["x"] * 12),
+    lambda r: r.update(aa=None), lambda r: r.update(base=[float("nan")] * 12), lambda r: r.pop("probe")])
+def test_a_malformed_timing_reply_is_a_protocol_failure(bad):
+    with pytest.raises(RunnerFailed) as e:
+        _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=bad))
+    assert e.value.reason == "protocol"
