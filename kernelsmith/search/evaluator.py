@@ -311,7 +311,7 @@ class Evaluator:
                         "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
         return out
 
-    def remeasure(self, row: Candidate, seed: int) -> dict:
+    def remeasure(self, row: Candidate | dict, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).
 
         It reuses the first GPU's referee (the first alive on a Ray cluster; new seeds per call), so
@@ -325,6 +325,7 @@ class Evaluator:
         if int(seed) == self.seed:
             raise ValueError("the final re-measurement needs a seed other than the search's "
                              f"({seed}): new inputs, not the ones the winner was selected on")
+        row = Candidate.of(row)  # an archive row, or one built by hand (a code and an id)
         self.halt()
         timing = "full" if self.timed else "none"
         alive = [r for r, st in zip(self.referees, self.stats, strict=True) if not st.get("lost")]
