@@ -1,12 +1,15 @@
 """The judge <-> runner channel: JSON messages over a socket, tensors through shared memory.
 
-Each message is one SOCK_SEQPACKET datagram carrying a small header and one memfd (an anonymous
-shared-memory file): the memfd holds the message's JSON and the bytes of every tensor storage it
-names, each storage once (tensors that share storage still do on the other side), copied straight
-into the shared pages. The sender seals it (no write, shrink or grow afterwards); the receiver
-refuses an unsealed one, maps it privately and copies every tensor out into its own memory (or
-device), so nothing the sender does afterwards can change or fault what the receiver holds. CUDA
-tensors travel through host memory the same way (see docs/design.md for why not CUDA IPC).
+Tensors on the judge's device travel through two buffers the judge owns and shares with the runner
+once (shared_region.py: CUDA IPC on the GPU, a shared memfd on the CPU); everything else, and what
+does not fit, travels in the message's own file. Each message is one SOCK_SEQPACKET datagram
+carrying a small header and one memfd (an anonymous shared-memory file): the memfd holds the
+message's JSON and the bytes of every other tensor storage it names, each storage once (tensors
+that share storage still do on the other side), copied straight into the shared pages. The
+sender seals it (no write, shrink or grow afterwards); the receiver refuses an unsealed one, maps
+it privately and copies every tensor out into its own memory (or device), so nothing the sender
+does afterwards can change or fault what the receiver holds. A reply names only (offset, length)
+in the judge's own region, which the judge clones at once.
 
 The judge decodes the runner's messages as hostile input: plain JSON values, tensors with checked
 dtypes, sizes and bounds; nothing is unpickled. The runner may receive pickled leaf values from
@@ -26,7 +29,8 @@ import time
 
 import torch
 
-ALIGN = 64
+from .shared_region import ALIGN, JudgeRegions, PeerRegions, aligned
+
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 HEADER_MAX = 4096
 DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -112,14 +116,17 @@ class _Packer:
 
 
 class _Unpacker:
-    def __init__(self, buf, blobs: list, device: str, allow_pickle: bool):
+    def __init__(self, buf, blobs: list, device: str, allow_pickle: bool, region=None):
         self.buf, self.blobs, self.device, self.allow_pickle = buf, blobs, device, allow_pickle
+        self.region = region  # (off, n, device) -> a private tensor of bytes from a shared region
         self.made: dict[int, torch.Tensor] = {}
 
     def blob(self, i: int) -> torch.Tensor:
         if i not in self.made:
-            off, n = self.blobs[i]
-            if n:
+            kind, off, n = self.blobs[i]
+            if kind == 1:
+                self.made[i] = self.region(off, n, self.device)
+            elif n:
                 raw = torch.frombuffer(self.buf, dtype=torch.uint8, offset=off, count=n)
                 self.made[i] = raw.to(self.device) if self.device != "cpu" else raw.clone()
                 del raw  # the mapping closes once nothing views it
@@ -178,35 +185,61 @@ class Channel:
 
     `trusted_peer`: the runner's end (its peer is the judge: pickled leaves allowed both ways).
     `device`: where received tensors are placed.
+    The judge's end owns the shared regions (shared_region.py) on its device; the runner's end
+    maps them when a message shares one.
     """
 
     def __init__(self, sock: socket.socket, device: str, trusted_peer: bool, max_bytes: int = 1 << 40):
         self.sock, self.device, self.trusted_peer, self.max_bytes = sock, device, trusted_peer, max_bytes
-        # What travelled, and the seconds this end spent packing, copying and unpacking (not waiting).
-        self.stats = {"messages": 0, "bytes": 0, "copy_s": 0.0}
+        self.regions: JudgeRegions | None = None  # the judge's end, once it knows its device
+        self.peer_regions = PeerRegions() if trusted_peer else None
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Start counting anew: messages, `bytes` through message files (host memory), `shared_bytes`
+        through the shared regions, and the seconds this end spent packing, copying and unpacking."""
+        where = self.regions.device.type if self.regions is not None and self.regions.enabled else None
+        self.stats = {"messages": 0, "bytes": 0, "shared_bytes": 0, "shared_on": where, "copy_s": 0.0}
+
+    def share_regions(self, device: str) -> None:
+        """(The judge's end) tensors on `device` travel through regions shared with the runner."""
+        if self.regions is not None:
+            self.regions.close()
+        self.regions = JudgeRegions(device)
+        self.reset_stats()
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, msg: dict, values=None) -> None:
-        """Send `msg` (JSON) and `values` (any structure of tensors and plain values)."""
+    def send(self, msg: dict, values=None, reply_bytes: int = 0) -> None:
+        """Send `msg` (JSON) and `values` (any structure of tensors and plain values); `reply_bytes`:
+        (the judge's end) room to keep in the reply region for the answer's tensors."""
         start = time.perf_counter()
         packer = _Packer(allow_pickle=not self.trusted_peer)
         body = {"msg": msg, "values": packer.value(values)}
+        targets, fds = self._regions_for(packer.blobs, reply_bytes, body)
         text = json.dumps(body).encode()
-        layout, pos = [], (len(text) + ALIGN - 1) // ALIGN * ALIGN
-        for b in packer.blobs:
-            layout.append([pos, b.numel()])
-            pos = (pos + b.numel() + ALIGN - 1) // ALIGN * ALIGN
+        layout, pos, rpos = [], (len(text) + ALIGN - 1) // ALIGN * ALIGN, 0
+        for b, target in zip(packer.blobs, targets, strict=True):
+            if target is None:
+                layout.append([0, pos, b.numel()])
+                pos = (pos + b.numel() + ALIGN - 1) // ALIGN * ALIGN
+            else:  # copied device to device into the shared region; the peer clones it out
+                target[rpos:rpos + b.numel()].copy_(b)
+                layout.append([1, rpos, b.numel()])
+                rpos = aligned(rpos + b.numel())
+        if rpos:
+            self._sync_regions()
         fd = os.memfd_create("kernelsmith-msg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, max(pos, 1))
             os.pwrite(fd, text, 0)
-            if packer.blobs:
+            inline = [(e, b) for e, b in zip(layout, packer.blobs, strict=True) if e[0] == 0]
+            if inline:
                 # Each storage copied once, straight into the shared pages (from the device too).
                 mm = mmap.mmap(fd, max(pos, 1))
                 try:
-                    for (off, n), b in zip(layout, packer.blobs, strict=True):
+                    for (_, off, n), b in inline:
                         if n:
                             torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=off).copy_(b)
                 finally:
@@ -214,14 +247,51 @@ class Channel:
             # Sealed: the receiver may map it without the sender shrinking it under its feet.
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
             header = json.dumps({"json": len(text), "blobs": layout}).encode()
-            self._count(pos, start)
-            socket.send_fds(self.sock, [header], [fd])
+            self._count(pos, start, rpos)
+            socket.send_fds(self.sock, [header], [fd, *fds])
         finally:
             os.close(fd)
 
-    def _count(self, nbytes: int, start: float) -> None:
+    def _regions_for(self, blobs: list, reply_bytes: int, body: dict) -> tuple[list, list[int]]:
+        """Per blob: the region view it is copied into, or None (inline); and the memfds of regions
+        made now (their descriptors are put in `body`)."""
+        targets = [None] * len(blobs)
+        if self.regions is not None:  # the judge's end: requests into to_peer (grown to fit)
+            mine = [i for i, b in enumerate(blobs) if self.regions.takes(b)]
+            made = {"to_peer": self.regions.ensure("to_peer", sum(aligned(blobs[i].numel()) for i in mine)),
+                    "from_peer": self.regions.ensure("from_peer", reply_bytes)}
+            fds, descs = [], {}
+            for which, r in made.items():
+                if r is not None:
+                    descs[which] = r.descriptor()
+                    if r.fd is not None:
+                        fds.append(r.fd)
+                        descs[which]["fd"] = len(fds)
+            if descs:
+                body["regions"] = descs
+            view = self.regions.regions["to_peer"]
+            for i in mine:
+                targets[i] = view.buf
+            return targets, fds
+        if self.peer_regions is not None:  # the runner's end: replies into from_peer while they fit
+            used = 0
+            for i, b in enumerate(blobs):
+                room = self.peer_regions.reply_room(b)
+                if room is not None and used + b.numel() <= room.numel():
+                    targets[i] = room
+                    used = aligned(used + b.numel())
+        return targets, []
+
+    def _sync_regions(self) -> None:
+        if self.regions is not None:
+            self.regions.synchronize()
+        elif self.peer_regions is not None:
+            self.peer_regions.synchronize()
+
+    def _count(self, nbytes: int, start: float, shared: int = 0) -> None:
         self.stats["messages"] += 1
         self.stats["bytes"] += int(nbytes)
+        self.stats["shared_bytes"] += int(shared)
         self.stats["copy_s"] = round(self.stats["copy_s"] + time.perf_counter() - start, 6)
 
     def recv(self, timeout: float | None = None) -> tuple[dict, object]:
@@ -234,23 +304,32 @@ class Channel:
         if not data and not fds:
             raise PeerGone("the peer closed the channel")
         try:
-            if len(fds) != 1 or flags & socket.MSG_TRUNC:
+            # Only the judge shares regions (their memfds ride along); the runner sends one file.
+            most = 3 if self.trusted_peer else 1
+            if not 1 <= len(fds) <= most or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 raise ProtocolError("a message must carry exactly one memory file and a short header")
-            return self._read(data, fds[0])
+            return self._read(data, fds[0], fds[1:])
         finally:
             for fd in fds:
                 os.close(fd)
 
-    def _read(self, data: bytes, fd: int) -> tuple[dict, object]:
+    def _read(self, data: bytes, fd: int, region_fds: list[int] = ()) -> tuple[dict, object]:
         start = time.perf_counter()
         try:
             header = json.loads(data)
             n_json = int(header["json"])
-            blobs = [(int(o), int(n)) for o, n in header["blobs"]]
+            blobs = [(k, o, n) for k, o, n in header["blobs"]]
         except (ValueError, KeyError, TypeError) as e:
             raise ProtocolError(f"bad header: {e}") from None
-        end = max([n_json, *[o + n for o, n in blobs]])
-        if n_json < 0 or end > self.max_bytes or any(o < n_json or n < 0 or o % ALIGN for o, n in blobs):
+        if not all(type(x) is int for b in blobs for x in b):
+            raise ProtocolError("bad header: a layout entry is not three integers")
+        inline = [(o, n) for k, o, n in blobs if k == 0]
+        end = max([n_json, *[o + n for o, n in inline]])
+        bad_kind = any(k not in (0, 1) for k, _, _ in blobs)
+        if any(k == 1 for k, _, _ in blobs) and self.regions is None and self.peer_regions is None:
+            bad_kind = True
+        misplaced = any(o < n_json or n < 0 or o % ALIGN for o, n in inline)
+        if n_json < 0 or end > self.max_bytes or bad_kind or misplaced:
             raise ProtocolError("bad layout")
         try:
             sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
@@ -263,20 +342,39 @@ class Channel:
             raise ProtocolError("the memory file is shorter than its header says")
         # A private (copy-on-write) mapping of sealed contents; every tensor is copied out of it.
         mm = mmap.mmap(fd, max(end, 1), flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        shared = sum(n for k, _, n in blobs if k == 1)
         try:
             body = json.loads(mm[:n_json])
             msg = body["msg"]
             if not isinstance(msg, dict):
                 raise ProtocolError("a message must be an object")
-            values = _Unpacker(mm, blobs, self.device, allow_pickle=self.trusted_peer).value(body["values"])
+            if self.peer_regions is not None:  # from the judge: map the regions it shares now
+                for which, desc in (body.get("regions") or {}).items():
+                    i = desc.get("fd")
+                    self.peer_regions.open(which, desc, None if i is None else region_fds[i - 1])
+                region = self.peer_regions.inbound
+            else:  # from the runner: bytes of the judge's own region, cloned at once
+                region = self._received
+            values = _Unpacker(mm, blobs, self.device, allow_pickle=self.trusted_peer,
+                               region=region).value(body["values"])
+            if shared and self.regions is not None:
+                self.regions.synchronize()  # the clones are complete before anything reads them
         except (ValueError, KeyError, TypeError, RecursionError, MemoryError, RuntimeError) as e:
             raise ProtocolError(f"bad message: {type(e).__name__}: {str(e)[:200]}") from None
         finally:
             _close(mm)
-        self._count(end, start)
+        self._count(end, start, shared)
         return msg, values
 
+    def _received(self, off: int, n: int, device) -> torch.Tensor:
+        if self.regions is None:
+            raise ProtocolError("a reply names a shared region the judge has not made")
+        t = self.regions.received(off, n)
+        return t if t.device == torch.device(device) else t.to(device)
+
     def close(self) -> None:
+        if self.regions is not None:
+            self.regions.close()
         try:
             self.sock.close()
         except OSError:

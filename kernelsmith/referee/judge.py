@@ -21,6 +21,7 @@ import torch
 from . import correctness as C
 from .channel import Channel, PeerGone, ProtocolError, pair
 from .shape_trials import Rejected
+from .shared_region import room_for
 
 SHUTDOWN_S = 5.0
 
@@ -91,8 +92,35 @@ class RunnerLink:
         self._last_sent: dict[str, torch.Tensor] = {}
 
     def set_device(self, device: str) -> None:
-        """Where received tensors go (the judge's device)."""
+        """Where received tensors go (the judge's device), and where the shared regions live
+        (unless KERNELSMITH_SHARED_REGIONS=0: every tensor then travels in message files)."""
         self.chan.device = device
+        if os.environ.get("KERNELSMITH_SHARED_REGIONS", "1") != "0":
+            self.chan.share_regions(device)
+
+    def probe_regions(self, device) -> str | None:
+        """Send a small tensor through the shared regions and back; where that fails (the runner
+        cannot map them, or the bytes differ), every tensor travels in message files from now on.
+        Returns why they were turned off, else None."""
+        regions = self.chan.regions
+        if regions is None or not regions.enabled:
+            return None
+        probe = torch.arange(256, dtype=torch.int32, device=device)
+        why = None
+        try:
+            _, out = self.request({"op": "echo"}, {"t": probe}, reply_bytes=probe.numel() * 4)
+            back = out.get("t") if isinstance(out, dict) else None
+            if type(back) is not torch.Tensor or back.shape != probe.shape or back.dtype != probe.dtype \
+                    or not torch.equal(back, probe) or self.chan.stats["shared_bytes"] == 0:
+                why = "the probe came back changed"
+        except (RunnerFailed, Rejected, CandidateError) as e:
+            why = f"{type(e).__name__}: {str(e)[:300]}"
+        if why:
+            regions.close()
+            self.chan.regions = None
+            self.request({"op": "regions_off"})
+        self.chan.reset_stats()
+        return why
 
     def _dead(self) -> bool:
         if self.status is None:
@@ -116,12 +144,13 @@ class RunnerLink:
                 return f"the runner process was killed by signal {-code}"
         return f"the runner process exited with status {code}"
 
-    def request(self, msg: dict, values=None) -> tuple[dict, object]:
-        """Send one request and wait (no limit: the parent's wall clock ends a hang) for its reply."""
+    def request(self, msg: dict, values=None, reply_bytes: int = 0) -> tuple[dict, object]:
+        """Send one request and wait (no limit: the parent's wall clock ends a hang) for its reply
+        (`reply_bytes`: what its tensors will likely take, for the shared reply region)."""
         if self._dead():
             raise RunnerFailed("crash", self.death_note())
         try:
-            self.chan.send(msg, values)
+            self.chan.send(msg, values, reply_bytes=reply_bytes)
         except OSError:
             self._wait_dead()
             raise RunnerFailed("crash", self.death_note()) from None
@@ -159,8 +188,9 @@ class RunnerLink:
         cached by address is caught as before: see trials.in_arena)."""
         mine = C.tensors_of(inputs)
         same = [n for n, t in mine.items() if self._last_sent.get(n) is t]
+        back_bytes = room_for(mine.values(), sizes)
         reply, out = self.request({"op": "call", "fn": fn.name, "dirty": dirty, "watch": watch,
-                                   "sizes": list(sizes), "same": same}, inputs)
+                                   "sizes": list(sizes), "same": same}, inputs, reply_bytes=back_bytes)
         self._last_sent = mine
         if not isinstance(out, dict) or not isinstance(out.get("inputs"), dict):
             raise RunnerFailed("protocol", "the runner's call reply carries no inputs")

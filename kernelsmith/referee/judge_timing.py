@@ -28,6 +28,7 @@ import torch
 from . import correctness as C
 from .input_cache import fresh_copy
 from .judge import RunnerFailed
+from .shared_region import room_for
 
 if TYPE_CHECKING:
     from .timing import ShapeTiming
@@ -141,7 +142,8 @@ class JudgeTiming:
         originals = [o for o, _ in made]
         start = time.perf_counter()
         reply, out = self.link.request({"op": "time", "fn": fn.name, "si": si, "cid": cid, "seed": seed,
-                                        "mode": mode, "host": host}, originals)
+                                        "mode": mode, "host": host}, originals,
+                                       reply_bytes=room_for(made[0][1]))
         wall_ms = (time.perf_counter() - start) * 1e3
         r = claimed_times(reply, mode)
         cfg = FULL if mode == "full" else SCREEN
@@ -204,7 +206,8 @@ class JudgeTiming:
         nbytes = sum(t.numel() * t.element_size() for s in sets for t in C.tensors_of(s).values())
         self.backend.synchronize()
         start = time.perf_counter()
-        _, out = self.link.request({"op": "audit"}, sets)
+        room = room_for([o for e in expected for o in e])
+        _, out = self.link.request({"op": "audit"}, sets, reply_bytes=room)
         wall_ms = (time.perf_counter() - start) * 1e3
         outs = out.get("outs") if isinstance(out, dict) else None
         if not (isinstance(outs, list) and len(outs) == AUDIT_SETS

@@ -104,6 +104,8 @@ class Session(ShapeTrials, JudgeTiming):
         if not reply.get("own_userns") and holds_capabilities():
             raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
                                "judge holds capabilities it could use against the judge; refusing to run")
+        # Tensors cross through buffers shared once (CUDA IPC on the GPU), else message files.
+        self.regions_off = link.probe_regions(self.dev)
         clock.mark("runner_start")
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
@@ -202,7 +204,7 @@ class Session(ShapeTrials, JudgeTiming):
         """
         out = in_progress()
         loaded = False
-        self.link.chan.stats = {"messages": 0, "bytes": 0, "copy_s": 0.0}
+        self.link.chan.reset_stats()
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at)
         except RunnerFailed as e:
@@ -235,6 +237,8 @@ class Session(ShapeTrials, JudgeTiming):
         out["details"]["input_cache"] = self.inputs.report()
         # What crossed to the runner and back, and the judge's seconds spent copying it.
         out["details"]["channel"] = dict(self.link.chan.stats)
+        if self.regions_off:
+            out["details"]["channel"]["regions_off"] = self.regions_off
         return out
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,

@@ -74,13 +74,13 @@ def test_malformed_messages_are_protocol_errors(case):
     if case == "no_fd":
         _raw(runner.sock, {"json": len(ok), "blobs": []}, ok, fds=False)
     elif case == "short_file":
-        _raw(runner.sock, {"json": len(ok), "blobs": [[128, 1 << 30]]}, ok)
+        _raw(runner.sock, {"json": len(ok), "blobs": [[0, 128, 1 << 30]]}, ok)
     elif case == "past_storage":
         body = json.dumps({"msg": {}, "values": {"t": [0, "float32", [100], [1], 0]}}).encode()
-        _raw(runner.sock, {"json": len(body), "blobs": [[256, 16]]}, body, size=512)
+        _raw(runner.sock, {"json": len(body), "blobs": [[0, 256, 16]]}, body, size=512)
     elif case == "bad_dtype":
         body = json.dumps({"msg": {}, "values": {"t": [0, "object", [1], [1], 0]}}).encode()
-        _raw(runner.sock, {"json": len(body), "blobs": [[256, 16]]}, body, size=512)
+        _raw(runner.sock, {"json": len(body), "blobs": [[0, 256, 16]]}, body, size=512)
     elif case == "not_json":
         _raw(runner.sock, {"json": 5, "blobs": []}, b"\xff\xfe{{{")
     else:  # what a forged verdict line written to the socket looks like
@@ -94,3 +94,96 @@ def test_a_closed_peer_is_peer_gone():
     runner.close()
     with pytest.raises(PeerGone):
         judge.recv(timeout=5)
+
+
+# -- the shared regions (shared_region.py): tensors on the judge's device cross through buffers the
+# judge owns and shares once; on the CPU these are sealed-size memfds, on CUDA IPC (tests/referee/test_gpu_ipc.py).
+
+def _region_ends():
+    judge, runner = _ends()
+    judge.share_regions("cpu")
+    return judge, runner
+
+
+def test_tensors_cross_through_the_shared_regions_not_the_message_files():
+    judge, runner = _region_ends()
+    x = torch.randn(256, 64)
+    values = {"x": x, "view": x[1:3, ::2], "eps": 1e-6}
+    judge.send({"op": "call"}, values, reply_bytes=2 * x.numel() * 4)
+    msg, got = runner.recv(timeout=5)
+    assert torch.equal(got["x"], x) and torch.equal(got["view"], x[1:3, ::2])
+    got["x"][1, 0] = -7.0  # the runner's copy: aliasing kept there, the judge's tensor untouched
+    assert got["view"][0, 0] == -7.0 and x[1, 0] != -7.0
+    assert judge.stats["shared_bytes"] >= x.numel() * 4 and judge.stats["bytes"] < 4096
+    out = torch.full((256, 64), 3.0)
+    runner.send({"ok": True}, {"out": out, "inputs": got})
+    _, back = judge.recv(timeout=5)
+    assert torch.equal(back["out"], out) and torch.equal(back["inputs"]["x"], got["x"])
+    assert judge.stats["bytes"] < 8192 and judge.stats["shared_bytes"] >= 2 * x.numel() * 4
+    # What the judge holds is a clone: the runner writing its region afterwards changes nothing.
+    runner.peer_regions.views["from_peer"].fill_(0)
+    assert torch.equal(back["out"], out)
+    # The region is shared once: later messages carry no descriptor and no extra descriptor file.
+    judge.send({"op": "call"}, values, reply_bytes=x.numel() * 4)
+    assert runner.recv(timeout=5)[1]["x"].sum() == x.sum()
+
+
+def test_regions_grow_and_a_reply_without_room_travels_in_its_message_file():
+    judge, runner = _region_ends()
+    judge.send({"op": "a"}, {"t": torch.ones(16)})
+    runner.recv(timeout=5)
+    first = judge.regions.regions["to_peer"]
+    big = torch.arange(3 << 20, dtype=torch.float32)  # 12 MiB: more than the first region holds
+    judge.send({"op": "b"}, {"t": big})
+    assert torch.equal(runner.recv(timeout=5)[1]["t"], big)
+    assert judge.regions.regions["to_peer"].capacity >= big.numel() * 4 > first.capacity
+    # No reply region (reply_bytes was 0): the runner's answer goes inline, still correct.
+    runner.send({"ok": True}, {"t": big})
+    before = judge.stats["bytes"]
+    _, back = judge.recv(timeout=5)
+    assert torch.equal(back["t"], big) and judge.stats["bytes"] - before >= big.numel() * 4
+
+
+def test_the_runner_cannot_resize_a_shared_region():
+    judge, _ = _region_ends()
+    judge.send({"op": "a"}, {"t": torch.ones(16)}, reply_bytes=64)
+    for r in judge.regions.regions.values():
+        for size in (0, r.capacity * 2):
+            with pytest.raises(PermissionError):
+                os.ftruncate(r.fd, size)
+
+
+@pytest.mark.parametrize("layout", [[1, 1 << 40, 16], [1, -64, 16], [1, 32, 16], [1, 0, -1], [2, 0, 16],
+                                    [1, 0, 1 << 30], [True, 0, 16]])
+def test_a_reply_naming_bytes_outside_the_judges_region_is_a_protocol_error(layout):
+    judge, runner = _region_ends()
+    judge.send({"op": "a"}, {"t": torch.ones(16)}, reply_bytes=4096)
+    runner.recv(timeout=5)
+    body = json.dumps({"msg": {"ok": True}, "values": {"t": [0, "uint8", [16], [1], 0]}}).encode()
+    _raw(runner.sock, {"json": len(body), "blobs": [layout]}, body, size=512)
+    with pytest.raises(ProtocolError):
+        judge.recv(timeout=5)
+
+
+def test_a_region_reference_without_a_region_and_extra_files_are_protocol_errors():
+    judge, runner = _ends()  # no regions on this judge
+    body = json.dumps({"msg": {"ok": True}, "values": {"t": [0, "uint8", [16], [1], 0]}}).encode()
+    _raw(runner.sock, {"json": len(body), "blobs": [[1, 0, 16]]}, body, size=512)
+    with pytest.raises(ProtocolError):
+        judge.recv(timeout=5)
+    judge, runner = _region_ends()
+    judge.send({"op": "a"}, {"t": torch.ones(16)}, reply_bytes=4096)
+    runner.recv(timeout=5)  # the judge has a reply region now, but no descriptor comes from the runner
+    ok = json.dumps({"msg": {"ok": True}, "regions": {"from_peer": {"capacity": 1, "fd": 1}},
+                     "values": {"v": 1}}).encode()
+    fd = os.memfd_create("t", os.MFD_ALLOW_SEALING)
+    os.write(fd, ok)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    extra = os.memfd_create("x")
+    socket.send_fds(runner.sock, [json.dumps({"json": len(ok), "blobs": []}).encode()], [fd, extra])
+    with pytest.raises(ProtocolError):
+        judge.recv(timeout=5)
+    # A descriptor in a one-file message is ignored: the judge opens nothing the runner names.
+    _raw(runner.sock, {"json": len(ok), "blobs": []}, ok)
+    assert judge.recv(timeout=5) == ({"ok": True}, 1)
+    assert judge.regions.regions["from_peer"].capacity >= 4096
