@@ -1,0 +1,109 @@
+"""The shared regions between judge and runner (referee/shared_region.py), against real worker
+processes on the CPU: candidate code in the runner can write the two buffers the judge shares, and
+nothing else of the judge's; what it writes there reaches the judge only as its own reply (cloned
+once, then judged), never the judge's input cache, reference or base outputs. The CUDA IPC path:
+tests/referee/test_gpu_ipc.py."""
+
+import pytest
+from referee_helpers import demo_task
+
+from kernelsmith.referee import Referee
+
+SEED = 1234
+
+FIND_REGIONS = """
+def _views():
+    import gc
+    for o in gc.get_objects():
+        if type(o).__name__ == "PeerRegions":
+            return [v for v in o.views.values() if v is not None]
+    return []
+"""
+
+SCRIBBLE_AFTER = FIND_REGIONS + """
+_base_rms_norm = rms_norm
+def rms_norm(x, weight, eps=1e-6):
+    out = _base_rms_norm(x, weight, eps)
+    for v in _views():
+        v.fill_(255)  # every byte the judge shares, request and reply region alike
+    return out
+"""
+
+SCRIBBLE_RACING = FIND_REGIONS + """
+import threading
+_base_rms_norm = rms_norm
+def _scribble():
+    while True:
+        for v in _views():
+            v.fill_(255)
+def rms_norm(x, weight, eps=1e-6):
+    threading.Thread(target=_scribble, daemon=True).start()
+    return _base_rms_norm(x, weight, eps)
+"""
+
+MAPS_PROBE = """
+def rms_norm(x, weight, eps=1e-6):
+    import os
+    shared = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and ("memfd:" in parts[5] or parts[5].startswith("/dev/shm")):
+                shared.add(parts[5])
+    raise RuntimeError("MAPS " + " ".join(sorted(shared)))
+"""
+
+
+@pytest.fixture(scope="module")
+def referee(tmp_path_factory):
+    home = tmp_path_factory.mktemp("regions-env")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
+        mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+        ref = Referee(demo_task("rms_norm"), device="interpret", seed=SEED, timeout_s=90)
+        yield ref
+        ref.close()
+
+
+def _base_code() -> str:
+    task = demo_task("rms_norm")
+    return (task.root / task.operator.file).read_text()
+
+
+def test_tensors_cross_through_the_regions_not_message_files(referee):
+    verdict = referee.evaluate(None, candidate_id=60, timing="none")
+    assert verdict.accepted, verdict.feedback()
+    chan = verdict.details["channel"]
+    assert chan["shared_on"] == "cpu" and chan["shared_bytes"] > 0, chan
+    assert chan["bytes"] < chan["shared_bytes"], chan  # the message files carry JSON only
+    assert "regions_off" not in chan, chan
+
+
+def test_writing_the_shared_regions_reaches_no_judge_memory(referee):
+    """The candidate overwrites both regions after every call: its own reply still lands correct
+    (the runner packs after the call), the judge's cached inputs and reference are unchanged."""
+    verdict = referee.evaluate(_base_code() + SCRIBBLE_AFTER, candidate_id=61, timing="none")
+    assert verdict.correct, verdict.feedback()
+    assert not {"input_mutation", "protocol"} & set(verdict.violations), verdict.feedback()
+    after = referee.evaluate(None, candidate_id=62, timing="none")
+    assert after.accepted and after.violations == [], after.feedback()
+
+
+def test_a_thread_racing_the_reply_region_is_judged_not_obeyed(referee):
+    """A thread that keeps overwriting the regions: the judge judges its clone of whatever it got
+    (garbage or not) and the thread is named; its cache is intact; the next evaluation is clean."""
+    verdict = referee.evaluate(_base_code() + SCRIBBLE_RACING, candidate_id=63, timing="none")
+    assert not verdict.accepted and "extra_threads" in verdict.violations, verdict.feedback()
+    assert "input_mutation" not in verdict.violations, verdict.feedback()
+    after = referee.evaluate(None, candidate_id=64, timing="none")
+    assert after.accepted and after.violations == [], after.feedback()
+
+
+def test_the_runner_maps_no_shared_memory_but_the_regions_and_messages(referee):
+    verdict = referee.evaluate(_base_code() + MAPS_PROBE, candidate_id=65, timing="none")
+    text = verdict.error or ""
+    assert "RuntimeError: MAPS" in text, verdict.feedback()
+    names = text[text.index("RuntimeError: MAPS"):].splitlines()[0].split()[2:]
+    ours = ("/memfd:kernelsmith-region", "/memfd:kernelsmith-msg")
+    assert names and all(n.startswith(ours) for n in names), names
+    assert any(n.startswith("/memfd:kernelsmith-region") for n in names), names
