@@ -38,7 +38,8 @@ class Referee:
 
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None,
-                 prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None):
+                 prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None,
+                 shared_regions: bool = True):
         try:
             self.device = resolve_device(device)
         except ValueError as e:
@@ -62,6 +63,8 @@ class Referee:
         # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
         # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
         self.input_cache_bytes = input_cache_bytes
+        # False: every tensor between judge and runner travels in message files (no shared regions).
+        self.shared_regions = bool(shared_regions)
         self.device_info: dict | None = None
         self._base_profiles: dict = {}
         # Device numbers measured by the first worker before any candidate ran in it; later workers
@@ -89,7 +92,8 @@ class Referee:
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
-                "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes}
+                "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes,
+                "shared_regions": self.shared_regions}
 
     def _env(self) -> dict[str, str]:
         env = scrubbed_env()

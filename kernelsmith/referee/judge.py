@@ -91,11 +91,11 @@ class RunnerLink:
         self.status: int | None = None
         self._last_sent: dict[str, torch.Tensor] = {}
 
-    def set_device(self, device: str) -> None:
+    def set_device(self, device: str, regions: bool = True) -> None:
         """Where received tensors go (the judge's device), and where the shared regions live
-        (unless KERNELSMITH_SHARED_REGIONS=0: every tensor then travels in message files)."""
+        (`regions` False: every tensor travels in message files)."""
         self.chan.device = device
-        if os.environ.get("KERNELSMITH_SHARED_REGIONS", "1") != "0":
+        if regions:
             self.chan.share_regions(device)
 
     def probe_regions(self, device) -> str | None:

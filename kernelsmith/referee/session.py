@@ -77,7 +77,7 @@ class Session(ShapeTrials, JudgeTiming):
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
-        link.set_device(str(self.dev))
+        link.set_device(str(self.dev), regions=bool(spec.get("shared_regions", True)))
         clock.mark("device_init")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}

@@ -107,3 +107,51 @@ def test_the_runner_maps_no_shared_memory_but_the_regions_and_messages(referee):
     ours = ("/memfd:kernelsmith-region", "/memfd:kernelsmith-msg")
     assert names and all(n.startswith(ours) for n in names), names
     assert any(n.startswith("/memfd:kernelsmith-region") for n in names), names
+
+
+HOSTILE_REPLY = """
+def rms_norm(x, weight, eps=1e-6):
+    import fcntl, gc, json, os, socket
+    chan = next(o for o in gc.get_objects() if type(o).__name__ == "Channel")
+    outs = {"u": [{"t": [0, "float32", list(x.shape), list(x.stride()), 0]}]}
+    body = json.dumps({"msg": {"ok": True}, "regions": {"from_peer": {"capacity": 1 << 40, "fd": 1}},
+                       "values": {"d": {"outs": outs, "inputs": {"d": {}}}}}).encode()
+    fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
+    os.write(fd, body)
+    os.ftruncate(fd, 1 << 16)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    fds = [fd, os.memfd_create("y")] if HOW == "extra_file" else [fd]
+    at = {"outside": [1, 1 << 40, 4 * x.numel()], "negative": [1, -64, 16], "float": [1, 0.5, 16],
+          "extra_file": [0, 4096, 16], "kind": [7, 0, 16]}[HOW]
+    socket.send_fds(chan.sock, [json.dumps({"json": len(body), "blobs": [at]}).encode()], fds)
+    return x.clone()
+"""
+
+
+@pytest.mark.parametrize("how", ["outside", "negative", "float", "extra_file", "kind"])
+def test_a_hostile_region_reference_from_the_runner_is_a_protocol_rejection(referee, how):
+    """Candidate code writes its own reply on the channel: bytes outside the judge's region, a
+    descriptor of its own with an extra file, an unknown kind: `protocol`, and the judge goes on."""
+    code = _base_code() + f"\nHOW = {how!r}\n" + HOSTILE_REPLY
+    verdict = referee.evaluate(code, candidate_id=66, timing="none")
+    assert not verdict.accepted and "protocol" in verdict.violations, verdict.feedback()
+    why = {"outside": "outside the judge's shared region", "negative": "outside the judge's shared region",
+           "float": "not three integers", "extra_file": "exactly one memory file", "kind": "bad layout"}[how]
+    assert any(why in m for m in verdict.details["messages"]), verdict.details["messages"]
+    after = referee.evaluate(None, candidate_id=67, timing="none")
+    assert after.accepted and after.violations == [], after.feedback()
+
+
+def test_without_regions_the_verdict_is_the_same(tmp_path):
+    """shared_regions=False (every tensor in message files) judges a candidate as the regions do."""
+    honest = (demo_task("rms_norm").root / demo_task("rms_norm").operator.file).read_text()
+    verdicts = []
+    for regions in (True, False):
+        with Referee(demo_task("rms_norm"), device="interpret", seed=SEED, timeout_s=90,
+                     workdir=tmp_path / str(regions), shared_regions=regions) as ref:
+            verdicts.append(ref.evaluate(honest, candidate_id=68, timing="none"))
+    with_regions, without = verdicts
+    assert with_regions.accepted and without.accepted
+    assert with_regions.shapes == without.shapes
+    assert with_regions.details["channel"]["shared_on"] == "cpu"
+    assert without.details["channel"]["shared_on"] is None and without.details["channel"]["shared_bytes"] == 0
