@@ -97,7 +97,7 @@ def test_a_closed_peer_is_peer_gone():
 
 
 # -- the shared regions (shared_region.py): tensors on the judge's device cross through buffers the
-# judge owns and shares once; on the CPU these are sealed-size memfds, on CUDA IPC (tests/referee/test_gpu_ipc.py).
+# judge owns and shares once; on the CPU sealed-size memfds, on CUDA IPC (tests/referee/test_gpu_ipc.py).
 
 def _region_ends():
     judge, runner = _ends()
