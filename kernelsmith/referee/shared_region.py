@@ -184,9 +184,8 @@ class PeerRegions:
 
     def inbound(self, off: int, n: int, device) -> torch.Tensor:
         """A clone, on `device`, of bytes the judge put in its `to_peer` region."""
-        v = self.views["to_peer"]
-        raw = v[off:off + n]
-        return raw.clone() if raw.device == torch.device(device) else raw.to(device)
+        raw = self.views["to_peer"][off:off + n]
+        return raw.to(device, copy=True)  # always a copy: nothing here may alias the judge's region
 
     def reply_room(self, t: torch.Tensor) -> torch.Tensor | None:
         """The judge's `from_peer` region where it lives on `t`'s device, else None."""

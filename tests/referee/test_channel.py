@@ -112,6 +112,8 @@ def test_tensors_cross_through_the_shared_regions_not_the_message_files():
     judge.send({"op": "call"}, values, reply_bytes=2 * x.numel() * 4)
     msg, got = runner.recv(timeout=5)
     assert torch.equal(got["x"], x) and torch.equal(got["view"], x[1:3, ::2])
+    judge.regions.regions["to_peer"].buf.fill_(0)  # the runner holds copies, not views of the region
+    assert torch.equal(got["view"], x[1:3, ::2])
     got["x"][1, 0] = -7.0  # the runner's copy: aliasing kept there, the judge's tensor untouched
     assert got["view"][0, 0] == -7.0 and x[1, 0] != -7.0
     assert judge.stats["shared_bytes"] >= x.numel() * 4 and judge.stats["bytes"] < 4096
