@@ -41,7 +41,7 @@ class StandInRunner:
         self.session, self.cand, self.forge, self.audit_delay_s = session, cand, forge, audit_delay_s
         self.paused = 0
 
-    def request(self, msg, values=None):
+    def request(self, msg, values=None, reply_bytes=0):
         if msg["op"] == "time":
             r = timing.time_loop(self.session, self.cand, values, msg["si"], msg["cid"], msg["seed"],
                                  msg["mode"], msg["host"])
@@ -129,7 +129,7 @@ def test_an_honest_claim_passes_the_audit(audit_bites):
     judge = Judge(FakeBackend([2.0, 1.0, 2.0]), audit_delay_s=0.001)  # audited calls take what they claim
     calls = []
     real = judge.link.request
-    judge.link.request = lambda msg, values=None: calls.append(msg["op"]) or real(msg, values)
+    judge.link.request = lambda msg, values=None, **kw: calls.append(msg["op"]) or real(msg, values, **kw)
     ok, out = _time(judge)
     assert ok and out["violations"] == [] and calls.count("audit") == len(out["shapes"])
 
@@ -165,7 +165,7 @@ def test_an_audited_wrong_output_is_caught(audit_bites):
     judge = Judge(FakeBackend([2.0, 1.0, 2.0]))
     honest = judge.link.request
 
-    def wrong_on_fresh_inputs(msg, values=None):  # right on the timed sets, zeros on the audit's
+    def wrong_on_fresh_inputs(msg, values=None, reply_bytes=0):  # zeros on the audit's sets only
         if msg["op"] == "audit":
             return {"ok": True}, {"outs": [(torch.zeros_like(s["x"]),) for s in values]}
         return honest(msg, values)
