@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from .shared_region import ALIGN, JudgeRegions, PeerRegions, aligned
+from .shared_region import ALIGN, PINS_PER_MESSAGE, JudgeRegions, PeerRegions, aligned, storage_key
 
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 HEADER_MAX = 4096
@@ -124,8 +124,8 @@ class _Unpacker:
     def blob(self, i: int) -> torch.Tensor:
         if i not in self.made:
             kind, off, n = self.blobs[i]
-            if kind == 1:
-                self.made[i] = self.region(off, n, self.device)
+            if kind in (1, 2):  # a shared region's bytes (1) or a pinned copy (2, id in `off`)
+                self.made[i] = self.region(kind, off, n, self.device)
             elif n:
                 raw = torch.frombuffer(self.buf, dtype=torch.uint8, offset=off, count=n)
                 self.made[i] = raw.to(self.device) if self.device != "cpu" else raw.clone()
@@ -199,7 +199,8 @@ class Channel:
         """Start counting anew: messages, `bytes` through message files (host memory), `shared_bytes`
         through the shared regions, and the seconds this end spent packing, copying and unpacking."""
         where = self.regions.device.type if self.regions is not None and self.regions.enabled else None
-        self.stats = {"messages": 0, "bytes": 0, "shared_bytes": 0, "shared_on": where, "copy_s": 0.0}
+        self.stats = {"messages": 0, "bytes": 0, "shared_bytes": 0, "pinned_bytes": 0, "shared_on": where,
+                      "copy_s": 0.0}
 
     def share_regions(self, device: str) -> None:
         """(The judge's end) tensors on `device` travel through regions shared with the runner."""
@@ -211,17 +212,31 @@ class Channel:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, msg: dict, values=None, reply_bytes: int = 0) -> None:
+    def send(self, msg: dict, values=None, reply_bytes: int = 0, pin=()) -> None:
         """Send `msg` (JSON) and `values` (any structure of tensors and plain values); `reply_bytes`:
-        (the judge's end) room to keep in the reply region for the answer's tensors."""
+        (the judge's end) room to keep in the reply region for the answer's tensors; `pin`: tensors
+        that live long and never change (cached inputs), whose storages the runner keeps a shared
+        copy of, so they cross once."""
         start = time.perf_counter()
         packer = _Packer(allow_pickle=not self.trusted_peer)
         body = {"msg": msg, "values": packer.value(values)}
-        targets, fds = self._regions_for(packer.blobs, reply_bytes, body)
+        pinned, pin_fds = {}, []
+        if self.regions is not None:  # storages of `pin` tensors cross once, as pinned copies
+            owners = {storage_key(t): t for t in pin if isinstance(t, torch.Tensor) and self.regions.takes(t)}
+            pins = self.regions.pins
+            pinned, pin_fds = pins.for_message(packer.seen, packer.blobs, owners, body, self.stats)
+        targets, fds = self._regions_for(packer.blobs, reply_bytes, body, skip=pinned)
+        for desc in body.get("pins") or []:  # pins' files follow the regions' files
+            if "fd" in desc:
+                desc["fd"] += len(fds)
+        fds += pin_fds
         text = json.dumps(body).encode()
         layout, pos, rpos = [], (len(text) + ALIGN - 1) // ALIGN * ALIGN, 0
-        for b, target in zip(packer.blobs, targets, strict=True):
-            if target is None:
+        for i, (b, target) in enumerate(zip(packer.blobs, targets, strict=True)):
+            if i in pinned:
+                layout.append([2, pinned[i], b.numel()])
+                self.stats["pinned_bytes"] += b.numel()
+            elif target is None:
                 layout.append([0, pos, b.numel()])
                 pos = (pos + b.numel() + ALIGN - 1) // ALIGN * ALIGN
             else:  # copied device to device into the shared region; the peer clones it out
@@ -252,27 +267,12 @@ class Channel:
         finally:
             os.close(fd)
 
-    def _regions_for(self, blobs: list, reply_bytes: int, body: dict) -> tuple[list, list[int]]:
-        """Per blob: the region view it is copied into, or None (inline); and the memfds of regions
-        made now (their descriptors are put in `body`)."""
-        targets = [None] * len(blobs)
+    def _regions_for(self, blobs: list, reply_bytes: int, body: dict, skip=()) -> tuple[list, list[int]]:
+        """Per blob: the region view it is copied into, or None (inline or pinned: `skip`); and the
+        memfds of regions made now (their descriptors are put in `body`)."""
         if self.regions is not None:  # the judge's end: requests into to_peer (grown to fit)
-            mine = [i for i, b in enumerate(blobs) if self.regions.takes(b)]
-            made = {"to_peer": self.regions.ensure("to_peer", sum(aligned(blobs[i].numel()) for i in mine)),
-                    "from_peer": self.regions.ensure("from_peer", reply_bytes)}
-            fds, descs = [], {}
-            for which, r in made.items():
-                if r is not None:
-                    descs[which] = r.descriptor()
-                    if r.fd is not None:
-                        fds.append(r.fd)
-                        descs[which]["fd"] = len(fds)
-            if descs:
-                body["regions"] = descs
-            view = self.regions.regions["to_peer"]
-            for i in mine:
-                targets[i] = view.buf
-            return targets, fds
+            return self.regions.targets_for(blobs, reply_bytes, body, skip)
+        targets = [None] * len(blobs)
         if self.peer_regions is not None:  # the runner's end: replies into from_peer while they fit
             used = 0
             for i, b in enumerate(blobs):
@@ -298,14 +298,14 @@ class Channel:
         """The next message: (msg, values). PeerGone at end of stream, TimeoutError on `timeout`."""
         self.sock.settimeout(timeout)
         try:
-            data, fds, flags, _ = socket.recv_fds(self.sock, HEADER_MAX, 4)
+            data, fds, flags, _ = socket.recv_fds(self.sock, HEADER_MAX, 4 + PINS_PER_MESSAGE)
         except TimeoutError:
             raise TimeoutError("no message from the peer") from None
         if not data and not fds:
             raise PeerGone("the peer closed the channel")
         try:
             # Only the judge shares regions (their memfds ride along); the runner sends one file.
-            most = 3 if self.trusted_peer else 1
+            most = 3 + PINS_PER_MESSAGE if self.trusted_peer else 1
             if not 1 <= len(fds) <= most or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 raise ProtocolError("a message must carry exactly one memory file and a short header")
             return self._read(data, fds[0], fds[1:])
@@ -325,7 +325,7 @@ class Channel:
             raise ProtocolError("bad header: a layout entry is not three integers")
         inline = [(o, n) for k, o, n in blobs if k == 0]
         end = max([n_json, *[o + n for o, n in inline]])
-        bad_kind = any(k not in (0, 1) for k, _, _ in blobs)
+        bad_kind = any(k not in ((0, 1, 2) if self.peer_regions is not None else (0, 1)) for k, _, _ in blobs)
         if any(k == 1 for k, _, _ in blobs) and self.regions is None and self.peer_regions is None:
             bad_kind = True
         misplaced = any(o < n_json or n < 0 or o % ALIGN for o, n in inline)
@@ -342,7 +342,7 @@ class Channel:
             raise ProtocolError("the memory file is shorter than its header says")
         # A private (copy-on-write) mapping of sealed contents; every tensor is copied out of it.
         mm = mmap.mmap(fd, max(end, 1), flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        shared = sum(n for k, _, n in blobs if k == 1)
+        shared = sum(n for k, _, n in blobs if k == 1)  # pinned copies (2) moved nothing now
         try:
             body = json.loads(mm[:n_json])
             msg = body["msg"]
@@ -352,7 +352,15 @@ class Channel:
                 for which, desc in (body.get("regions") or {}).items():
                     i = desc.get("fd")
                     self.peer_regions.open(which, desc, None if i is None else region_fds[i - 1])
-                region = self.peer_regions.inbound
+                for pid in body.get("unpin") or []:
+                    self.peer_regions.pins.pop(pid, None)
+                for desc in body.get("pins") or []:
+                    i = desc.get("fd")
+                    self.peer_regions.open_pin(desc, None if i is None else region_fds[i - 1])
+                peer = self.peer_regions
+
+                def region(kind, off, n, device):
+                    return peer.inbound(off, n, device) if kind == 1 else peer.pinned(off, n, device)
             else:  # from the runner: bytes of the judge's own region, cloned at once
                 region = self._received
             values = _Unpacker(mm, blobs, self.device, allow_pickle=self.trusted_peer,
@@ -366,7 +374,7 @@ class Channel:
         self._count(end, start, shared)
         return msg, values
 
-    def _received(self, off: int, n: int, device) -> torch.Tensor:
+    def _received(self, kind: int, off: int, n: int, device) -> torch.Tensor:
         if self.regions is None:
             raise ProtocolError("a reply names a shared region the judge has not made")
         return self.regions.received(off, n).to(device)  # a clone already

@@ -21,7 +21,7 @@ import torch
 from . import correctness as C
 from .channel import Channel, PeerGone, ProtocolError, pair
 from .shape_trials import Rejected
-from .shared_region import room_for
+from .shared_region import room_for, storage_key
 
 SHUTDOWN_S = 5.0
 
@@ -50,6 +50,22 @@ class CandidateError(Exception):
     def __init__(self, name: str, text: str):
         super().__init__(text.strip().splitlines()[-1] if text.strip() else name)
         self.name, self.text = name, text
+
+
+def substitute(inputs: dict, pristine: dict | None) -> tuple[dict, list]:
+    """(`inputs` with each tensor replaced by its pristine twin where shape, dtype, strides, offset
+    and device agree, the twins used). Only where the twins share no storage with one another, as
+    the copies do not (else the runner would see aliasing the copies lack)."""
+    if not pristine:
+        return inputs, []
+    twins = {k: pristine[k] for k, v in inputs.items() if type(v) is torch.Tensor
+             and type(pristine.get(k)) is torch.Tensor
+             and (v.shape, v.dtype, v.stride(), v.storage_offset(), v.device)
+             == (pristine[k].shape, pristine[k].dtype, pristine[k].stride(), pristine[k].storage_offset(),
+                 pristine[k].device)}
+    if len({storage_key(t) for t in twins.values()}) != len(twins):
+        return inputs, []
+    return {**inputs, **twins}, list(twins.values())
 
 
 def make_non_dumpable() -> bool:
@@ -144,13 +160,14 @@ class RunnerLink:
                 return f"the runner process was killed by signal {-code}"
         return f"the runner process exited with status {code}"
 
-    def request(self, msg: dict, values=None, reply_bytes: int = 0) -> tuple[dict, object]:
+    def request(self, msg: dict, values=None, reply_bytes: int = 0, pin=()) -> tuple[dict, object]:
         """Send one request and wait (no limit: the parent's wall clock ends a hang) for its reply
-        (`reply_bytes`: what its tensors will likely take, for the shared reply region)."""
+        (`reply_bytes`: what its tensors will likely take, for the shared reply region; `pin`:
+        cached tensors among `values` the runner may keep a shared copy of)."""
         if self._dead():
             raise RunnerFailed("crash", self.death_note())
         try:
-            self.chan.send(msg, values, reply_bytes=reply_bytes)
+            self.chan.send(msg, values, reply_bytes=reply_bytes, pin=pin)
         except OSError:
             self._wait_dead()
             raise RunnerFailed("crash", self.death_note()) from None
@@ -180,17 +197,21 @@ class RunnerLink:
         while not self._dead() and time.monotonic() < deadline:
             time.sleep(0.02)
 
-    def call(self, fn: RemoteFn, inputs: dict, dirty: float, watch: bool, sizes, outputs) -> tuple:
+    def call(self, fn: RemoteFn, inputs: dict, dirty: float, watch: bool, sizes, outputs,
+             pristine: dict | None = None) -> tuple:
         """Run `fn` in the runner on `inputs`: the post-call values of every input tensor are copied
         back into `inputs` (in-place outputs, mutations); returns the outputs, private to the judge.
+        `pristine`: cached tensors `inputs` holds copies of (bit for bit, write-only outputs aside):
+        those are sent instead, pinned, so they cross to the runner once per cache entry.
 
         A tensor object sent in the previous call lands in the same runner storage again (a result
         cached by address is caught as before: see trials.in_arena)."""
         mine = C.tensors_of(inputs)
         same = [n for n, t in mine.items() if self._last_sent.get(n) is t]
         back_bytes = room_for(mine.values(), sizes)
+        sent, pin = substitute(inputs, pristine)
         reply, out = self.request({"op": "call", "fn": fn.name, "dirty": dirty, "watch": watch,
-                                   "sizes": list(sizes), "same": same}, inputs, reply_bytes=back_bytes)
+                                   "sizes": list(sizes), "same": same}, sent, reply_bytes=back_bytes, pin=pin)
         self._last_sent = mine
         if not isinstance(out, dict) or not isinstance(out.get("inputs"), dict):
             raise RunnerFailed("protocol", "the runner's call reply carries no inputs")

@@ -143,7 +143,8 @@ class JudgeTiming:
         start = time.perf_counter()
         reply, out = self.link.request({"op": "time", "fn": fn.name, "si": si, "cid": cid, "seed": seed,
                                         "mode": mode, "host": host}, originals,
-                                       reply_bytes=room_for(made[0][1]))
+                                       reply_bytes=room_for(made[0][1]),
+                                       pin=[t for o in originals for t in C.tensors_of(o).values()])
         wall_ms = (time.perf_counter() - start) * 1e3
         r = claimed_times(reply, mode)
         cfg = FULL if mode == "full" else SCREEN

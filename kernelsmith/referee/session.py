@@ -111,6 +111,8 @@ class Session(ShapeTrials, JudgeTiming):
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
         budget = spec.get("input_cache_bytes")
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
+        if link.chan.regions is not None:  # the runner's pinned copies of cached inputs: as many bytes
+            link.chan.regions.pins.budget = self.inputs.budget
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         self._profiles: dict = dict(spec.get("base_profiles") or {})
@@ -150,15 +152,18 @@ class Session(ShapeTrials, JudgeTiming):
     def _write_only(self) -> list[str]:
         return [n for n in (self.harness.outputs or []) if n not in self.harness.inplace]
 
-    def call(self, fn, inputs: dict, dirty: float, rec, sizes: list[int] = ()) -> tuple:
+    def call(self, fn, inputs: dict, dirty: float, rec, sizes: list[int] = (),
+             pristine: dict | None = None) -> tuple:
         """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned).
 
         `fn`: the judge's base, or a RemoteFn run by the runner (watched by its monitor when
         `rec` is not None); either way `inputs` holds the post-call values afterwards.
         `sizes`: byte sizes of the expected outputs, used to dirty the allocator for them.
+        `pristine`: the cached inputs `inputs` copies bit for bit (write-only outputs aside): the
+        runner gets them from its pinned copy (shared_region.py) instead of a transfer.
         """
         if isinstance(fn, RemoteFn):
-            return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs)
+            return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs, pristine)
         for name in self._write_only():
             C.poison(inputs[name])
         C.dirty_allocator(self.dev, dirty, sizes)
@@ -188,7 +193,8 @@ class Session(ShapeTrials, JudgeTiming):
         originals = self.listed(shape, self._profile_seed, 0).originals
         if warm:
             self.call(self.base_fn, fresh_copy(originals), float("nan"), None)  # the judge's own base
-        reply, _ = self.link.request({"op": "profile", "key": key, "warm": warm}, originals)
+        reply, _ = self.link.request({"op": "profile", "key": key, "warm": warm}, originals,
+                                     pin=list(C.tensors_of(originals).values()))
         if key not in self._profiles:
             self._profiles[key] = reply["record"]
 
@@ -229,6 +235,14 @@ class Session(ShapeTrials, JudgeTiming):
         if self.link.sweep():
             out["details"]["messages"].append("processes the candidate left running were killed")
         tampered = self.inputs.verify()
+        regions = self.link.chan.regions
+        if regions is not None:
+            if tampered:  # the pins were made from the changed originals
+                regions.pins.drop_all()
+            elif regions.pins.tampered():  # CUDA pins are writable through IPC: compared, restored
+                out["violations"].append("protocol")
+                out["details"]["messages"].append(
+                    "the runner wrote the judge's shared copy of cached inputs (restored)")
         if tampered:
             out["violations"].append("input_mutation")
             out["details"]["messages"].append(

@@ -17,6 +17,8 @@ import base64
 import fcntl
 import mmap
 import os
+import warnings
+import weakref
 
 import torch
 
@@ -108,6 +110,7 @@ class JudgeRegions:
         self.pool = torch.cuda.MemPool() if self.enabled and self.device.type == "cuda" else None
         self.regions: dict[str, Region | None] = {"to_peer": None, "from_peer": None}
         self.gen = 0
+        self.pins = JudgePins(self.device, self.pool, 0)  # a budget is given by the session
 
     def takes(self, t: torch.Tensor) -> bool:
         """Whether a storage on `t`'s device travels through the regions."""
@@ -129,6 +132,27 @@ class JudgeRegions:
         self.regions[which] = made
         return made
 
+    def targets_for(self, blobs: list, reply_bytes: int, body: dict, skip=()) -> tuple[list, list[int]]:
+        """Per blob of a request: `to_peer`'s buffer where it goes there (grown to fit all), else
+        None; `from_peer` kept at `reply_bytes` or more; regions made now described in `body`,
+        their memfds returned."""
+        targets = [None] * len(blobs)
+        mine = [i for i, b in enumerate(blobs) if self.takes(b) and i not in skip]
+        made = {"to_peer": self.ensure("to_peer", sum(aligned(blobs[i].numel()) for i in mine)),
+                "from_peer": self.ensure("from_peer", reply_bytes)}
+        fds, descs = [], {}
+        for which, r in made.items():
+            if r is not None:
+                descs[which] = r.descriptor()
+                if r.fd is not None:
+                    fds.append(r.fd)
+                    descs[which]["fd"] = len(fds)
+        if descs:
+            body["regions"] = descs
+        for i in mine:
+            targets[i] = self.regions["to_peer"].buf
+        return targets, fds
+
     def synchronize(self) -> None:
         """Wait for this process's copies into or out of a CUDA region."""
         if self.device.type == "cuda":
@@ -145,7 +169,8 @@ class JudgeRegions:
         return r.buf[off:off + n].clone()
 
     def close(self) -> None:
-        """Drop both regions."""
+        """Drop both regions and every pin."""
+        self.pins.drop_all()
         for which, r in self.regions.items():
             if r is not None:
                 r.close()
@@ -158,6 +183,29 @@ class PeerRegions:
     def __init__(self):
         self.views: dict[str, torch.Tensor | None] = {"to_peer": None, "from_peer": None}
         self._maps: dict[str, mmap.mmap] = {}
+        self.pins: dict[int, torch.Tensor] = {}
+
+    def open_pin(self, desc: dict, fd: int | None) -> None:
+        """Map a pinned copy the judge shared (on the CPU a write-sealed file, mapped read-only)."""
+        n = int(desc["nbytes"])
+        if desc.get("cuda"):
+            dev, handle, size, offset, rc_handle, rc_offset, ev_handle, ev_sync = desc["cuda"]
+            torch.cuda._lazy_init()
+            storage = torch.UntypedStorage._new_shared_cuda(
+                int(dev), _unb64(handle), int(size), int(offset), _unb64(rc_handle), int(rc_offset),
+                _unb64(ev_handle), bool(ev_sync))
+            view = torch.empty(0, dtype=torch.uint8, device=f"cuda:{int(dev)}").set_(storage)
+        else:
+            # Shared and read-only over a write-sealed file: no mprotect can make it writable here.
+            mm = mmap.mmap(fd, max(n, 1), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            with warnings.catch_warnings():  # torch notes the buffer is not writable: that is the point
+                warnings.simplefilter("ignore")
+                view = torch.frombuffer(mm, dtype=torch.uint8)
+        self.pins[int(desc["id"])] = view[:n]
+
+    def pinned(self, pid: int, n: int, device) -> torch.Tensor:
+        """A copy, on `device`, of a pinned storage."""
+        return self.pins[pid][:n].to(device, copy=True)
 
     def open(self, which: str, desc: dict, fd: int | None) -> None:
         """Map a region the judge shared (its memfd `fd` on the CPU), replacing the older one."""
@@ -197,3 +245,136 @@ class PeerRegions:
         v = self.views["from_peer"]
         if v is not None and v.device.type == "cuda":
             torch.cuda.synchronize(v.device)
+
+
+PINS_PER_MESSAGE = 8  # new pinned copies one message may share (each may carry a file descriptor)
+
+
+def storage_key(t: torch.Tensor) -> tuple:
+    """What identifies a tensor's storage while it lives (the channel's deduplication key)."""
+    return (str(t.device), t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+
+
+class Pin:
+    """A judge-owned copy of one long-lived storage (a cached input), shared with the runner once.
+
+    On the CPU a memfd sealed against writing too: the runner can only read it. On CUDA a buffer in
+    the regions' pool, writable through IPC: the judge compares it with the original after every
+    evaluation (`intact`) and restores it."""
+
+    def __init__(self, pid: int, src: torch.Tensor, device: torch.device, pool=None):
+        self.pid, self.nbytes, self.fd, self.buf = pid, src.numel(), None, None
+        if device.type == "cuda":
+            with torch.cuda.use_mem_pool(pool, device):
+                self.buf = torch.empty(max(self.nbytes, 1), dtype=torch.uint8, device=device)
+            self.buf[:self.nbytes].copy_(src)
+            return
+        fd = os.memfd_create("kernelsmith-pin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, max(self.nbytes, 1))
+            mm = mmap.mmap(fd, max(self.nbytes, 1))
+            view = torch.frombuffer(mm, dtype=torch.uint8)
+            view[:self.nbytes].copy_(src)
+            del view
+            mm.close()
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SIZE_SEALS | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def descriptor(self) -> dict:
+        d = {"id": self.pid, "nbytes": self.nbytes}
+        if self.buf is not None:
+            dev, handle, size, offset, rc_handle, rc_offset, ev_handle, ev_sync = \
+                self.buf.untyped_storage()._share_cuda_()
+            d["cuda"] = [int(dev), _b64(handle), int(size), int(offset), _b64(rc_handle), int(rc_offset),
+                         _b64(ev_handle), bool(ev_sync)]
+        return d
+
+    def intact(self, src: torch.Tensor) -> bool:
+        """Whether the shared copy still equals `src` (restoring it where it does not)."""
+        if self.buf is None:
+            return True  # write-sealed: nobody can change it
+        if torch.equal(self.buf[:self.nbytes], src):
+            return True
+        self.buf[:self.nbytes].copy_(src)
+        return False
+
+    def close(self) -> None:
+        self.buf = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class JudgePins:
+    """The judge's pinned copies, keyed by the original's storage; a pin lives as long as the tensor
+    it was made for (a weak reference drops it, and the runner is told to drop its mapping)."""
+
+    def __init__(self, device: torch.device, pool, budget: int):
+        self.device, self.pool, self.budget = device, pool, int(budget)
+        self.pins: dict[tuple, tuple[Pin, object]] = {}
+        self.dropped: list[int] = []
+        self.bytes, self.next_id = 0, 0
+
+    def lookup(self, key: tuple) -> Pin | None:
+        hit = self.pins.get(key)
+        return hit[0] if hit is not None else None
+
+    def make(self, owner: torch.Tensor, src: torch.Tensor) -> Pin | None:
+        """A pin of `src` (the bytes of `owner`'s storage), None past the budget."""
+        if self.bytes + src.numel() > self.budget:
+            return None
+        self.next_id += 1
+        key = storage_key(owner)
+        pin = Pin(self.next_id, src, self.device, self.pool)
+        self.bytes += pin.nbytes
+        self.pins[key] = (pin, weakref.ref(owner, lambda _r, k=key: self.drop(k)))
+        return pin
+
+    def for_message(self, seen: dict, blobs: list, owners: dict, body: dict, stats: dict) -> tuple:
+        """({blob index: pin id}, new pins' memfds) for a message whose storages are `seen` (key ->
+        blob index); storages of `owners` (key -> tensor) not pinned yet are pinned now, at most
+        PINS_PER_MESSAGE, their descriptors put in `body` with the pins the runner must drop."""
+        if self.dropped:
+            body["unpin"], self.dropped = list(self.dropped), []
+        found, fds, descs = {}, [], []
+        for key, i in seen.items():
+            if key not in owners:
+                continue
+            p = self.lookup(key)
+            if p is None and len(descs) < PINS_PER_MESSAGE:
+                p = self.make(owners[key], blobs[i])
+                if p is not None:
+                    descs.append(p.descriptor())
+                    stats["shared_bytes"] += p.nbytes
+                    if p.fd is not None:
+                        fds.append(p.fd)
+                        descs[-1]["fd"] = len(fds)
+            if p is not None:
+                found[i] = p.pid
+        if descs:
+            body["pins"] = descs
+        return found, fds
+
+    def drop(self, key: tuple) -> None:
+        hit = self.pins.pop(key, None)
+        if hit is not None:
+            hit[0].close()
+            self.bytes -= hit[0].nbytes
+            self.dropped.append(hit[0].pid)
+
+    def drop_all(self) -> None:
+        for key in list(self.pins):
+            self.drop(key)
+
+    def tampered(self) -> int:
+        """How many CUDA pins differed from their originals (each restored)."""
+        bad = 0
+        for pin, ref in list(self.pins.values()):
+            owner = ref()
+            if owner is not None and pin.buf is not None:
+                src = torch.empty(0, dtype=torch.uint8, device=owner.device).set_(owner.untyped_storage())
+                bad += not pin.intact(src)
+        return bad

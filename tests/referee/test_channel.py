@@ -3,6 +3,7 @@ strides and aliasing, and the judge's end decoding the runner's messages as host
 
 import fcntl
 import json
+import mmap
 import os
 import pickle
 import socket
@@ -189,3 +190,30 @@ def test_a_region_reference_without_a_region_and_extra_files_are_protocol_errors
     _raw(runner.sock, {"json": len(ok), "blobs": []}, ok)
     assert judge.recv(timeout=5) == ({"ok": True}, 1)
     assert judge.regions.regions["from_peer"].capacity >= 4096
+
+
+def test_pinned_tensors_cross_once_and_the_runner_cannot_write_them():
+    judge, runner = _region_ends()
+    judge.regions.pins.budget = 1 << 20
+    cached = torch.randn(64, 32)
+    judge.send({"op": "a"}, {"x": cached}, pin=[cached])
+    first = judge.stats["shared_bytes"]
+    _, got = runner.recv(timeout=5)
+    assert torch.equal(got["x"], cached) and first >= cached.numel() * 4
+    got["x"].fill_(0)  # the runner's own copy
+    judge.send({"op": "b"}, {"x": cached}, pin=[cached])
+    assert judge.stats["shared_bytes"] == first and judge.stats["pinned_bytes"] == 2 * cached.numel() * 4
+    _, again = runner.recv(timeout=5)
+    assert torch.equal(again["x"], cached)
+    (pin,) = [p for p, _ in judge.regions.pins.pins.values()]
+    with pytest.raises(PermissionError):  # sealed against writing: the runner can only read it
+        os.pwrite(pin.fd, b"\0" * 8, 0)
+    with pytest.raises(PermissionError):
+        mmap.mmap(pin.fd, 4096)
+    # The original gone, the pin goes, and the runner is told to drop its mapping.
+    pid = pin.pid
+    del cached, pin
+    assert not judge.regions.pins.pins
+    judge.send({"op": "c"}, {"y": torch.ones(4)})
+    runner.recv(timeout=5)
+    assert pid not in runner.peer_regions.pins

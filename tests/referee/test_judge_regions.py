@@ -49,7 +49,7 @@ def rms_norm(x, weight, eps=1e-6):
         for line in f:
             parts = line.split()
             if len(parts) >= 6 and ("memfd:" in parts[5] or parts[5].startswith("/dev/shm")):
-                shared.add(parts[5])
+                shared.add(parts[5] + "@" + parts[1])
     raise RuntimeError("MAPS " + " ".join(sorted(shared)))
 """
 
@@ -76,6 +76,8 @@ def test_tensors_cross_through_the_regions_not_message_files(referee):
     chan = verdict.details["channel"]
     assert chan["shared_on"] == "cpu" and chan["shared_bytes"] > 0, chan
     assert chan["bytes"] < chan["shared_bytes"], chan  # the message files carry JSON only
+    # The cached inputs crossed at the worker's start, as pinned copies: referenced, not copied.
+    assert chan["pinned_bytes"] > 0, chan
     assert "regions_off" not in chan, chan
 
 
@@ -99,14 +101,18 @@ def test_a_thread_racing_the_reply_region_is_judged_not_obeyed(referee):
     assert after.accepted and after.violations == [], after.feedback()
 
 
-def test_the_runner_maps_no_shared_memory_but_the_regions_and_messages(referee):
+def test_the_runner_maps_no_shared_memory_but_the_regions_pins_and_messages(referee):
     verdict = referee.evaluate(_base_code() + MAPS_PROBE, candidate_id=65, timing="none")
     text = verdict.error or ""
     assert "RuntimeError: MAPS" in text, verdict.feedback()
-    names = text[text.index("RuntimeError: MAPS"):].splitlines()[0].split()[2:]
-    ours = ("/memfd:kernelsmith-region", "/memfd:kernelsmith-msg")
-    assert names and all(n.startswith(ours) for n in names), names
-    assert any(n.startswith("/memfd:kernelsmith-region") for n in names), names
+    maps = text[text.index("RuntimeError: MAPS"):].splitlines()[0].split()[2:]
+    names = [m.split("@")[0] for m in maps]
+    ours = ("/memfd:kernelsmith-region", "/memfd:kernelsmith-msg", "/memfd:kernelsmith-pin")
+    assert names and all(n.startswith(ours) for n in names), maps
+    assert any(n.startswith("/memfd:kernelsmith-region") for n in names), maps
+    # The pinned cached inputs are mapped read-only (shared, over write-sealed files).
+    pins = [m for m in maps if m.startswith("/memfd:kernelsmith-pin")]
+    assert pins and all(m.split("@")[1].startswith("r-") for m in pins), maps
 
 
 HOSTILE_REPLY = """
@@ -155,3 +161,25 @@ def test_without_regions_the_verdict_is_the_same(tmp_path):
     assert with_regions.shapes == without.shapes
     assert with_regions.details["channel"]["shared_on"] == "cpu"
     assert without.details["channel"]["shared_on"] is None and without.details["channel"]["shared_bytes"] == 0
+
+
+SCRIBBLE_PINS = """
+_base_rms_norm = rms_norm
+def rms_norm(x, weight, eps=1e-6):
+    import gc
+    for o in gc.get_objects():
+        if type(o).__name__ == "PeerRegions":
+            for v in o.pins.values():
+                v.fill_(0)  # the judge's pinned copies of its cached inputs: mapped read-only
+    return _base_rms_norm(x, weight, eps)
+"""
+
+
+def test_the_pinned_inputs_cannot_be_written_from_the_runner(referee):
+    """Writing the runner's mapping of a pinned input faults the runner (a crash verdict); the next
+    worker's candidates get the cached inputs intact."""
+    verdict = referee.evaluate(_base_code() + SCRIBBLE_PINS, candidate_id=69, timing="none")
+    assert not verdict.accepted and "crash" in verdict.violations, verdict.feedback()
+    assert "SIGSEGV" in (verdict.error or "") + " ".join(verdict.details["messages"]), verdict.feedback()
+    after = referee.evaluate(None, candidate_id=70, timing="none")
+    assert after.accepted and after.violations == [], after.feedback()

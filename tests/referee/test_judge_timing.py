@@ -41,7 +41,7 @@ class StandInRunner:
         self.session, self.cand, self.forge, self.audit_delay_s = session, cand, forge, audit_delay_s
         self.paused = 0
 
-    def request(self, msg, values=None, reply_bytes=0):
+    def request(self, msg, values=None, reply_bytes=0, pin=()):
         if msg["op"] == "time":
             r = timing.time_loop(self.session, self.cand, values, msg["si"], msg["cid"], msg["seed"],
                                  msg["mode"], msg["host"])
@@ -165,7 +165,7 @@ def test_an_audited_wrong_output_is_caught(audit_bites):
     judge = Judge(FakeBackend([2.0, 1.0, 2.0]))
     honest = judge.link.request
 
-    def wrong_on_fresh_inputs(msg, values=None, reply_bytes=0):  # zeros on the audit's sets only
+    def wrong_on_fresh_inputs(msg, values=None, **kw):  # zeros on the audit's sets only
         if msg["op"] == "audit":
             return {"ok": True}, {"outs": [(torch.zeros_like(s["x"]),) for s in values]}
         return honest(msg, values)
