@@ -40,6 +40,7 @@ def test_large_tensors_stay_on_the_device(silu_verdicts):
         assert chan["shared_on"] == "cuda" and "regions_off" not in chan, chan
         assert chan["bytes"] < 4 * MB, chan  # only JSON crosses host memory
         assert chan["shared_bytes"] > BIG, chan  # the 470 MB inputs did cross, through the regions
+        assert chan["pinned_bytes"] > BIG, chan  # and the cached ones were named, not copied
         assert v.details["phase_s"]["correctness"] < 5.0, v.details["phase_s"]  # 17.7 s through the host
 
 
@@ -77,13 +78,21 @@ def test_a_shared_segment_holds_nothing_but_the_regions():
     regions.ensure("from_peer", 100)
     middle = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (512, 5 * MB, 60 * MB)]
     regions.ensure("to_peer", 50 * MB)  # grows: a new buffer, the old one freed into the pool
+    regions.pins.budget = 1 << 30
+    cached = torch.randn(3 * MB, device="cuda")  # a cached input, pinned: its copy joins the pool
+    raw = torch.empty(0, dtype=torch.uint8, device="cuda").set_(cached.untyped_storage())
+    pin = regions.pins.make(cached, raw)
     after = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (512, 2 * MB, 30 * MB)]
-    ours = {r.buf.data_ptr() for r in regions.regions.values()}
+    ours = {r.buf.data_ptr() for r in regions.regions.values()} | {pin.buf.data_ptr()}
     for r in regions.regions.values():
         r.descriptor()  # sharing does not move or widen anything
+    pin.descriptor()
+    assert pin.intact(raw) and regions.pins.tampered() == 0
+    pin.buf[:8].fill_(7)  # what a runner could do through IPC: noticed and undone
+    assert regions.pins.tampered() == 1 and pin.intact(raw)
     segs = _segments_holding(sorted(ours))
     assert segs
-    others = [t.data_ptr() for t in before + middle + after]
+    others = [t.data_ptr() for t in before + middle + after + [cached]]
     for seg in segs:
         live = [b for b in seg["blocks"] if b["state"] == "active_allocated"]
         assert {b["at"] for b in live} <= ours, (seg["address"], live)
@@ -93,7 +102,7 @@ def test_a_shared_segment_holds_nothing_but_the_regions():
 
 def test_a_hostile_reply_on_cuda_is_a_protocol_rejection(tmp_path):
     """The CPU tests' hostile reply (test_judge_regions.py), against the CUDA regions."""
-    from test_judge_regions import HOSTILE_REPLY, SCRIBBLE_AFTER
+    from test_judge_regions import HOSTILE_REPLY, SCRIBBLE_AFTER, SCRIBBLE_PINS
 
     task = demo_task("rms_norm")
     base = (task.root / task.operator.file).read_text()
@@ -104,6 +113,10 @@ def test_a_hostile_reply_on_cuda_is_a_protocol_rejection(tmp_path):
             assert any("outside the judge's shared region" in m for m in v.details["messages"]), v.feedback()
         v = ref.evaluate(base + SCRIBBLE_AFTER, candidate_id=20, timing="none")
         assert v.correct and "input_mutation" not in v.violations, v.feedback()
+        # CUDA pins are writable through IPC: the judge compares them after the evaluation.
+        v = ref.evaluate(base + SCRIBBLE_PINS, candidate_id=22, timing="none")
+        assert not v.accepted and "protocol" in v.violations, v.feedback()
+        assert any("shared copy of cached inputs" in m for m in v.details["messages"]), v.feedback()
         v = ref.evaluate(None, candidate_id=21, timing="full")
         assert v.accepted and v.violations == [], v.feedback()
         assert v.details["channel"]["shared_on"] == "cuda", v.details["channel"]
