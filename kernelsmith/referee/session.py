@@ -111,10 +111,13 @@ class Session(ShapeTrials, JudgeTiming):
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
         budget = spec.get("input_cache_bytes")
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
-        if link.chan.regions is not None:  # the runner's pinned copies of cached inputs (on CUDA
-            # half the cache's bytes: a device copy per call is cheap there, memory is not)
-            cut = 2 if link.chan.regions.device.type == "cuda" else 1
-            link.chan.regions.pins.budget = self.inputs.budget // cut
+        if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
+            # The runner's pinned copies of cached inputs, as many bytes as the cache. Not on CUDA:
+            # there a device copy per request is cheap, while a pin doubles the cache's device
+            # memory, must be compared after every evaluation (IPC memory is writable), and torch
+            # may keep IPC-shared blocks until the worker exits (the code is there: tests/referee/
+            # test_gpu_ipc.py gives a budget by hand).
+            link.chan.regions.pins.budget = self.inputs.budget
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         self._profiles: dict = dict(spec.get("base_profiles") or {})

@@ -40,7 +40,7 @@ def test_large_tensors_stay_on_the_device(silu_verdicts):
         assert chan["shared_on"] == "cuda" and "regions_off" not in chan, chan
         assert chan["bytes"] < 4 * MB, chan  # only JSON crosses host memory
         assert chan["shared_bytes"] > BIG, chan  # the 470 MB inputs did cross, through the regions
-        assert chan["pinned_bytes"] > BIG, chan  # and the cached ones were named, not copied
+        assert chan["pinned_bytes"] == 0, chan  # no pins on CUDA (session.py says why)
         assert v.details["phase_s"]["correctness"] < 5.0, v.details["phase_s"]  # 17.7 s through the host
 
 
@@ -113,10 +113,9 @@ def test_a_hostile_reply_on_cuda_is_a_protocol_rejection(tmp_path):
             assert any("outside the judge's shared region" in m for m in v.details["messages"]), v.feedback()
         v = ref.evaluate(base + SCRIBBLE_AFTER, candidate_id=20, timing="none")
         assert v.correct and "input_mutation" not in v.violations, v.feedback()
-        # CUDA pins are writable through IPC: the judge compares them after the evaluation.
+        # Pins are off on CUDA: a candidate looking for them finds none and is judged as usual.
         v = ref.evaluate(base + SCRIBBLE_PINS, candidate_id=22, timing="none")
-        assert not v.accepted and "protocol" in v.violations, v.feedback()
-        assert any("shared copy of cached inputs" in m for m in v.details["messages"]), v.feedback()
+        assert v.correct and "protocol" not in v.violations, v.feedback()
         v = ref.evaluate(None, candidate_id=21, timing="full")
         assert v.accepted and v.violations == [], v.feedback()
         assert v.details["channel"]["shared_on"] == "cuda", v.details["channel"]
