@@ -18,12 +18,11 @@ from pathlib import Path
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
+from .child import kill_group, sandboxed_command
 
-
-def _sandboxed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], dict[str, str]]:
-    """The worker's command inside the "candidate" sandbox: writable are only its work folder
-    (with its scratch) and Triton's cache folder."""
-    return wrap(argv, "candidate", env=_with_pythonpath(env), writable=[cwd], scratch=Path(cwd) / "tmp")
+# How a worker (or its zygote) is started: the one child-process module, shared with the compile
+# processes (child.py).
+_sandboxed = sandboxed_command
 
 
 class WorkerDied(Exception):
@@ -119,10 +118,7 @@ class Zygote:
             self.sock.close()
         except OSError:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -159,14 +155,6 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _with_pythonpath(env: dict[str, str]) -> dict[str, str]:
-    pkg_parent = str(Path(__file__).resolve().parents[2])
-    env = dict(env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 class WorkerProcess:
@@ -271,10 +259,7 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers that outlived the leader
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)  # stragglers that outlived the leader
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()

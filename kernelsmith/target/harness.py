@@ -53,6 +53,10 @@ class Harness:
             return self.shapes
         return self.cpu_shapes or self.shapes
 
+    def callable_of(self, module, entry: str):
+        """What to call for a loaded operator module: the harness's `bind(module)`, else its entry."""
+        return self.bind(module) if self.bind is not None else getattr(module, entry)
+
     def tolerance_for(self, dtype_name: str) -> tuple[float, float]:
         """(atol, rtol) for an output dtype: the harness's override, else the default."""
         tol = self.tolerance.get(dtype_name) or DEFAULT_TOLERANCE.get(dtype_name) or {"atol": 0, "rtol": 0}
