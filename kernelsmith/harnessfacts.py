@@ -11,10 +11,13 @@ malformed data is one error naming the harness file.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import inspect
 import json
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -22,6 +25,10 @@ from .errors import ConfigError, KernelsmithError
 from .target.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, MalformedFacts, shape_key
 
 FACTS_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine (as harnessbox's loads)
+# Facts already gathered in this process, by (harness path, its content's sha256, cwd, sandboxed?):
+# `export` of several runs of one operator, and the tests, start one child per harness, not per call.
+_GATHERED: dict[tuple, HarnessFacts] = {}
+_LOCK = threading.Lock()
 
 
 class HarnessFactsError(KernelsmithError):
@@ -112,12 +119,23 @@ def main() -> int:
 def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None) -> HarnessFacts:
     """The facts of `harness`, from one child in the sandbox ("harness" profile); ConfigError when
     the harness does not load, HarnessFactsError (naming it) when its child crashes, hangs or
-    answers malformed data."""
-    from .harnessbox import HarnessChildError, config_error, run_child, shown
+    answers malformed data. One child per harness file's content (and cwd) per process."""
+    from . import sandbox
 
     path = Path(harness).resolve()
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = (str(path), digest, str(Path(cwd).resolve()), sandbox.enabled())
+    with _LOCK:
+        if key not in _GATHERED:
+            _GATHERED[key] = _gather(path, cwd, timeout_s)
+        return copy.deepcopy(_GATHERED[key])
+
+
+def _gather(path: Path, cwd: str | Path, timeout_s: float | None) -> HarnessFacts:
+    from .harnessbox import HarnessChildError, config_error, run_child, shown
+
     try:
         answer = run_child({"harness": str(path)}, harness=path, cwd=cwd, device=None,
                            timeout_s=FACTS_TIMEOUT_S if timeout_s is None else timeout_s,
