@@ -45,6 +45,19 @@ class Opaque:
         return f"<{self.type_name} from the harness>"
 
 
+def fake_mode_for(harness):
+    """The mode to call `harness.make_inputs` in for sizes only: torch's FakeTensorMode for a
+    harness imported here, none for HarnessFacts (its inputs are meta tensors already; creating a
+    FakeTensorMode imports torch._dynamo, seconds)."""
+    if isinstance(harness, HarnessFacts):
+        import contextlib
+
+        return contextlib.nullcontext()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
+
+
 def shape_key(shape: dict) -> str:
     """The identity of a shape dict (as JSON carries it: a tuple and a list are the same)."""
     return json.dumps(shape, sort_keys=True)
