@@ -96,6 +96,7 @@ def test_facts_give_the_same_per_shape_sizes_as_the_harness(rel):
                 assert (m.shape, m.dtype, m.stride()) == (v.shape, v.dtype, v.stride())
             else:
                 assert made[name] == v and type(made[name]) is type(v)
+    assert HarnessFacts.from_json(f.to_json(), f.path) == f  # what a Ray actor rebuilds them from
     with pytest.raises(KeyError, match="no recorded inputs"):
         f.make_inputs({"tokens": 999}, "cuda", 0)
     with pytest.raises(ValueError, match="seed 0"):
