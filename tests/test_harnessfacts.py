@@ -266,3 +266,15 @@ def test_facts_are_gathered_once_per_harness_content(tmp_path, monkeypatch):
     assert first.make_inputs({"n": 2}, "cuda", 0) == {"n": 2} and again == first and len(calls) == 1
     h.write_text(h.read_text().replace("'n': 2", "'n': 3"))
     assert gather(h, tmp_path).shapes == [{"n": 3}] and len(calls) == 2
+
+
+@needs_sandbox
+def test_evaluate_never_imports_the_harness_here(tmp_path, monkeypatch, capsys):
+    """Only the referee's sandboxed worker runs it: a write at import fails, the evaluation works."""
+    outside = tmp_path / "pwned.txt"
+    writer = (f"try:\n    open({str(outside)!r}, 'w').write('harness was here')\nexcept OSError:\n    pass\n"
+              + (ROOT / "targets" / "demo" / "rms_norm.py").read_text())
+    yaml = _target(tmp_path, writer, monkeypatch)
+    assert main(["evaluate", str(yaml), "rms_norm", "--device", "interpret", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accepted"] is True
+    assert not outside.exists()
