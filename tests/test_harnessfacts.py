@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from spykit import spy_harness
 
 from kernelsmith import harnessbox, harnessfacts, sandbox
 from kernelsmith.cli import main
@@ -29,31 +30,7 @@ SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-factsfake0123456789abcd", "GITHUB_TOKE
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
 # Attacks at import; what it saw becomes a field of every shape (the facts carry it back).
-SPY = '''
-import os, socket
-seen = []
-for path in OUTSIDE:
-    try:
-        with open(path, "w") as f:
-            f.write("harness was here")
-        seen.append("WRITE-SUCCEEDED")
-    except OSError:
-        seen.append("WRITE-REFUSED")
-found = any(s in v for s in SECRETS for v in os.environ.values())
-for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
-    try:
-        data = open(f"/proc/{pid}/environ", "rb").read()
-    except OSError:
-        continue
-    found = found or any(s.encode() in data for s in SECRETS)
-seen.append("SECRET-FOUND" if found else "NO-SECRET")
-try:
-    socket.create_connection(("127.0.0.1", PORT), timeout=3).close()
-    seen.append("NET-CONNECTED")
-except OSError:
-    seen.append("NET-REFUSED")
-SEEN = " ".join(seen)
-'''
+SPY_ENDING = 'SEEN = " ".join(seen)\n'
 TAIL = '''
 SHAPES = [dict(s, spy=SEEN) for s in SHAPES]
 CPU_SHAPES = [dict(s, spy=SEEN) for s in CPU_SHAPES]
@@ -211,7 +188,7 @@ def _no_secret_in(files) -> None:
 @needs_sandbox
 def test_a_hostile_harness_under_optimize_and_export(tmp_path, listener, sibling, monkeypatch, capsys):
     outside = [str(tmp_path / "pwned.txt"), str(tmp_path / "src" / "pwned.txt")]
-    spy = (f"OUTSIDE = {outside!r}\nSECRETS = {list(SECRETS.values())!r}\nPORT = {listener}\n" + SPY
+    spy = (spy_harness(outside, list(SECRETS.values()), listener, SPY_ENDING)
            + (ROOT / "targets" / "demo" / "rms_norm.py").read_text() + TAIL)
     yaml = _target(tmp_path, spy, monkeypatch)
     run = tmp_path / "run"
