@@ -4,9 +4,7 @@ network, and the run still works; a crashing one is one error naming it; the fac
 the same per-shape sizes as the harness itself."""
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -144,26 +142,6 @@ def test_control_characters_in_the_reference_are_escaped():
 
 
 # -- the commands ---------------------------------------------------------------------------------
-@pytest.fixture
-def sibling():
-    """A dumpable process of this user holding the secrets (like a CI step's shell)."""
-    proc = subprocess.Popen(["sleep", "300"], env={**os.environ, **SECRETS})
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-@pytest.fixture
-def listener():
-    """A TCP server on the host's loopback (what a harness must not reach)."""
-    import socket
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    yield srv.getsockname()[1]
-    srv.close()
-
 
 def _target(tmp_path: Path, harness_text: str, monkeypatch) -> Path:
     src = tmp_path / "src"

@@ -3,9 +3,7 @@
 one that crashes or hangs is one error naming its file, and scan still checks the other operators."""
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -26,23 +24,8 @@ CRASH = "import ctypes\nctypes.string_at(0)  # a segfault at import\n"
 HANG = "import time\ntime.sleep(3600)\n"
 
 
-@pytest.fixture
-def sibling():
-    """A dumpable process of this user holding the secrets (like a CI step's shell)."""
-    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, **SECRETS})
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
-@pytest.fixture
-def listener():
-    """A TCP server on the host's loopback (what a harness must not reach)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    yield srv.getsockname()[1]
-    srv.close()
 
 
 def _target(tmp_path: Path, port: int, monkeypatch,
