@@ -27,8 +27,7 @@ EDGE_EVIDENCE = 2  # failures at or beyond a value (with no success there) that 
 
 
 def shape_sizes(harness, shapes: list[dict]) -> list[int] | None:
-    """The largest tensor input's element count per shape, from fake or meta tensors (nothing
-    allocated)."""
+    """The largest tensor input's element count per shape, from fake or meta tensors (no memory)."""
     try:
         from ...target.facts import fake_mode_for
 
