@@ -20,9 +20,6 @@ from pathlib import Path
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
 from .child import kill_group, sandboxed_command
 
-# How a worker (or its zygote) is started: the one child-process module, shared with the compile
-# processes (child.py).
-_sandboxed = sandboxed_command
 
 
 class WorkerDied(Exception):
@@ -45,7 +42,7 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
+        cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
                                *(["--pidns"] if self.pidns else [])], env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -175,7 +172,7 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
+            cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                          env=env, cwd=str(cwd), start_new_session=True)
