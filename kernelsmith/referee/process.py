@@ -21,7 +21,6 @@ from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
 from .child import kill_group, sandboxed_command
 
 
-
 class WorkerDied(Exception):
     """The worker exited (segfault, abort, os._exit) before answering."""
 
