@@ -41,8 +41,9 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
-                               *(["--pidns"] if self.pidns else [])], env, cwd)
+        argv = [sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
+                *(["--pidns"] if self.pidns else [])]
+        cmd, env = sandboxed_command(argv, env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
