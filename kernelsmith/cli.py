@@ -10,9 +10,10 @@ from .errors import KernelsmithError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 COMMANDS = ["scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench", "harness"]
-# Commands that run untrusted code (candidates, a target's setup and tests): in the sandbox only.
-# `harness check` runs the base through the referee (`harness new` only reads source).
-UNTRUSTED = ("scan", "evaluate", "optimize", "sweep", "verify", "bench", "harness")
+# Commands that run untrusted code (candidates, a target's setup and tests, harnesses): in the
+# sandbox only. `harness check` runs the base through the referee (`harness new` only reads
+# source); `export` reads the harness's facts (harnessfacts.py).
+UNTRUSTED = ("scan", "evaluate", "optimize", "sweep", "verify", "bench", "harness", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         sub.choices[name].add_argument(
             "--no-sandbox", action="store_true",
-            help="run candidate code, setup and tests WITHOUT the sandbox (when this machine cannot build "
-                 "it: no user namespaces); every output then says so")
+            help="run candidate code, harnesses, setup and tests WITHOUT the sandbox (when this machine "
+                 "cannot build it: no user namespaces); every output then says so")
     return parser
 
 

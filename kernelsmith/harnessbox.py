@@ -113,14 +113,14 @@ def _how_it_ended(code: int) -> str:
 
 
 def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str | None,
-              timeout_s: float, what: str) -> dict:
-    """Run `kernelsmith.harnessprobe` on `spec` in the "harness" sandbox; its answer (a dict) or
-    HarnessChildError naming `harness` (`what`: the child's job, for the message)."""
+              timeout_s: float, what: str, module: str = "kernelsmith.harnessprobe") -> dict:
+    """Run `module` (harnessprobe, or harnessfacts) on `spec` in the "harness" sandbox; its answer
+    (a dict) or HarnessChildError naming `harness` (`what`: the child's job, for the message)."""
     from .sandbox import wrap
 
     scratch = Path(tempfile.mkdtemp(prefix="kernelsmith-harness-"))
     try:
-        argv, env = wrap([sys.executable, "-m", "kernelsmith.harnessprobe", json.dumps(spec)], "harness",
+        argv, env = wrap([sys.executable, "-m", module, json.dumps(spec)], "harness",
                          env=_env(device), scratch=scratch)
         proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)

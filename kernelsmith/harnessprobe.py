@@ -156,7 +156,7 @@ def probe(spec: dict) -> Probe:
     try:
         stubs = {k: v for k, v in (spec.get("stubs") or {}).items()}
         mod = load_operator_module(spec["root"], spec["file"], tag="probe", stubs=stubs)
-        base_fn = h.bind(mod) if h.bind is not None else getattr(mod, spec["entry"])
+        base_fn = h.callable_of(mod, spec["entry"])
     except Exception as e:  # noqa: BLE001 - the referee's run reports it with its fix too
         text = traceback.format_exc()
         p.expect(False, "base", f"the base cannot load: {type(e).__name__}: {e}",

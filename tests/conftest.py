@@ -1,6 +1,8 @@
 """Shared test setup: the Triton interpreter without CUDA, a private cache folder, GPU skip."""
 
 import os
+import socket
+import subprocess
 
 import pytest
 import torch
@@ -32,3 +34,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on the host's loopback (what sandboxed code must not reach): its port."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+@pytest.fixture
+def sibling(request):
+    """A dumpable process of this user holding the test module's SECRETS (like a CI step's shell)."""
+    proc = subprocess.Popen(["sleep", "300"], env={**os.environ, **request.module.SECRETS})
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(path, "candidate file not found", "--candidate") from None
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(path, f"cannot read: {e}", "--candidate") from None
-    task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None))
+    # The referee's worker loads the harness inside the sandbox; this process never imports it.
+    task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None), harness=None)
     base_verdict = None
     with Referee(task, device=args.device, gpu=args.gpu, seed=args.seed, timeout_s=args.timeout) as referee:
         try:

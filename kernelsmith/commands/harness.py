@@ -45,7 +45,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     # The harness is target code: imported only in check_harness's sandboxed child, never here.
     task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None),
-                     import_harness=False)
+                     harness=None)
     try:
         report = check_harness(task, args.device, args.timeout)
     except ValueError as e:

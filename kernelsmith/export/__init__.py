@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..sandbox import summary as sandbox_summary
 from .dedup import DEFAULT_SIMILARITY, NearDuplicates
 from .records import rl_record, sft_record
 from .steps import DEFAULT_MIN_GAIN, best_per_trajectory, select_steps
@@ -53,7 +54,9 @@ def task_for_run(run: dict, run_dir: Path, rows: list[dict]):
         raise ConfigError(run_json, f"target yaml {target_path} no longer exists", "target")
     if not Path(run["checkout"]).is_dir():
         raise ConfigError(run_json, f"checkout {run['checkout']} no longer exists", "checkout")
-    task = make_task(load_target(target_path), run["op"], Path(run["checkout"]), run.get("base_sha", ""))
+    # The prompts show the harness's shapes and reference: its facts, from a sandboxed child.
+    task = make_task(load_target(target_path), run["op"], Path(run["checkout"]), run.get("base_sha", ""),
+                     harness="facts")
     base = next((r for r in rows if r.get("mutator") == "base" and r.get("code")), None)
     if base is not None:
         task.base_code = base["code"]
@@ -115,6 +118,8 @@ def export_runs(run_dirs: list[str | Path], fmt: str, out: str | Path, *, min_ga
         "rules": {"min_gain": min_gain, "similarity": similarity, "faster": FASTER_RULE,
                   **({"rl_top_per_trajectory": rl_top} if fmt == "rl" else {})},
         "sources": sources,
+        # Each run's harness ran in a sandboxed child (its facts: shapes, reference source), or not.
+        "sandbox": sandbox_summary(),
     }
     summary_path = out.with_name(out.name + ".summary.json")
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
@@ -154,4 +159,6 @@ def format_summary(summary: dict) -> str:
         lines.append(f"  {s['op']} ({s['mutator']}, {s['device']}): {s['records']} of {s['candidates']} "
                      f"candidates  {s['run']}")
     lines.append(f"  summary: {summary['output']}.summary.json")
+    if (summary.get("sandbox") or {}).get("enabled") is False:
+        lines.append(f"  warning: {summary['sandbox'].get('note')}")
     return "\n".join(lines)

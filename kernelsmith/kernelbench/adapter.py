@@ -94,8 +94,10 @@ def write_task_folder(problem: Problem, folder: Path, dtype: str = "float32") ->
     return yaml_path
 
 
-def kernelbench_task(problem: Problem, folder: Path, dtype: str = "float32") -> Task:
-    """A Task for `problem` whose checkout is `folder`/src (written by write_task_folder)."""
+def kernelbench_task(problem: Problem, folder: Path, dtype: str = "float32",
+                     harness: str | None = "import") -> Task:
+    """A Task for `problem` whose checkout is `folder`/src (written by write_task_folder); `harness`
+    as in make_task."""
     yaml_path = write_task_folder(problem, folder, dtype)
     root = yaml_path.parent / "src"
-    return make_task(load_target(yaml_path), operator_name(problem), root, tree_hash(root))
+    return make_task(load_target(yaml_path), operator_name(problem), root, tree_hash(root), harness=harness)

@@ -19,7 +19,8 @@ def score_solution(problem: Problem, code: str | None, folder: Path, *, device: 
 
     if code is None:
         return TaskScore(problem.name, False, None, missing)
-    task = kernelbench_task(problem, folder, dtype)
+    # Only the referee runs it, whose worker loads the harness (and the problem file) in the sandbox.
+    task = kernelbench_task(problem, folder, dtype, harness=None)
     started = time.monotonic()
     with Referee(task, device=device, seed=seed, workdir=folder / "work") as referee:
         verdict = referee.evaluate(code, candidate_id=1, timing="full")

@@ -18,12 +18,7 @@ from pathlib import Path
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
-
-
-def _sandboxed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], dict[str, str]]:
-    """The worker's command inside the "candidate" sandbox: writable are only its work folder
-    (with its scratch) and Triton's cache folder."""
-    return wrap(argv, "candidate", env=_with_pythonpath(env), writable=[cwd], scratch=Path(cwd) / "tmp")
+from .child import kill_group, sandboxed_command
 
 
 class WorkerDied(Exception):
@@ -46,8 +41,9 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
-                               *(["--pidns"] if self.pidns else [])], env, cwd)
+        argv = [sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
+                *(["--pidns"] if self.pidns else [])]
+        cmd, env = sandboxed_command(argv, env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
@@ -119,10 +115,7 @@ class Zygote:
             self.sock.close()
         except OSError:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -161,14 +154,6 @@ class _Forked:
             pass
 
 
-def _with_pythonpath(env: dict[str, str]) -> dict[str, str]:
-    pkg_parent = str(Path(__file__).resolve().parents[2])
-    env = dict(env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 class WorkerProcess:
     """One worker in its own process group: forked by a zygote, else `python -m ...worker`."""
 
@@ -188,7 +173,7 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd, env = _sandboxed([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
+            cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                          env=env, cwd=str(cwd), start_new_session=True)
@@ -272,10 +257,7 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers that outlived the leader
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)  # stragglers that outlived the leader
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()

@@ -130,6 +130,14 @@ class Evaluator:
                 break
 
     # -- jobs -----------------------------------------------------------------------------------
+    def stop_at(self, when: float | None) -> None:
+        """Stop evaluating at wall-clock time `when` (None: no time budget): a search's minutes."""
+        self.deadline = when
+
+    def past_deadline(self) -> bool:
+        """Whether the time budget given to stop_at is spent."""
+        return self.deadline is not None and time.time() >= self.deadline
+
     def submit(self, rows: Iterable[Candidate]) -> list[int]:
         """Queue candidates for evaluation (their compilation starts on CPU cores now); returns their ids."""
         self.start()

@@ -134,7 +134,8 @@ class Search:
             )
         return self.archive.add(p.code, diff=diff, **common)
 
-    def _settled(self, c: Candidate) -> None:
+    def settled(self, c: Candidate) -> None:
+        """Report a candidate's verdict as it lands (the evaluator's on_verdict)."""
         from .prompt import status_line
 
         summary = status_line(c) + (f" [{c.depth}]" if self.timed else "")
@@ -239,7 +240,7 @@ class Search:
         proposals = self.archive.proposals()
         if self.budget is not None and proposals >= self.budget:
             return f"budget of {self.budget} proposals spent"
-        if evaluator.deadline is not None and time.time() >= evaluator.deadline:
+        if evaluator.past_deadline():
             return f"time budget of {self.minutes} minutes spent"
         if since >= self.stagnation:
             return f"stagnation: no better candidate in {since} proposals"
@@ -249,7 +250,7 @@ class Search:
         """Propose and evaluate generation after generation until a budget or stagnation stops it;
         up to `pipeline` generations are in flight at once."""
         if self.minutes is not None:
-            evaluator.deadline = started + self.minutes * 60 - self.prior_wall
+            evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
         in_flight: list[tuple[int, list[int], int]] = []  # (generation, candidate ids, proposals made)
@@ -331,7 +332,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         referee_factory=factory,
         precompiler=precompiler,
         compile_limit=config.compile_limit or None,
-        on_verdict=search._settled,
+        on_verdict=search.settled,
     )
     started = time.time()
     try:

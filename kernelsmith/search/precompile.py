@@ -1,5 +1,8 @@
 """Triton compilation on CPU cores ahead of evaluation, so the GPUs are not idle while kernels compile.
 
+This module schedules the jobs (a pool of compile processes, the compile limit); the compile
+process itself is referee/compile_child.py, started through referee/child.py like the workers.
+
 While a GPU times one candidate, child processes (no GPU visible, in the same "candidate" sandbox
 as the referee's workers: kernelsmith/sandbox) run the next candidates' entry on CPU
 tensors of the harness's GPU shapes with Triton's driver replaced by a stand-in for the real GPU
@@ -17,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,7 +62,7 @@ class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
     def __init__(self, spec: dict):
-        from ..sandbox import wrap
+        from ..referee.child import spawn
 
         env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)
@@ -69,24 +71,11 @@ class _Child:
         # half the cores to the GPU workers booting beside them (their boot took 7.8 s with two
         # processes, 12-17 s with four on the H200 host).
         env["OMP_NUM_THREADS"] = str(spec.get("threads") or 1)
-        pkg_parent = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-        # The "candidate" sandbox: writable are only the work folder and Triton's cache folder.
-        cmd, env = wrap([sys.executable, "-m", "kernelsmith.search.precompile", json.dumps(spec)],
-                        "candidate", env=env, writable=[spec["workdir"]],
-                        scratch=Path(spec["workdir"]) / "tmp")
         self.killed = False
         self.ready = False
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=spec["workdir"],
-            text=True,
-            start_new_session=True,
-        )
+        # The compile process (referee/compile_child.py) in the candidate sandbox, like the workers.
+        self.proc = spawn("kernelsmith.referee.compile_child", [json.dumps(spec)], env, Path(spec["workdir"]),
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def run(self, path: str, fresh: list[dict], timeout: float, started=None) -> dict:
         """Compile one candidate file; `started()` is called when the process takes the job (after
@@ -119,11 +108,10 @@ class _Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
+        from ..referee.child import kill_group
+
         self.killed = True
-        try:
-            os.killpg(self.proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         self.proc.wait()
 
 
@@ -272,129 +260,3 @@ class Precompiler:
             for c in self.children + busy:
                 c.kill()
             self.children.clear()
-
-
-# -- the compile process ------------------------------------------------------------------------
-def _install_fake_driver(target: list) -> None:
-    """Stand in for the GPU driver: Triton asks it only for the device, stream and target."""
-    import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
-
-    class _CompileOnlyDriver:
-        def __init__(self):
-            self.target = GPUTarget(target[0], int(target[1]), int(target[2]))
-
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return self.target
-
-        def get_active_torch_device(self):
-            return torch.device("cpu")
-
-        def is_active(self):
-            return True
-
-    driver.set_active(_CompileOnlyDriver())
-    run = JITFunction.run
-
-    def compile_only(self, *args, grid, warmup, **kwargs):
-        return run(self, *args, grid=grid, warmup=True, **kwargs)
-
-    JITFunction.run = compile_only
-
-
-def _install_device_facts(facts: dict) -> None:
-    """Answer torch's device queries with the real GPU's facts (LMDeploy's launchers read the SM
-    count and capability on every call); this process sees no GPU, so it could not ask."""
-    import types
-
-    import torch
-
-    props = types.SimpleNamespace(**facts)
-    torch.cuda.get_device_properties = lambda device=None: props
-    torch.cuda.get_device_capability = lambda device=None: (props.major, props.minor)
-    torch.cuda.get_device_name = lambda device=None: props.name
-    torch.cuda.current_device = lambda: 0
-    torch.cuda.device_count = lambda: 1
-
-
-def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> int:
-    """Warm the candidate up on its fresh shapes; how many compiled. A shape it fails on is the
-    referee's to judge, so a failure here only skips that shape."""
-    done = 0
-    for shape in shapes:
-        key = json.dumps(shape, sort_keys=True)
-        try:
-            if key not in cache:
-                if len(cache) >= 64:
-                    cache.pop(next(iter(cache)))
-                cache[key] = harness.make_inputs(dict(shape), "cpu", 0)
-            fn(**cache[key])
-            done += 1
-        except Exception:
-            pass
-    return done
-
-
-def _main(spec: dict) -> None:
-    from ..target.harness import load_harness
-    from ..target.loader import load_operator_module
-
-    # The protocol gets its own copy of stdout; file descriptor 1 goes to stderr (discarded), so
-    # what a candidate prints (from Python or C) cannot pass for a reply.
-    protocol = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    _install_fake_driver(spec["target"])
-    if spec.get("device"):
-        _install_device_facts(spec["device"])
-    harness = load_harness(spec["harness"])
-    inputs_cache: dict[int, dict] = {}
-    fresh_cache: dict[str, dict] = {}  # fresh sizes repeat across candidates (VARY lists are short)
-    stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
-    # The listed shapes' inputs are made now, while the GPU workers boot and time the base: on
-    # big shapes (a 256 x 151936 sampler) making them took the first job 13 s.
-    for i, shape in enumerate(harness.shapes_for("cuda")):
-        try:
-            inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
-        except Exception:  # the job that needs them reports it
-            break
-    protocol.write(json.dumps({"ready": True}) + "\n")
-    protocol.flush()
-    for n, line in enumerate(sys.stdin):
-        job = json.loads(line)
-        start = time.monotonic()
-        reply = {"ok": True}
-        try:
-            code = Path(job["path"]).read_text()
-            mod = load_operator_module(
-                Path(spec["root"]),
-                spec["file"],
-                code=code,
-                tag=f"pc{n}",
-                source_path=Path(job["path"]),
-                stubs=stubs,
-            )
-            # A harness may say how to call a loaded module (KernelBench tasks: an instance of ModelNew).
-            fn = harness.bind(mod) if harness.bind is not None else getattr(mod, spec["entry"])
-            for i, shape in enumerate(harness.shapes_for("cuda")):
-                if i not in inputs_cache:
-                    inputs_cache[i] = harness.make_inputs(dict(shape), "cpu", 0)
-                fn(**inputs_cache[i])
-            reply["fresh"] = _compile_fresh(fn, harness, job.get("fresh") or [], fresh_cache)
-        except BaseException as e:  # the worker will compile (and judge) it instead
-            reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-        reply["s"] = round(time.monotonic() - start, 3)
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
-
-
-if __name__ == "__main__":
-    _main(json.loads(sys.argv[1]))

@@ -9,7 +9,6 @@ the model that fenced text is data, never instructions. The export command reuse
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 from functools import cache
 from pathlib import Path
@@ -55,11 +54,8 @@ def _shapes_text(task) -> str:
 
 
 def _reference_section(task) -> str:
-    if task.harness is None:
-        return ""
-    try:
-        src = inspect.getsource(task.harness.reference)
-    except (OSError, TypeError):
+    src = task.harness.reference_source if task.harness is not None else None
+    if not src:
         return ""
     return "The harness's reference (the truth for correctness):\n" + fence(src, "reference.py") + "\n"
 

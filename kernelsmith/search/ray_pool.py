@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
+from ..target.facts import HarnessFacts
 from .evaluator import WorkerLost, compile_timeout_verdict
 
 INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
@@ -151,7 +152,7 @@ class _RefereeActor:
         # The task is rebuilt here from its target and checkout (its harness is a module loaded
         # from the checkout, which does not travel): the driver's checkout path when this node has
         # it (a shared or synced folder), else this node's own cached clone at the target's base.
-        target, op, root, base_sha, base_code = spec
+        target, op, root, base_sha, base_code, facts = spec
         ip = ray.util.get_node_ip_address()
         root = Path(root)
         if not (root / target.operator(op).file).is_file():
@@ -162,7 +163,9 @@ class _RefereeActor:
                 raise ConfigError(target.path, f"Ray node {ip} checked out base {co.base_sha}, the driver "
                                   f"{base_sha}: the base moved; start the run again", "base")
             root = co.path
-        task = make_task(target, op, root, base_sha)
+        task = make_task(target, op, root, base_sha, harness=None)
+        if facts is not None:  # what the compile gate reads (fresh shapes): the driver's facts
+            task.harness = HarnessFacts.from_json(facts, target.operator(op).harness)
         if task.base_code != base_code:
             raise ConfigError(task.file_path, f"differs on Ray node {ip} from the driver's checkout: "
                               "every node must evaluate against the same base")
@@ -209,7 +212,9 @@ class RayPool:
         from .. import sandbox
 
         remote = ray.remote(_RefereeActor)
-        spec = (task.target, task.operator.name, str(task.root), task.base_sha, task.base_code)
+        # The harness's facts travel as data (the driver gathered them in the sandbox; no node imports it).
+        facts = task.harness.to_json() if isinstance(task.harness, HarnessFacts) else None
+        spec = (task.target, task.operator.name, str(task.root), task.base_sha, task.base_code, facts)
         self.actors = []
         for w in plan(device, workers_per_node):
             self.actors.append(remote.options(

@@ -33,7 +33,8 @@ def resolve_run(config):
         if run.get("command", "optimize") != config.command:
             raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
                               f"that command, not {config.command}", "command")
-        task = load_task(run["target"], run["op"], checkout=run["checkout"])
+        # The harness is target code: only its facts, from a sandboxed child (harnessfacts.py).
+        task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
         if task.base_sha != run["base_sha"]:
             raise ConfigError(
                 out / "run.json",
@@ -58,7 +59,8 @@ def resolve_run(config):
             raise ConfigError("--device", str(e)) from None
         if device == "cuda" and not cuda_available():
             raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
-    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets)
+    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
+                     harness="facts")
     if device == "cuda" and not config.ray:
         import torch
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import sys
 import traceback
 from collections.abc import Callable
@@ -52,6 +53,18 @@ class Harness:
         if device == "cuda":
             return self.shapes
         return self.cpu_shapes or self.shapes
+
+    def callable_of(self, module, entry: str):
+        """What to call for a loaded operator module: the harness's `bind(module)`, else its entry."""
+        return self.bind(module) if self.bind is not None else getattr(module, entry)
+
+    @property
+    def reference_source(self) -> str | None:
+        """The reference function's source text (what the LLM's prompt shows), or None."""
+        try:
+            return inspect.getsource(self.reference)
+        except (OSError, TypeError):
+            return None
 
     def tolerance_for(self, dtype_name: str) -> tuple[float, float]:
         """(atol, rtol) for an output dtype: the harness's override, else the default."""

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .config import Operator, Target, load_target, resolve_target
+from .facts import HarnessFacts
 from .harness import Harness, load_harness
+
+HARNESS_MODES = ("import", "facts", None)
 
 
 @dataclass
@@ -19,7 +22,8 @@ class Task:
     root: Path
     base_sha: str
     base_code: str
-    harness: Harness | None = field(default=None, repr=False)
+    # The harness imported here ("import"), its facts from a sandboxed child ("facts"), or None.
+    harness: Harness | HarnessFacts | None = field(default=None, repr=False)
 
     @property
     def file_path(self) -> Path:
@@ -34,25 +38,35 @@ class Task:
         }
 
 
-def make_task(target: Target, op_name: str, root: Path, base_sha: str, import_harness: bool = True) -> Task:
+def make_task(target: Target, op_name: str, root: Path, base_sha: str,
+              harness: str | None = "import") -> Task:
     """Resolve `op_name` in `target` against a checkout folder and validate file, entry, harness.
 
-    `import_harness=False`: the harness (target code) is not imported here and `task.harness` stays
-    None; `harness check` runs it in the sandbox only (harnessbox.py)."""
+    `harness`: "import" imports the harness (target code) in this process (tests, tools);
+    "facts" gathers what the search reads of it in one sandboxed child (harnessfacts.py: the
+    search and `export`); None leaves `task.harness` None (the referee's workers, and `harness
+    check`'s child, load it inside the sandbox themselves)."""
+    if harness not in HARNESS_MODES:
+        raise ValueError(f"harness must be one of {HARNESS_MODES}, got {harness!r}")
     op = target.operator(op_name)
     file_path = Path(root) / op.file
     if not file_path.is_file():
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op.name}.file")
     code = file_path.read_text()
-    harness = load_harness(op.harness) if import_harness else None
-    return Task(target=target, operator=op, root=Path(root).resolve(), base_sha=base_sha, base_code=code,
-                harness=harness)
+    root = Path(root).resolve()
+    if harness == "facts":
+        from ..harnessfacts import gather
+
+        loaded = gather(op.harness, root)
+    else:
+        loaded = load_harness(op.harness) if harness == "import" else None
+    return Task(target=target, operator=op, root=root, base_sha=base_sha, base_code=code, harness=loaded)
 
 
 def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None,
-              import_harness: bool = True) -> Task:
+              harness: str | None = "import") -> Task:
     """Target argument + operator + optional checkout -> a validated Task (clones when needed);
-    `import_harness` as in make_task."""
+    `harness` as in make_task."""
     from .checkout import prepare_checkout
     from .scan import with_repo_operators
 
@@ -61,4 +75,4 @@ def load_task(target_arg: str, op_name: str, checkout: str | None = None, target
     if not any(op.name == op_name for op in target.operators):
         # Operators may also come from the target repo's own .kernelsmith.yml (base branch only).
         target = with_repo_operators(target, co)
-    return make_task(target, op_name, co.path, co.base_sha, import_harness=import_harness)
+    return make_task(target, op_name, co.path, co.base_sha, harness=harness)

@@ -20,13 +20,7 @@ OPS=${JUDGE_OPS:-"demo:silu_and_mul lmdeploy:multinomial_sampling"}
 MIN=${JUDGE_MINUTES:-1}
 EXTRA=${PYTHONPATH:-}
 
-checkout_for() {
-  case "$1" in
-    lmdeploy) echo "${LMDEPLOY_CHECKOUT:-}" ;;
-    sglang) echo "${SGLANG_CHECKOUT:-}" ;;
-    demo) echo "$PWD/examples/miniserve" ;;
-  esac
-}
+. scripts/gpu_lib.sh  # checkout_for
 
 one() {  # side tree target op
   local side=$1 tree=$2 target=$3 op=$4 co

@@ -31,12 +31,7 @@ SUMMARY="$D/summary.md"
 status=0
 start=$SECONDS
 
-checkout_for() {
-  case "$1" in
-    lmdeploy) echo "${LMDEPLOY_CHECKOUT:-}" ;;
-    sglang) echo "${SGLANG_CHECKOUT:-}" ;;
-  esac
-}
+. scripts/gpu_lib.sh  # checkout_for
 
 todo=()
 for pair in $OPS; do

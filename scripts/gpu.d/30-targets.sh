@@ -19,12 +19,7 @@ PHASE=${TARGETS_PHASE:-all}
 OPTIMIZE=${TARGETS_OPTIMIZE:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router lmdeploy:rms_norm lmdeploy:silu_and_mul lmdeploy:apply_rotary_pos_emb sglang:fused_rmsnorm"}
 status=0
 
-checkout_for() {
-  case "$1" in
-    lmdeploy) echo "${LMDEPLOY_CHECKOUT:-}" ;;
-    sglang) echo "${SGLANG_CHECKOUT:-}" ;;
-  esac
-}
+. scripts/gpu_lib.sh  # checkout_for
 
 for target in lmdeploy sglang; do
   co=$(checkout_for "$target")

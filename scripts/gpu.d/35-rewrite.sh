@@ -22,13 +22,7 @@ OPS=${REWRITE_OPS:-"sglang:merge_state lmdeploy:apply_rotary_pos_emb lmdeploy:si
 read -r -a LANES <<< "${REWRITE_GPUS:-$(python3 -c "import torch; print(*range(torch.cuda.device_count()))" 2>/dev/null)}"
 [ "${#LANES[@]}" -gt 0 ] || LANES=(0)
 
-checkout_for() {
-  case "$1" in
-    lmdeploy) echo "${LMDEPLOY_CHECKOUT:-}" ;;
-    sglang) echo "${SGLANG_CHECKOUT:-}" ;;
-    demo) echo "$PWD/examples/miniserve" ;;
-  esac
-}
+. scripts/gpu_lib.sh  # checkout_for
 
 # First: every default-knob rewrite of the test kernels (and of merge_state), and every loop-invariant
 # hoist (test kernels, LMDeploy silu_and_mul), must compile and pass the

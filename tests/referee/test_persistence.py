@@ -222,9 +222,9 @@ from pathlib import Path
 import torch
 from kernelsmith.target.loader import load_operator_module
 from kernelsmith.referee.compile_cache import CompileCaches, make_private
-from kernelsmith.search.precompile import _install_fake_driver
+from kernelsmith.referee.compile_child import install_fake_driver
 
-_install_fake_driver(["cuda", 90, 32])
+install_fake_driver(["cuda", 90, 32])
 caches = CompileCaches(make_private(Path(sys.argv[2])))
 x, w = torch.randn(2, 256).to(torch.float16), torch.ones(256, dtype=torch.float16)
 
@@ -326,9 +326,9 @@ from pathlib import Path
 import torch
 from kernelsmith.target.loader import load_operator_module
 from kernelsmith.referee.compile_cache import CompileCaches, make_private, read_folder
-from kernelsmith.search.precompile import _install_fake_driver
+from kernelsmith.referee.compile_child import install_fake_driver
 
-_install_fake_driver(["cuda", 90, 32])
+install_fake_driver(["cuda", 90, 32])
 work = Path(sys.argv[2])
 x, w = torch.randn(2, 256).to(torch.float16), torch.ones(256, dtype=torch.float16)
 

@@ -48,14 +48,6 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture
-def listener():
-    """A TCP server on the host's loopback (what a candidate must not reach)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    yield srv.getsockname()[1]
-    srv.close()
 
 
 def _run(argv, profile, tmp_path, env=None, **kw):

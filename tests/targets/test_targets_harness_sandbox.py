@@ -3,14 +3,13 @@
 one that crashes or hangs is one error naming its file, and scan still checks the other operators."""
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from spykit import spy_harness
 
 from kernelsmith import harnessbox, harnesscheck, sandbox
 from kernelsmith.cli import main
@@ -20,52 +19,13 @@ SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-harnessfake0123456789ab", "GITHUB_TOKE
 pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
 # Attacks at import, then reports what it saw in its import error (the one text that comes back).
-SPY = '''
-import os, socket
-seen = []
-for path in OUTSIDE:
-    try:
-        with open(path, "w") as f:
-            f.write("harness was here")
-        seen.append("WRITE-SUCCEEDED")
-    except OSError:
-        seen.append("WRITE-REFUSED")
-found = any(s in v for s in SECRETS for v in os.environ.values())
-for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
-    try:
-        data = open(f"/proc/{pid}/environ", "rb").read()
-    except OSError:
-        continue
-    found = found or any(s.encode() in data for s in SECRETS)
-seen.append("SECRET-FOUND" if found else "NO-SECRET")
-try:
-    socket.create_connection(("127.0.0.1", PORT), timeout=3).close()
-    seen.append("NET-CONNECTED")
-except OSError:
-    seen.append("NET-REFUSED")
-raise RuntimeError("\\x1b[31m " + " ".join(seen))
-'''
+SPY_ENDING = 'raise RuntimeError("\\x1b[31m " + " ".join(seen))\n'
 CRASH = "import ctypes\nctypes.string_at(0)  # a segfault at import\n"
 HANG = "import time\ntime.sleep(3600)\n"
 
 
-@pytest.fixture
-def sibling():
-    """A dumpable process of this user holding the secrets (like a CI step's shell)."""
-    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, **SECRETS})
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
-@pytest.fixture
-def listener():
-    """A TCP server on the host's loopback (what a harness must not reach)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    yield srv.getsockname()[1]
-    srv.close()
 
 
 def _target(tmp_path: Path, port: int, monkeypatch,
@@ -74,7 +34,7 @@ def _target(tmp_path: Path, port: int, monkeypatch,
     src = tmp_path / "src"
     shutil.copytree(ROOT / "examples" / "miniserve", src)
     outside = [str(tmp_path / "pwned.txt"), str(src / "pwned.txt")]
-    spy = f"OUTSIDE = {outside!r}\nSECRETS = {list(SECRETS.values())!r}\nPORT = {port}\n" + SPY
+    spy = spy_harness(outside, list(SECRETS.values()), port, SPY_ENDING)
     harnesses = {"good": (ROOT / "targets" / "demo" / "rms_norm.py").read_text(), "spy": spy,
                  "crash": CRASH, "hang": HANG}
     ops = ""

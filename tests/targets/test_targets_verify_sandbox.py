@@ -3,9 +3,7 @@ see a secret; without user namespaces verify refuses, and --no-sandbox is stated
 
 import json
 import os
-import subprocess
 
-import pytest
 from targets_fixtures import OPS, make_run, make_target
 
 from kernelsmith.cli import main
@@ -36,13 +34,6 @@ print("SECRET-FOUND" if found or any(s in os.environ.values() for s in sys.argv[
 '''
 
 
-@pytest.fixture
-def sibling():
-    """A dumpable process of this user holding the secrets (like a CI step's shell)."""
-    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, **SECRETS})
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _run(tmp_path, fixture_repo, monkeypatch):

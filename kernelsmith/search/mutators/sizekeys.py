@@ -334,9 +334,9 @@ def resolve(harness, shapes: list[dict], key: SizeKey) -> tuple[SizeKey, list[in
     """(the key keeping the sizes that vary over the harness shapes, its value per shape), from fake
     tensors (nothing allocated); None when no size varies or the harness cannot be read so."""
     try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from ...target.facts import fake_mode_for
 
-        with FakeTensorMode():
+        with fake_mode_for(harness):
             inputs = [harness.make_inputs(dict(s), "cpu", 0) for s in shapes]
             values = {}
             for a in key.atoms:

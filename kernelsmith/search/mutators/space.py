@@ -27,12 +27,12 @@ EDGE_EVIDENCE = 2  # failures at or beyond a value (with no success there) that 
 
 
 def shape_sizes(harness, shapes: list[dict]) -> list[int] | None:
-    """The largest tensor input's element count per shape, from fake tensors (nothing allocated)."""
+    """The largest tensor input's element count per shape, from fake or meta tensors (no memory)."""
     try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from ...target.facts import fake_mode_for
 
         sizes = []
-        with FakeTensorMode():
+        with fake_mode_for(harness):
             for shape in shapes:
                 inputs = harness.make_inputs(dict(shape), "cpu", 0)
                 sizes.append(max((int(v.numel()) for v in inputs.values() if hasattr(v, "numel")), default=0))
