@@ -1,7 +1,8 @@
 """Evaluation across GPUs: one Referee (one isolated worker process) per device, one thread each.
 
-The threads live for the whole run and take candidates from one shared queue, so every GPU stays
-busy while the loop proposes the next generation (no barrier between generations), and each
+The threads live for the whole run and take candidates from one shared queue (the oldest whose
+kernels the compile processes have built, so a slow build holds back nothing behind it), so every
+GPU stays busy while the loop proposes the next generation (no barrier between generations), and each
 referee's cold start (worker, CUDA context, base compilation, calibration) happens at once, in
 parallel, when the evaluator starts.
 
@@ -17,7 +18,7 @@ flight.
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +33,7 @@ from .candidate import Candidate
 # measurements on a plateau changed nothing; 1.0 would have skipped 5-10 per run and missed only
 # gains of 0.3-0.7%, which the winner rule (the smallest change within 1%) ignores anyway.
 POLL_S = 0.2
+TAKE_POLL_S = 0.02  # how often an idle worker looks again for a candidate whose compile finished
 
 
 class WorkerLost(Exception):
@@ -74,7 +76,8 @@ class Evaluator:
         self.best = 1.0
         self.deadline: float | None = None
         self.device_info: dict | None = None
-        self._jobs: queue.Queue = queue.Queue()
+        # Submitted candidates not yet taken by a worker, oldest first (guarded by self.lock).
+        self._jobs: collections.deque[Candidate] = collections.deque()
         self._outstanding: set[int] = set()  # submitted, not yet evaluated
         self._busy = 0  # threads evaluating right now
         self._errors: list[BaseException] = []
@@ -147,9 +150,10 @@ class Evaluator:
                 continue
             if self.precompiler is not None and c.code and not c.is_base:
                 self.precompiler.submit(c.id, c.code)
-            with self.lock:
+            with self.changed:
                 self._outstanding.add(c.id)
-            self._jobs.put(c)
+                self._jobs.append(c)
+                self.changed.notify_all()
             ids.append(c.id)
         return ids
 
@@ -196,16 +200,12 @@ class Evaluator:
                 self.stats[i]["boot_s"] = round(time.monotonic() - t0, 3)
             while True:
                 with self.changed:
-                    if self._stopped():
+                    if self._stopped():  # what is left stays pending in the archive: a resume runs it
                         return
-                try:
-                    row = self._jobs.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                with self.changed:
-                    if self._stopped():  # left pending in the archive: a resume evaluates it
-                        self._jobs.put(row)
-                        return
+                    row = self._take()
+                    if row is None:
+                        self.changed.wait(TAKE_POLL_S)
+                        continue
                     self._busy += 1
                 st = self.stats[i]
                 t0 = time.monotonic()
@@ -222,8 +222,8 @@ class Evaluator:
                     st["jobs"] += int(done)
                     with self.changed:
                         self._busy -= 1
-                        if lost:  # nothing was stored: another worker evaluates it
-                            self._jobs.put(row)
+                        if lost:  # nothing was stored: another worker evaluates it, first
+                            self._jobs.appendleft(row)
                         else:
                             self._outstanding.discard(row.id)
                         self.evaluated += int(done)
@@ -235,6 +235,19 @@ class Evaluator:
             with self.changed:
                 self._errors.append(e)
                 self.changed.notify_all()
+
+    def _take(self) -> Candidate | None:
+        """The oldest queued candidate whose kernels are compiled (or need no compile), removed from
+        the queue; None when every queued one is still compiling. Called under the lock.
+
+        Taking them in submission order made a GPU wait out a slow build (up to the compile limit,
+        20 s: the sampler's first minute on the H200) while compiled candidates queued behind it."""
+        for row in self._jobs:
+            if self.precompiler is None or row.is_base or not row.code or \
+                    self.precompiler.ready(row.id, self.compile_limit):
+                self._jobs.remove(row)
+                return row
+        return None
 
     def _retire(self, i: int) -> None:
         """Worker `i` is lost for good; the run stops only when every worker is."""

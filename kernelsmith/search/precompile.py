@@ -215,6 +215,27 @@ class Precompiler:
         if cid not in self.futures:
             self.futures[cid] = self.pool.submit(self._compile, cid, code)
 
+    def _limit(self, limit: float | None) -> float | None:
+        """The compile limit in force (never less than LIMIT_OVER_BASE base jobs); call under the lock."""
+        if limit and self.base_s:
+            return max(limit, LIMIT_OVER_BASE * self.base_s)
+        return limit
+
+    def ready(self, cid: int, limit: float | None = None) -> bool:
+        """Whether candidate `cid`'s compile is settled: no job for it, its job done, or running past
+        `limit` (`wait` then cuts it at once). A job still queued or compiling is not, so a GPU
+        worker takes a candidate that is (search/evaluator.py) instead of idling behind a slow build."""
+        fut = self.futures.get(cid)
+        if fut is None or fut.done():
+            return True
+        with self.lock:
+            child, start = self.running.get(cid, (None, None))
+            limit = self._limit(limit)
+            base = self.futures.get(BASE_JOB)
+            if start is None or not limit or (base is not None and not base.done()):
+                return False
+        return time.monotonic() - start > limit
+
     def wait(self, cid: int, timeout: float, limit: float | None = None, queued=False) -> float | None:
         """Wait (at most `timeout` s) for candidate `cid`'s compile job, since compiling it again
         would take as long. Returns the job's seconds when it ran past `limit` seconds of its own
@@ -234,8 +255,7 @@ class Precompiler:
                 return None
             with self.lock:
                 child, start = self.running.get(cid, (None, None))
-                if limit and self.base_s:
-                    limit = max(limit, LIMIT_OVER_BASE * self.base_s)
+                limit = self._limit(limit)
                 base = self.futures.get(BASE_JOB)
                 # No cut while the job has not begun, or before the base's own time is in.
                 can_cut = start is not None and limit and not (base is not None and not base.done())

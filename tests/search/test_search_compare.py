@@ -106,3 +106,23 @@ def test_without_a_sweep_the_best_search_is_the_reference(tmp_path):
     data = compare_runs([search])
     assert data["reference"] == 5.8 and "no sweep" in data["reference_source"]
     assert data["runs"][0]["gpu_s_to"] == {"50%": 2.0, "90%": 2.0, "95%": 3.0}  # 2.0 < 2.9; 5.5 < 0.95 * 5.8
+
+
+def test_the_reference_is_the_sweeps_target(tmp_path):
+    """A per-shape best that is no table (the params mutator's rule) is not the reference: the
+    sweep's best single config is, and the source says why; where the table pays, the per-shape best."""
+    sweep = {"per_shape_best_geomean": 6.0, "best_single_geomean": 5.0, "target_geomean": 5.0,
+             "per_shape_table_beats_single": False}
+    run = make_run(tmp_path / "sweep", [(2.0, 5.0, "full")], command="sweep", mutator="grid", wall_s=10.0,
+                   gpus=[0], sweep=sweep, final=5.0)
+    data = compare_runs([run])
+    assert data["reference"] == 5.0 and data["reference_source"].startswith("best single config of sweep")
+    assert "6.000x" in data["reference_source"]
+    assert data["runs"][0]["gpu_s_to"]["95%"] == 2.0
+    sweep.update(target_geomean=6.0, per_shape_table_beats_single=True)
+    run = make_run(tmp_path / "sweep2", [(2.0, 5.0, "full")], command="sweep", mutator="grid", wall_s=10.0,
+                   gpus=[0], sweep=sweep, final=5.0)
+    data = compare_runs([run])
+    assert data["reference"] == 6.0 and "a per-shape table pays" in data["reference_source"]
+    assert data["runs"][0]["gpu_s_to"]["95%"] is None
+

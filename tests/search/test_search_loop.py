@@ -251,6 +251,9 @@ class _StubCompiler:
     def submit(self, cid, code):
         pass
 
+    def ready(self, cid, limit=None):
+        return True
+
     def close(self):
         pass
 
@@ -609,3 +612,49 @@ def test_search_returns_result_and_leaves_reports_to_caller(tmp_path, fake_gpu):
     assert [p.name for p in paths] == ["report.md", "speedup.png", "benchmark.json"]
     assert all(p.is_file() for p in paths)
     assert f"run={run_dir.name} -->" in (run_dir / "report.md").read_text().splitlines()[0]
+
+
+def test_a_slow_compile_does_not_hold_back_candidates_already_compiled(tmp_path, fake_gpu):
+    """The GPU worker takes the oldest candidate whose compile is done: one still building (a huge
+    block on one warp) is evaluated when its build ends, after the ones submitted behind it."""
+    import threading
+
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.target.task import load_task
+
+    class OneSlowBuild(_StubCompiler):
+        def __init__(self, slow):
+            self.slow, self.built, self.waited = slow, threading.Event(), []
+
+        def ready(self, cid, limit=None):
+            return cid != self.slow or self.built.is_set()
+
+        def wait(self, cid, timeout, limit=None):
+            self.waited.append(cid)
+            return None
+
+    evaluated = []
+
+    class Recording(model_referee.ModelReferee):
+        def evaluate(self, code, **kw):
+            cid = kw.get("candidate_id")
+            if cid not in evaluated:  # (the model referee re-enters evaluate for its stages)
+                evaluated.append(cid)
+            if cid == ids[2]:  # the last quick one is being judged: the slow build now ends
+                pc.built.set()
+            return super().evaluate(code, **kw)
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        base = archive.add(task.base_code, mutator="base")
+        ids = [archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params",
+                           parent_id=base) for b in (128, 256, 512)]
+        pc = OneSlowBuild(slow=ids[0])
+        ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Recording,
+                       precompiler=pc)
+        ev.wait(ev.submit([archive.get(base)] + [archive.get(c) for c in ids]))
+        ev.close()
+        assert all(archive.get(c)["status"] == "evaluated" for c in ids)
+    assert evaluated == [base, ids[1], ids[2], ids[0]]
+    assert pc.waited == [ids[1], ids[2], ids[0]]
+

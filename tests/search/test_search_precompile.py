@@ -378,3 +378,33 @@ def test_a_queued_job_is_waited_for_and_cut_when_asked(tmp_path, monkeypatch):
             assert over is not None and pc.base_s and over >= 4 * pc.base_s
         else:
             assert over is None and pc.stats["jobs"] <= 1  # dropped before it ran
+
+
+def test_ready_says_when_a_candidates_compile_is_settled(tmp_path, monkeypatch):
+    """`ready` (what a GPU worker asks before taking a candidate): not while the job is queued or
+    compiling, yes once it is done, yes for a job running past the compile limit (floored at 4 base
+    jobs), and yes for a candidate with no job."""
+    import time
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    task = _demo_silu_task(tmp_path)
+    stall = task.base_code.replace("    BLOCK = 64\n", "    __import__('time').sleep(60)\n    BLOCK = 64\n")
+    pc = Precompiler(task, ("cuda", 90, 32), 2, tmp_path / "work")
+    try:
+        assert pc.ready(9)  # never submitted: nothing to wait for
+        pc.calibrate(task.base_code)
+        pc.submit(1, stall)
+        pc.submit(2, task.base_code.replace("BLOCK = 64", "BLOCK = 128"))
+        assert not pc.ready(1, limit=0.5) and not pc.ready(2, limit=0.5)
+        pc.futures[2].result(timeout=120)
+        assert pc.ready(2, limit=0.5)
+        assert not pc.ready(1, limit=None)  # no limit: a stalled job is never settled early
+        deadline = time.monotonic() + 120
+        while not pc.ready(1, limit=0.5):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        base_s = pc.base_s
+        over = pc.wait(1, timeout=1, limit=0.5)
+    finally:
+        pc.close()
+    assert base_s and over is not None and over >= 4 * base_s
