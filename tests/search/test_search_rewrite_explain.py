@@ -79,6 +79,12 @@ def test_rewrite_lineage_is_structured_oldest_first_and_reads_retuned_knobs():
     # params retuned the knob after the rewrite: the winner's code holds the value the PR shows.
     code = "def f(x):\n    ROWS_GROUP = 16  # kernelsmith: rows\n    return x\n"
     assert rewrite_lineage(rows, 5, code)[0]["knobs"] == {"ROWS_GROUP": 16}
+    # report.md says the same value: the sentence is rendered again at the retuned knob.
+    rows[4]["code"] = code
+    (said,) = explain_lineage(rows, 5)
+    assert said == sentence("widen", "_k", 0, {"ROWS_GROUP": 16}) and "ROWS_GROUP = 16 rows" in said
+    rows[4]["code"] = code.replace("16", "4")
+    assert explain_lineage(rows, 5) == ["Tile widening: ..."]  # unchanged: the stored sentence
 
 
 def test_knob_literals_only_where_every_assignment_agrees():

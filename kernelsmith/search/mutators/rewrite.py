@@ -25,7 +25,7 @@ from . import Proposal
 from .rewrites import MARK, Rewrite
 from .rewrites.analysis import Decline, Site, find_sites, pid_calls
 from .rewrites.coarsen import coarsen
-from .rewrites.explain import TRANSFORMS
+from .rewrites.explain import KNOBBED, TRANSFORMS, sentence
 from .rewrites.hoist import has_loop, hoist
 from .rewrites.loads import has_repeated_loads, merge_loads
 from .rewrites.persistent import persistent
@@ -194,9 +194,19 @@ def _lineage_rewrites(rows: list[dict], cid: int | None) -> list[dict]:
 
 
 def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
-    """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for report.md)."""
-    sentences = ((r.get("params") or {}).get("explain") for r in _lineage_rewrites(rows, cid))
-    return [s for s in sentences if s]
+    """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for report.md); a
+    knob params retuned after the rewrite is said at the value candidate `cid`'s code assigns it."""
+    code = next((r.get("code") for r in rows if r["id"] == cid), None)
+    out = []
+    for row in _lineage_rewrites(rows, cid):
+        p = row.get("params") or {}
+        said, knobs = p.get("explain"), p.get("knobs") or {}
+        now = {**knobs, **knob_literals(code, knobs)} if code and knobs else knobs
+        if now != knobs and p.get("transform") in KNOBBED:  # widen/coarsen/persistent: no detail
+            said = sentence(p["transform"], p["kernel"], p.get("axis"), now)
+        if said:
+            out.append(said)
+    return out
 
 
 def rewrite_lineage(rows: list[dict], cid: int | None, code: str | None = None) -> list[dict]:
