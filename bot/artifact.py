@@ -3,10 +3,10 @@
 The run directory was written by the GPU job after it ran target code and generated kernels, so
 anything in it may be forged. Publishing takes from it only: the winner's content for the one file
 the target yaml names (bounded, must parse as Python), numbers (types and ranges checked), a few
-names (strict patterns) and the verify record (status checked). Paths, titles, bodies, targets
-and repositories are never read from it. Every file is opened without following links, component
-by component under the run directory: a symlink, a hardlink (more than one link), a non-regular
-file or an oversized one is refused.
+names (strict patterns; a rewrite's kernel must be a function of the winner) and the verify record
+(status checked). Paths, titles, bodies, targets and repositories are never read from it. Every
+file is opened without following links, component by component under the run directory: a
+symlink, a hardlink (more than one link), a non-regular file or an oversized one is refused.
 
 `python -m bot.artifact stage RUN_DIR DEST` copies only such plain files (the workflow uploads DEST).
 """
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.search.mutators.rewrites.explain import AXIAL, KNOBBED, TRANSFORMS
 
 MAX_JSON_BYTES = 4 << 20
 MAX_WINNER_BYTES = 1 << 20
@@ -39,6 +40,8 @@ KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
 VALUE_RE = re.compile(r"[A-Za-z0-9_.+-]{1,40}\Z")
 LABEL_RE = re.compile(r"[A-Za-z0-9 _.,+()/-]{1,80}\Z")  # device name, driver and library versions
 REASON_RE = re.compile(r"[a-z][a-z0-9_]{0,39}\Z")
+KERNEL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # a Python identifier (ASCII), <= 64 chars
+MAX_REWRITES, MAX_AXIS, MAX_KNOB = 8, 2, 65536
 VERIFY_STATUSES = ("pass", "regression", "could-not-run")
 
 
@@ -210,6 +213,7 @@ class Evidence:
     counts: dict = field(default_factory=dict)   # proposals, evaluations, accepted, wall_s
     rejected: dict = field(default_factory=dict)  # reason -> count
     winner: dict | None = None               # {"id": int, "parent": int | None}
+    rewrites: list[dict] = field(default_factory=list)  # the winner's: transform, kernel, axis, knobs
     replay: dict | None = None               # a rebase's outcome: applied, accepted, reason, error
     verify_status: str | None = None
     verify_sides: dict = field(default_factory=dict)  # base / winner: passed, failed, errors
@@ -273,6 +277,7 @@ def _read_result(ev: Evidence, result: dict) -> None:
             raise UnsafeArtifact(f"{w} winner must be a mapping")
         ev.winner = {k: _number(winner.get(k), f"{w} winner.{k}", 0, MAX_COUNT, integer=True)
                      for k in ("id", "parent")}
+        ev.rewrites = _rewrites(winner.get("rewrites"), f"{w} winner.rewrites")
     replay = result.get("replay")
     if replay is not None:
         if not isinstance(replay, dict):
@@ -283,6 +288,45 @@ def _read_result(ev: Evidence, result: dict) -> None:
                      "reason": _name(replay.get("reason"), f"{w} replay.reason", REASON_RE),
                      # Shown only inside a code block (bot/prbody.py fence); bounded here.
                      "error": error[:2000] if isinstance(error, str) else None}
+
+
+def _rewrites(raw, where: str) -> list[dict]:
+    """winner.rewrites: fields only, each checked (the PR body renders its sentence from them)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_REWRITES:
+        raise UnsafeArtifact(f"{where} must be a list of at most {MAX_REWRITES}")
+    out = []
+    for i, r in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(r, dict):
+            raise UnsafeArtifact(f"{at} must be a mapping")
+        if not isinstance(r.get("transform"), str) or r["transform"] not in TRANSFORMS:
+            raise UnsafeArtifact(f"{at}.transform must be one of {', '.join(TRANSFORMS)}")
+        transform = r["transform"]
+        kernel = _name(r.get("kernel"), f"{at}.kernel", KERNEL_RE, optional=False)
+        axis = _number(r.get("axis"), f"{at}.axis", 0, MAX_AXIS, integer=True)
+        if (axis is None) == (transform in AXIAL):
+            raise UnsafeArtifact(f"{at}.axis must be {'an axis' if axis is None else 'null'} for {transform}")
+        knobs = r.get("knobs", {})
+        count = 1 if transform in KNOBBED else 0  # each transformation adds one launcher literal or none
+        if not isinstance(knobs, dict) or len(knobs) != count:
+            raise UnsafeArtifact(f"{at}.knobs must be a mapping of {count} knob(s) for {transform}")
+        knobs = {_name(k, f"{at}.knobs key", KEY_RE, optional=False):
+                 _number(v, f"{at}.knobs.{k}", 1, MAX_KNOB, integer=True, optional=False)
+                 for k, v in knobs.items()}
+        out.append({"transform": transform, "kernel": kernel, "axis": axis, "knobs": knobs})
+    return out
+
+
+def check_rewrite_kernels(ev: Evidence, winner_code: str) -> None:
+    """UnsafeArtifact unless every kernel `winner.rewrites` names is a function the winner defines."""
+    tree = ast.parse(winner_code)  # read_winner checked that it parses
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    for i, r in enumerate(ev.rewrites):
+        if r["kernel"] not in defined:
+            raise UnsafeArtifact(f"result.json: winner.rewrites[{i}].kernel is not a function defined in "
+                                 "the winner's file")
 
 
 def read_winner(run_dir: str | os.PathLike, file_rel: str) -> str | None:

@@ -1,7 +1,8 @@
 """The PR body, rendered by publishing from validated numbers (bot/artifact.py), and its marker.
 
-Nothing of the run's report.md is pasted. Text that reaches the body from outside the bot's own
-code is escaped: `safe_text` (no raw HTML, no pinging @mentions, no #123 / GH-123 references, no
+Nothing of the run's report.md is pasted: a rewrite winner's one-sentence explanation is rendered
+here from its validated fields. Text that reaches the body from outside the bot's own code is
+escaped: `safe_text` (no raw HTML, no pinging @mentions, no #123 / GH-123 references, no
 markers) or a code block whose fence is longer than any backtick run inside it. The bot's marker
 is the last line of the body and `read_marker` reads that line only, so a marker-like line inside
 a diff or pasted anywhere else is never taken for it.
@@ -13,6 +14,7 @@ import json
 import re
 
 from kernelsmith.report import NO_TIMING, mermaid, shape_table, slower_shapes
+from kernelsmith.search.mutators.rewrites.explain import sentence
 
 from .artifact import SHA_RE, Evidence
 
@@ -146,6 +148,11 @@ def render_body(*, repo: str, base: str, file: str, target: str, op: str, ev: Ev
     out += ["### Reproduce", "",
             fence(f"kernelsmith optimize {target} {op}\nkernelsmith evaluate {target} {op} "
                   f"--candidate RUN_DIR/winner/{file.rsplit('/', 1)[-1]}", "sh"), ""]
+    # A structural rewrite says what it changed, in the sentence the bot renders from the validated
+    # fields (transform, kernel, axis, knobs): never the run's own `explain` text.
+    for r in ev.rewrites:
+        said = sentence(r["transform"], r["kernel"], r["axis"], r["knobs"], name=code)
+        out += [f"**What changed:** {said}", ""]
     tail = ["<details><summary>The change (base → winner)</summary>",
             "", fence(diff, "diff"), "", "</details>", ""]
     body = "\n".join(out) + "\n"

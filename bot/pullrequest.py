@@ -32,7 +32,16 @@ from kernelsmith.target.config import (
 )
 
 from .actions import write_summary
-from .artifact import LABEL_RE, MAX_JSON_BYTES, Evidence, PublishError, load_evidence, read_plain, read_winner
+from .artifact import (
+    LABEL_RE,
+    MAX_JSON_BYTES,
+    Evidence,
+    PublishError,
+    check_rewrite_kernels,
+    load_evidence,
+    read_plain,
+    read_winner,
+)
 from .prbody import NAME_RE, fence, marker, read_marker, render_body, with_marker
 
 __all__ = ["BRANCH_PREFIX", "PublishError", "PublishSpec", "marker", "read_marker", "publish_spec", "draft",
@@ -170,6 +179,7 @@ def check_publishable(ev: Evidence, winner_code: str | None, min_speedup: float)
                            "nothing is published")
     if not ev.winner or winner_code is None:
         raise PublishError(f"{where}: the run has no winner")
+    check_rewrite_kernels(ev, winner_code)  # the PR body names them: each must be in the winner
     if ev.base_sha is None:
         raise PublishError(f"{where}: result.json has no base_sha")
     if ev.geomean is None or not ev.timed:

@@ -24,6 +24,7 @@ from .archive import rejected_counts
 from .candidate import Candidate
 from .edits import unified_diff
 from .evidence import ci_seed, judge
+from .mutators.rewrite import rewrite_lineage
 from .result import SearchResult
 from .seeds import FINAL_SEED_OFFSET
 
@@ -185,6 +186,8 @@ def finish(search, evaluator, started: float) -> SearchResult:
             "parent": winner.parent_id,
             "file": task.operator.file,
             "diff": diff,
+            # Structured, so publishing can render the sentence itself (bot/prbody.py) without text.
+            "rewrites": rewrite_lineage(rows, winner.id, winner.code),
         }
     else:
         for stale in (winner_dir / name, winner_dir / "winner.diff"):

@@ -1,6 +1,6 @@
 """`kernelsmith optimize --mutator rewrite` end to end under the interpreter with the real referee:
 rewrite proposals judged like any candidate, a resumed run going on where it stopped, and the
-report's one-sentence explanation above the diff."""
+report's one-sentence explanation above the diff, and result.json's structured `winner.rewrites`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kernelsmith.cli import main
 from kernelsmith.search.archive import Archive
+from kernelsmith.search.mutators.rewrites.explain import sentence as explain_sentence
 
 DATA = Path(__file__).parent / "data" / "rewrite"
 ARGS = [
@@ -48,6 +49,13 @@ def test_optimize_with_rewrite_then_resume(tmp_path, capsys):
     report = (run / "report.md").read_text()
     sentence = f"**What changed:** {winner['params']['explain']}"
     assert sentence in report and report.index(sentence) < report.index("winner.diff")
+    # The same rewrite as structured data for publishing (which renders its own sentence from it).
+    p = winner["params"]
+    assert result["winner"]["rewrites"] == [
+        {"transform": p["transform"], "kernel": "_head_scale_kernel", "axis": p["axis"], "knobs": p["knobs"]}
+    ]
+    (rw,) = result["winner"]["rewrites"]
+    assert explain_sentence(rw["transform"], rw["kernel"], rw["axis"], rw["knobs"]) == p["explain"]
 
 
 def test_rewrite_and_params_together(tmp_path):

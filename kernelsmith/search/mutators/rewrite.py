@@ -14,6 +14,7 @@ so a run is reproducible and resumable.
 
 from __future__ import annotations
 
+import ast
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from . import Proposal
 from .rewrites import MARK, Rewrite
 from .rewrites.analysis import Decline, Site, find_sites, pid_calls
 from .rewrites.coarsen import coarsen
+from .rewrites.explain import KNOBBED, TRANSFORMS, sentence
 from .rewrites.hoist import has_loop, hoist
 from .rewrites.loads import has_repeated_loads, merge_loads
 from .rewrites.persistent import persistent
@@ -178,15 +180,63 @@ class RewriteMutator:
         return f"{self.name} mutator, {params['transform']} {params['knobs']}: {params['explain']}"
 
 
-def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
-    """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for the PR body)."""
+def _lineage_rewrites(rows: list[dict], cid: int | None) -> list[dict]:
+    """The rewrite rows in candidate `cid`'s lineage (itself, its parent, ...), oldest first."""
     by_id = {r["id"]: r for r in rows}
     out, seen = [], set()
     while cid is not None and cid in by_id and cid not in seen:
         seen.add(cid)
         row = by_id[cid]
-        sentence = (row.get("params") or {}).get("explain") if row.get("mutator") == "rewrite" else None
-        if sentence:
-            out.append(sentence)
+        if row.get("mutator") == "rewrite":
+            out.append(row)
         cid = row.get("parent_id")
     return out[::-1]
+
+
+def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
+    """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for report.md); a
+    knob params retuned after the rewrite is said at the value candidate `cid`'s code assigns it."""
+    code = next((r.get("code") for r in rows if r["id"] == cid), None)
+    out = []
+    for row in _lineage_rewrites(rows, cid):
+        p = row.get("params") or {}
+        said, knobs = p.get("explain"), p.get("knobs") or {}
+        now = {**knobs, **knob_literals(code, knobs)} if code and knobs else knobs
+        if now != knobs and p.get("transform") in KNOBBED:  # widen/coarsen/persistent: no detail
+            said = sentence(p["transform"], p["kernel"], p.get("axis"), now)
+        if said:
+            out.append(said)
+    return out
+
+
+def rewrite_lineage(rows: list[dict], cid: int | None, code: str | None = None) -> list[dict]:
+    """result.json's `winner.rewrites`: each rewrite in candidate `cid`'s lineage, oldest first, as
+    {transform, kernel, axis, knobs}. With the candidate's `code`, a knob's value is the literal the
+    code now assigns it (params may have retuned it after the rewrite)."""
+    out = []
+    for row in _lineage_rewrites(rows, cid):
+        p = row.get("params") or {}
+        if p.get("transform") not in TRANSFORMS or not isinstance(p.get("kernel"), str):
+            continue
+        knobs = dict(p.get("knobs") or {})
+        out.append({"transform": p["transform"], "kernel": p["kernel"], "axis": p.get("axis"),
+                    "knobs": {**knobs, **knob_literals(code, knobs)} if code else knobs})
+    return out
+
+
+def knob_literals(code: str, names) -> dict[str, int]:
+    """The integer each of `names` is assigned in `code` (`NAME = 8` statements), where all its
+    assignments agree; names assigned otherwise or not at all are left out."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return {}
+    seen: dict[str, set] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in names:
+                    v = node.value
+                    ok = isinstance(v, ast.Constant) and type(v.value) is int
+                    seen.setdefault(target.id, set()).add(v.value if ok else None)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}

@@ -19,6 +19,6 @@ class Rewrite:
     transform: str  # widen | coarsen | persistent | merge_loads | hoist
     kernel: str
     code: str
-    explain: str  # one sentence for the reviewer (the PR body shows it above the diff)
+    explain: str  # one sentence for the reviewer (explain.py; report.md shows it above the diff)
     axis: int | None = None
     knobs: dict[str, int] = field(default_factory=dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site, pid_calls
+from .explain import sentence
 from .wrap import KernelWrap, apply, constexpr, free_name
 
 KNOB = "COARSEN_GROUP"
@@ -36,11 +37,7 @@ def coarsen(site: Site, axis: int, factor: int) -> Rewrite:
     edits = wrap.kernel_edits([f"{knob}: {constexpr(site)}"], body)
     line = f"{knob} = {factor}  # kernelsmith: programs merged into one along grid axis {axis}"
     edits += wrap.divide_axis(axis, knob, count, line)
-    explain = (
-        f"Program coarsening: each program of `{site.kernel.name}` now does the work of {knob} = {factor} "
-        f"consecutive former programs along grid axis {axis} (an unrolled `tl.static_range` loop that "
-        f"skips ids past the original grid), so that axis launches {factor}x fewer, busier programs."
-    )
+    explain = sentence("coarsen", site.kernel.name, axis, {knob: factor})
     return Rewrite("coarsen", site.kernel.name, apply(site.code, edits), explain, axis, {knob: factor})
 
 

@@ -20,6 +20,7 @@ import ast
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site, call_name
+from .explain import sentence
 from .loads import WRITES
 from .wrap import apply, free_name, module_alias
 
@@ -229,11 +230,7 @@ def hoist(site: Site) -> Rewrite:
         texts.append(" ".join(text.split()))
     inserts = [(site.line_start(n), site.line_start(n), "".join(new)) for n, new in lines.items()]
     code = _tidy(site.code, inserts, edits)
-    what = "; ".join(f"`{t}`" for t in texts[:3]) + ("; ..." if len(texts) > 3 else "")
-    explain = (
-        f"Hoisted loop invariants: in `{kernel.name}` {len(texts)} expression(s) that do not change "
-        f"across a loop's iterations ({what}) are computed once before the loop."
-    )
+    explain = sentence("hoist", kernel.name, None, {}, detail=(len(texts), texts))
     return Rewrite("hoist", kernel.name, code, explain, None, {})
 
 

@@ -14,6 +14,7 @@ import ast
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site, call_name
+from .explain import sentence
 from .wrap import apply, free_name
 
 WRITES = ("store", "debug_barrier", "inline_asm_elementwise")
@@ -116,11 +117,7 @@ def merge_loads(site: Site) -> Rewrite:
         first_line = site.line_start(kernel.body[0].lineno)
         indent = " " * kernel.body[0].col_offset
         edits.append((first_line, first_line, f"{indent}{MARK} repeated loads reuse the first value\n"))
-    what = "; ".join("`" + " ".join(t.split()) + "`" for t in lines[:3])
-    explain = (
-        f"Merged repeated loads: in `{kernel.name}` {merged} load(s) repeated later in the same block "
-        f"with nothing in between that could change them ({what}) are read once and reused."
-    )
+    explain = sentence("merge_loads", kernel.name, None, {}, detail=(merged, lines))
     return Rewrite("merge_loads", kernel.name, apply(code, edits), explain, None, {})
 
 

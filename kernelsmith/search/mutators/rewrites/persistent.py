@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site
+from .explain import sentence
 from .wrap import KernelWrap, apply, free_name, module_alias, paren
 
 KNOB = "PERSISTENT_GROUP"
@@ -55,9 +56,5 @@ def persistent(site: Site, per_sm: int) -> Rewrite:
             ".multi_processor_count",
         ],
     )
-    explain = (
-        f"Persistent launch: `{site.kernel.name}` now starts (number of SMs) x {knob} = {per_sm} programs "
-        f"per SM instead of one program per work item, and each program loops over the former "
-        f"programs' work items with a grid stride."
-    )
+    explain = sentence("persistent", site.kernel.name, None, {knob: per_sm})
     return Rewrite("persistent", site.kernel.name, apply(site.code, edits), explain, None, {knob: per_sm})

@@ -19,6 +19,7 @@ import ast
 
 from . import MARK, Rewrite
 from .analysis import Decline, Site
+from .explain import sentence
 from .shapes import KNOB, Grow, S, ShapeWalk, join
 from .wrap import apply, constexpr
 
@@ -68,9 +69,5 @@ def widen(site: Site, axis: int, rows: int) -> Rewrite:
         edits.append((end, end, ", " + ", ".join(new)))
     line = f"{knob} = {rows}  # kernelsmith: rows of grid axis {axis} per program, one [rows, ...] tile"
     edits += w.wrap.divide_axis(axis, knob, count, line)
-    explain = (
-        f"Tile widening: each program of `{kernel.name}` now handles {knob} = {rows} rows of grid axis "
-        f"{axis} at once as 2-D [{knob}, ...] tiles (per-row values become vectors, loads and stores "
-        f"get a row mask), so that axis launches {rows}x fewer programs with wider memory accesses."
-    )
+    explain = sentence("widen", kernel.name, axis, {knob: rows})
     return Rewrite("widen", kernel.name, apply(site.code, edits), explain, axis, {knob: rows})
