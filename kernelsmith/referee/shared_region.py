@@ -177,6 +177,16 @@ class JudgeRegions:
             self.regions[which] = None
 
 
+def _open_cuda(handles) -> torch.Tensor:
+    """A uint8 view of a CUDA allocation the judge shared by IPC handle."""
+    dev, handle, size, offset, rc_handle, rc_offset, ev_handle, ev_sync = handles
+    torch.cuda._lazy_init()
+    storage = torch.UntypedStorage._new_shared_cuda(
+        int(dev), _unb64(handle), int(size), int(offset), _unb64(rc_handle), int(rc_offset),
+        _unb64(ev_handle), bool(ev_sync))
+    return torch.empty(0, dtype=torch.uint8, device=f"cuda:{int(dev)}").set_(storage)
+
+
 class PeerRegions:
     """The runner's mappings of the judge's regions (it trusts the judge's descriptors)."""
 
@@ -189,12 +199,7 @@ class PeerRegions:
         """Map a pinned copy the judge shared (on the CPU a write-sealed file, mapped read-only)."""
         n = int(desc["nbytes"])
         if desc.get("cuda"):
-            dev, handle, size, offset, rc_handle, rc_offset, ev_handle, ev_sync = desc["cuda"]
-            torch.cuda._lazy_init()
-            storage = torch.UntypedStorage._new_shared_cuda(
-                int(dev), _unb64(handle), int(size), int(offset), _unb64(rc_handle), int(rc_offset),
-                _unb64(ev_handle), bool(ev_sync))
-            view = torch.empty(0, dtype=torch.uint8, device=f"cuda:{int(dev)}").set_(storage)
+            view = _open_cuda(desc["cuda"])
         else:
             # Shared and read-only over a write-sealed file: no mprotect can make it writable here.
             mm = mmap.mmap(fd, max(n, 1), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
@@ -218,12 +223,7 @@ class PeerRegions:
                 pass
         cap = int(desc["capacity"])
         if desc.get("cuda"):
-            dev, handle, size, offset, rc_handle, rc_offset, ev_handle, ev_sync = desc["cuda"]
-            torch.cuda._lazy_init()
-            storage = torch.UntypedStorage._new_shared_cuda(
-                int(dev), _unb64(handle), int(size), int(offset), _unb64(rc_handle), int(rc_offset),
-                _unb64(ev_handle), bool(ev_sync))
-            view = torch.empty(0, dtype=torch.uint8, device=f"cuda:{int(dev)}").set_(storage)
+            view = _open_cuda(desc["cuda"])
         else:
             mm = mmap.mmap(fd, cap)
             self._maps[which] = mm

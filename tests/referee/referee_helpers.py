@@ -1,6 +1,9 @@
 """Helpers for the referee tests: demo tasks built from the bundled miniserve folder."""
 
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from kernelsmith.target.task import load_task
 
@@ -13,6 +16,22 @@ CORPUS = Path(__file__).resolve().parent
 def demo_task(op: str):
     """The demo operator `op`, using the bundled folder itself as the checkout (no clone)."""
     return load_task(str(DEMO_YAML), op, checkout=str(MINISERVE))
+
+
+@contextmanager
+def interpret_referee(home: Path, seed: int, op: str = "rms_norm"):
+    """A demo operator's interpreter Referee with Triton's and the XDG caches under `home` (one per
+    test module: a module-scoped fixture yields from this)."""
+    from kernelsmith.referee import Referee
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
+        mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+        ref = Referee(demo_task(op), device="interpret", seed=seed, timeout_s=90)
+        try:
+            yield ref
+        finally:
+            ref.close()
 
 
 def expected_outcome(path: Path) -> str | None:

@@ -12,7 +12,7 @@ re-measurement (search/evaluator.Evaluator.remeasure: new seed, fresh compile).
 import time
 
 import pytest
-from referee_helpers import CORPUS, demo_task
+from referee_helpers import CORPUS, demo_task, interpret_referee
 
 from kernelsmith.referee import Referee
 from kernelsmith.search.evaluator import Evaluator
@@ -24,13 +24,8 @@ SEED = 1234
 
 @pytest.fixture(scope="module")
 def referee(tmp_path_factory):
-    home = tmp_path_factory.mktemp("judge-env")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
-        mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-        ref = Referee(demo_task("rms_norm"), device="interpret", seed=SEED, timeout_s=90)
+    with interpret_referee(tmp_path_factory.mktemp("judge-env"), SEED) as ref:
         yield ref
-        ref.close()
 
 
 def _search(ref, code, cid):

@@ -5,7 +5,7 @@ once, then judged), never the judge's input cache, reference or base outputs. Th
 tests/referee/test_gpu_ipc.py."""
 
 import pytest
-from referee_helpers import demo_task
+from referee_helpers import demo_task, interpret_referee
 
 from kernelsmith.referee import Referee
 
@@ -56,13 +56,8 @@ def rms_norm(x, weight, eps=1e-6):
 
 @pytest.fixture(scope="module")
 def referee(tmp_path_factory):
-    home = tmp_path_factory.mktemp("regions-env")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
-        mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-        ref = Referee(demo_task("rms_norm"), device="interpret", seed=SEED, timeout_s=90)
+    with interpret_referee(tmp_path_factory.mktemp("regions-env"), SEED) as ref:
         yield ref
-        ref.close()
 
 
 def _base_code() -> str:
