@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from .link_errors import PeerGone, ProtocolError
 from .shared_region import ALIGN, PINS_PER_MESSAGE, JudgeRegions, PeerRegions, aligned, storage_key
 
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
@@ -38,14 +39,6 @@ DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
     *[getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                                   "uint16", "uint32", "uint64") if hasattr(torch, n)])}
-
-
-class ProtocolError(Exception):
-    """The peer sent something that is not a well-formed message (from the runner: `protocol`)."""
-
-
-class PeerGone(Exception):
-    """The peer closed its end (it exited or died)."""
 
 
 class Foreign:

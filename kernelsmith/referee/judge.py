@@ -19,7 +19,8 @@ import time
 import torch
 
 from . import correctness as C
-from .channel import Channel, PeerGone, ProtocolError, pair
+from .channel import Channel, pair
+from .link_errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
 from .shape_trials import Rejected
 from .shared_region import room_for, storage_key
 
@@ -34,22 +35,6 @@ class RemoteFn:
 
     def __repr__(self) -> str:
         return f"<runner's {self.name}>"
-
-
-class RunnerFailed(Exception):
-    """The runner died, broke the protocol or claimed what cannot be: ends the evaluation."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason, self.message = reason, message
-
-
-class CandidateError(Exception):
-    """Candidate code raised in the runner: (violation name, traceback text) as classified there."""
-
-    def __init__(self, name: str, text: str):
-        super().__init__(text.strip().splitlines()[-1] if text.strip() else name)
-        self.name, self.text = name, text
 
 
 def substitute(inputs: dict, pristine: dict | None) -> tuple[dict, list]:

@@ -27,7 +27,7 @@ import torch
 
 from . import correctness as C
 from .input_cache import fresh_copy
-from .judge import RunnerFailed
+from .link_errors import RunnerFailed
 from .shared_region import room_for
 
 if TYPE_CHECKING:

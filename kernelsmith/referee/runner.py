@@ -25,21 +25,32 @@ from ..target.harness import load_harness
 from ..target.loader import load_operator_module
 from . import correctness as C
 from .backend import get_backend
-from .channel import Channel, PeerGone
+from .channel import Channel
 from .compile_cache import CompileCaches
 from .integrity import Monitor, Record, thread_idents, violations_vs_base
+from .link_errors import PeerGone
 from .settings import GlobalSettings
 from .shape_trials import Rejected, classify_exception
 from .snapshot import Snapshot
 from .trials import FreshOutputs
 
 
+def preload_lazy_torch() -> None:
+    """Import the torch modules that torch imports lazily on a first dispatch-mode switch.
+
+    Their classes are built on first import; built during a watched call (KernelBench tasks' first
+    candidate, since the inputs are cached), the class set-up reads as the candidate patching the
+    runtime.
+    """
+    import torch._subclasses.functional_tensor  # noqa: F401
+    import torch._subclasses.schema_check_mode  # noqa: F401
+    import torch.fx.experimental.proxy_tensor  # noqa: F401
+
+
 class RunnerSession:
     """The runner's state: monitor, base module, the loaded candidate and its Record."""
 
     def __init__(self, spec: dict):
-        from .session import _preload_lazy_torch
-
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
         # Its private base folder is made by the judge (which tells the parent to delete it).
@@ -54,7 +65,7 @@ class RunnerSession:
         roots = [sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages(),
                  str(self.root), *[p for p in sys.path if p]]
         self.monitor = Monitor(self.device, roots)
-        _preload_lazy_torch()
+        preload_lazy_torch()
         self.monitor.install()
         self.harness = load_harness(spec["harness"])
         self.monitor.wrap_reference(self.harness.module)

@@ -25,22 +25,11 @@ from . import static
 from .backend import get_backend
 from .compile_cache import CompileCaches, make_private
 from .input_cache import InputCache, default_budget, fresh_copy
-from .judge import CandidateError, RemoteFn, RunnerFailed, RunnerLink, holds_capabilities
+from .judge import RemoteFn, RunnerLink, holds_capabilities
 from .judge_timing import JudgeTiming
+from .link_errors import CandidateError, RunnerFailed
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from .verdict import REJECTIONS, in_progress
-
-
-def _preload_lazy_torch() -> None:
-    """Import the torch modules that torch imports lazily on a first dispatch-mode switch.
-
-    Their classes are built on first import; built during a watched call (KernelBench tasks' first
-    candidate, since the inputs are cached), the class set-up reads as the candidate patching the
-    runtime.
-    """
-    import torch._subclasses.functional_tensor  # noqa: F401
-    import torch._subclasses.schema_check_mode  # noqa: F401
-    import torch.fx.experimental.proxy_tensor  # noqa: F401
 
 
 class PhaseClock:

@@ -34,7 +34,7 @@ class Rejected(Exception):
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """(violation, error text) for an exception raised by candidate code."""
-    from .judge import CandidateError
+    from .link_errors import CandidateError
 
     if isinstance(exc, CandidateError):  # raised in the runner, classified there
         return (exc.name if exc.name in ("crash", "compile_error") else "crash"), exc.text

@@ -11,7 +11,8 @@ import socket
 import pytest
 import torch
 
-from kernelsmith.referee.channel import Channel, ForeignSubclass, PeerGone, ProtocolError, pair
+from kernelsmith.referee.channel import Channel, ForeignSubclass, pair
+from kernelsmith.referee.link_errors import PeerGone, ProtocolError
 
 
 def _ends():

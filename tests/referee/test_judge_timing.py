@@ -12,8 +12,9 @@ from test_timing_logic import FakeBackend, FakeSession, _rms, _verdict_dict
 from kernelsmith.referee import correctness as C
 from kernelsmith.referee import judge_timing as J
 from kernelsmith.referee import timing
-from kernelsmith.referee.judge import RemoteFn, RunnerFailed
+from kernelsmith.referee.judge import RemoteFn
 from kernelsmith.referee.judge_timing import JudgeTiming
+from kernelsmith.referee.link_errors import RunnerFailed
 
 
 class TakesItsTime(FakeBackend):
