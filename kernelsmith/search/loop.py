@@ -155,10 +155,15 @@ class Search:
     # -- the loop -------------------------------------------------------------------------------
     def _visible(self, rows: list[Candidate], generation: int) -> list[Candidate]:
         """Candidates as generation `generation` may see them: verdicts of the generations still in
-        flight when it is proposed are hidden (whether or not they happen to be in yet)."""
+        flight when it is proposed are hidden (whether or not they happen to be in yet). The base is
+        generation 0, and generation 1 is proposed while it is judged, so generation 1 never sees its
+        verdict (a pending base is still every island's parent: selection.py)."""
         out = []
         for c in rows:
-            fresh = not c.is_base and c.generation > generation - self.pipeline
+            if c.is_base:
+                fresh = generation <= 1 < self.pipeline
+            else:
+                fresh = c.generation > generation - self.pipeline
             if fresh and c.evaluated and not c.malformed:
                 c = c.with_columns(status="pending", verdict=None, feedback=None, speedup=None,
                                    accepted=0, timing=None, reason=None, awaiting_full=0)
@@ -229,6 +234,16 @@ class Search:
                     )
         return made
 
+    def check_base(self) -> None:
+        """Stop the run, saying why, when the referee did not accept the base (it must pass its own
+        harness before any candidate can be compared with it)."""
+        base = self.archive.base()
+        if base.evaluated and base.accepted:
+            return
+        from ..referee.diagnose import base_failure
+
+        raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
+
     def _best(self) -> float | None:
         rows = self.archive.where("accepted=1 AND mutator!='base'")
         if not self.timed:
@@ -246,16 +261,24 @@ class Search:
             return f"stagnation: no better candidate in {since} proposals"
         return None
 
-    def search(self, evaluator, started: float) -> None:
+    def search(self, evaluator, started: float, base_in_flight: list[int] | None = None) -> None:
         """Propose and evaluate generation after generation until a budget or stagnation stops it;
-        up to `pipeline` generations are in flight at once."""
+        up to `pipeline` generations are in flight at once. `base_in_flight`: the ids submitted at
+        the start when the base was not judged yet (the base first): generation 0, in flight with
+        generation 1 only; the base is checked before generation 2 is proposed (a base the referee
+        rejects stops the run there)."""
         if self.minutes is not None:
             evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
-        in_flight: list[tuple[int, list[int], int]] = []  # (generation, candidate ids, proposals made)
+        # (generation, candidate ids, proposals made)
+        in_flight: list[tuple[int, list[int], int]] = [(0, base_in_flight, 0)] if base_in_flight else []
         while True:
-            if self.stop_reason is None and len(in_flight) < self.pipeline:
+            if in_flight and in_flight[0][0] == 0:  # the base is judged: generation 1 only, see above
+                room = generation == 0
+            else:
+                room = len(in_flight) < self.pipeline
+            if self.stop_reason is None and room:
                 self.stop_reason = self._should_stop(evaluator, since)
                 if self.stop_reason is None:
                     generation += 1
@@ -276,6 +299,9 @@ class Search:
                 break
             done_gen, ids, made = in_flight.pop(0)
             evaluator.wait(ids)
+            if done_gen == 0:
+                self.check_base()
+                continue
             for cid, to in self.population.migrate(done_gen):
                 self.archive.add_migration(done_gen, cid, to)
             new_best = self._best()
@@ -340,14 +366,17 @@ def optimize(config: SearchConfig) -> SearchResult:
             search.archive.add(search.task.base_code, mutator="base")
         evaluator.note_best(search.archive.all())
         pending = search.archive.pending()
-        if pending:
-            progress.note(f"evaluating {len(pending)} pending candidate(s) first")
-            evaluator.run(pending)
-        base = search.archive.base()
-        if not base.evaluated or not base.accepted:
-            from ..referee.diagnose import base_failure
-
-            raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
+        base_in_flight = None
+        if not search.archive.base().evaluated and search.pipeline > 1:
+            # A new run (or one killed before the base's verdict): the first generations are
+            # proposed and compiled while the workers boot and judge the base, which the search
+            # checks before it proposes more (Search.search).
+            base_in_flight = evaluator.submit(pending)
+        else:
+            if pending:
+                progress.note(f"evaluating {len(pending)} pending candidate(s) first")
+                evaluator.run(pending)
+            search.check_base()
         rows = search.archive.all()
         progress.set_counts(
             search.archive.proposals(),
@@ -355,7 +384,7 @@ def optimize(config: SearchConfig) -> SearchResult:
             sum(1 for c in rows if c.accepted and not c.is_base),
             search._best() if search.timed else None,
         )
-        search.search(evaluator, started)
+        search.search(evaluator, started, base_in_flight)
         progress.note(f"search stopped: {search.stop_reason}")
         result = finish(search, evaluator, started)
         record_state(search.path, progress)

@@ -48,6 +48,8 @@ def fitness(row) -> float | None:
     """Selection score of a Candidate (or its columns as a dict): geomean speedup when timed, 1.0
     for accepted without timing; None if rejected."""
     c = Candidate.of(row)
+    if c.is_base and c.status == "pending":
+        return 1.0  # the reference, while the referee judges it (the first generations' parent)
     if not c.accepted or not c.evaluated:
         return None
     if c.noisy:

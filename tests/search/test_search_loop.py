@@ -192,6 +192,8 @@ class _FeedbackOnlyMutator:
     def propose(self, parent, inspirations, rng, known=None):
         from kernelsmith.search.mutators import Proposal
 
+        if not self.visible:  # generation 1, proposed while the base is judged
+            return None
         newest = max(self.visible, key=lambda r: r["id"])
         if newest["id"] in self.used:
             return None

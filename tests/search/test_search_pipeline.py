@@ -96,3 +96,91 @@ def test_the_flag_reaches_the_run(tmp_path, fake_gpu):
           "--budget", "4", "--device", "cuda", "--out", str(out), "--no-progress", "--pipeline", "4"])
     assert json.loads((out / "run.json").read_text())["pipeline"] == 4
     assert main(["optimize", "demo", "silu_and_mul", "--pipeline", "0"]) == 2
+
+
+def test_the_first_generation_is_proposed_and_compiled_while_the_base_is_judged(tmp_path, fake_gpu):
+    """A new run does not wait for the base's verdict to propose: generation 1 is proposed and
+    sent to the compile processes while the worker boots and judges the base, blind to its verdict;
+    generation 2 comes only after it (the base must pass before anything is compared with it)."""
+    import threading
+    import time
+
+    from kernelsmith.search.archive import Archive
+
+    seen: dict[str, object] = {}
+    base_judged = threading.Event()
+
+    class SlowBase(fake_gpu.ModelReferee):
+        def evaluate(self, code, **kw):
+            if code is None and not base_judged.is_set():  # the base, at the run's start
+                deadline = time.monotonic() + 10  # (the old loop proposed nothing before this verdict)
+                while time.monotonic() < deadline:
+                    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+                        rows = [r for r in a.all() if r["mutator"] != "base"]
+                    seen["while_base"] = sorted(r["generation"] for r in rows)
+                    if seen["while_base"]:
+                        break
+                    time.sleep(0.05)
+                out = super().evaluate(code, **kw)
+                base_judged.set()
+                return out
+            return super().evaluate(code, **kw)
+
+    submitted = []
+
+    class Compiles:  # Precompiler-shaped: every job is built at once
+        stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
+
+        def submit(self, cid, code):
+            submitted.append((cid, base_judged.is_set()))
+
+        def calibrate(self, code):
+            pass
+
+        def ready(self, cid, limit=None):
+            return True
+
+        def wait(self, cid, timeout, limit=None):
+            return None
+
+        def close(self):
+            pass
+
+    import kernelsmith.search.precompile as precompile
+
+    cfg = _config(tmp_path, fake_gpu, budget=8, referee_factory=SlowBase, precompile=True, pipeline=3)
+    orig = precompile.Precompiler.maybe
+    precompile.Precompiler.maybe = classmethod(lambda cls, *a, **k: Compiles())
+    try:
+        result = optimize(cfg)
+    finally:
+        precompile.Precompiler.maybe = orig
+    assert result.data["proposals"] == 8
+    assert seen["while_base"] == [1] * 2  # generation 1 (a batch of 2) was in the archive already
+    assert [judged for _, judged in submitted[:2]] == [False, False]  # and compiling
+    assert all(judged for _, judged in submitted[2:])  # generation 2 on: after the base's verdict
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = a.all()
+    assert [r["parent_id"] for r in rows if r["generation"] == 1] == [1, 1]
+
+
+def test_a_base_rejected_while_generation_1_is_in_flight_stops_the_run(tmp_path, fake_gpu):
+    """The base's verdict is checked before generation 2: a base the referee rejects ends the run
+    with the same message as before, and nothing but generation 1 was proposed."""
+    from kernelsmith.errors import KernelsmithError
+    from kernelsmith.referee.verdict import Verdict
+    from kernelsmith.search.archive import Archive
+
+    class RejectsBase(fake_gpu.ModelReferee):
+        def evaluate(self, code, **kw):
+            if code is None:
+                v = Verdict.rejected("incorrect", "the base's output differs from the reference on shape 0")
+                return v.finalize() if hasattr(v, "finalize") else v
+            return super().evaluate(code, **kw)
+
+    with pytest.raises(KernelsmithError, match="base"):
+        optimize(_config(tmp_path, fake_gpu, budget=8, referee_factory=RejectsBase))
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        rows = a.all()
+    assert rows[0]["mutator"] == "base" and rows[0]["status"] == "evaluated" and not rows[0]["accepted"]
+    assert {r["generation"] for r in rows[1:]} == {1}
