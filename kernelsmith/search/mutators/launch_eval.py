@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .launch_syntax import _call_name, _cuda_branch, jit_functions, line_offsets
+from .launch_syntax import _OTHER_PLATFORM, _call_name, _cuda_branch, jit_functions, line_offsets
 from .launch_values import (
     MAX_PATHS,
     PURE,
@@ -53,7 +53,9 @@ class LaunchEvaluator:
 
     def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True):
         tree = ast.parse(code)
-        self.cuda = cuda  # platform switches take their CUDA branch (else both are followed)
+        # A platform switch takes its CUDA branch on CUDA; elsewhere (the interpreter on a CPU) only a
+        # switch on another platform (`_is_hip`) is decided, its not-that-platform branch.
+        self.cuda = cuda
         funcs = [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
         named = [f for f in funcs if f.name == entry]
         if len(named) != 1:
@@ -164,11 +166,6 @@ class LaunchEvaluator:
         if isinstance(s, ast.FunctionDef):
             st.env[s.name] = (LocalFn(s), True)  # a closure: whatever it reads, only a grid call evaluates it
             return [st]
-        if isinstance(s, ast.Delete):
-            for t in s.targets:
-                if isinstance(t, ast.Name):
-                    st.env[t.id] = (UNKNOWN, st.ctx)
-            return [st]
         # Loops, try, match ...: fine only when no knob, no launch and nothing knob-dependent is inside.
         if self._touches(s, st):
             raise Unsupported(f"a knob reaches a {type(s).__name__} statement")
@@ -187,10 +184,7 @@ class LaunchEvaluator:
 
     def _if(self, s: ast.If, st: _State) -> list[_State]:
         v, t = self.eval(s.test, st)
-        ok = truth(v)
-        if ok is UNKNOWN and self.cuda and (cuda := _cuda_branch(s.test)) is not None:
-            ok = cuda == "body"
-        if ok is UNKNOWN:
+        if (ok := truth(v)) is UNKNOWN and (ok := self._platform(s.test)) is UNKNOWN:
             if t:
                 raise Unsupported("a test a knob reaches is undecidable")
             return self.block(s.body, [st.fork()]) + self.block(s.orelse, [st.fork()])
@@ -200,6 +194,13 @@ class LaunchEvaluator:
         for o in out:
             o.ctx = outer
         return out
+
+    def _platform(self, test):
+        """The branch a platform switch takes here (True: its body), else UNKNOWN."""
+        branch = _cuda_branch(test)
+        if branch is None or not self.cuda and not _OTHER_PLATFORM.search(ast.unparse(test).lower()):
+            return UNKNOWN
+        return branch == "body"
 
     def bind(self, target, value: tuple, st: _State) -> None:
         v, t = value[0], value[1] or st.ctx
@@ -266,8 +267,8 @@ class LaunchEvaluator:
         if isinstance(n, ast.IfExp):
             v, t = self.eval(n.test, st)
             ok = truth(v)
-            if ok is UNKNOWN and self.cuda and (cuda := _cuda_branch(n.test)) is not None:
-                ok = cuda == "body"
+            if ok is UNKNOWN:
+                ok = self._platform(n.test)
             if ok is not UNKNOWN:
                 bv, bt = self.eval(n.body if ok else n.orelse, st)
                 return bv, bt or t

@@ -137,10 +137,18 @@ def binop(op, left: tuple, right: tuple) -> tuple:
     return (UNKNOWN if out is NotImplemented else out), t
 
 
+def _known(v) -> bool:
+    """A value whose identity with None is known (never an unresolved global: `torch.version.hip`)."""
+    import torch
+
+    return plain_ok(v) or isinstance(v, Items | Mapping | LocalFn | torch.Tensor)
+
+
 def compare(op, a, b):
+    """One comparison of known values; UNKNOWN where it cannot be told."""
     if isinstance(op, ast.Is | ast.IsNot):
-        if (a is None or b is None) and UNKNOWN not in (a, b):
-            same = a is b or (a is None) == (b is None) and a is None
+        if (a is None or b is None) and _known(a) and _known(b):
+            same = a is None and b is None
             return same if isinstance(op, ast.Is) else not same
         return UNKNOWN
     if isinstance(op, ast.In | ast.NotIn):

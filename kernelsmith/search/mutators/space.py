@@ -148,7 +148,8 @@ class ConfigSpace:
         self.hi: dict[str, int] = {}
         self.lo: dict[str, int] = {}
         self.table_failures: list[Record] = []  # failed tables' rows singled out (_learn_edges)
-        self.twins = LaunchTwins(task, self.tunables, self.shapes, device)  # one proposal per launch
+        self.twins = LaunchTwins(task, self.tunables, self.shapes, device,  # one proposal per launch
+                                 rows_of=lambda p: self.shape_configs(Record(0, p, p["values"], "running")))
 
     # -- learning from the archive --------------------------------------------------------------
     def sync(self, rows: list[dict]) -> None:

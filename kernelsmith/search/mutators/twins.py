@@ -7,7 +7,9 @@ nothing new, so the params mutator and the grid propose one config per launch si
 (launch_eval.py: computed from the code text for each listed shape's recorded inputs). The map
 from signature to the first config is rebuilt from the archive rows on every `sync` (never kept
 across runs), so `--seed` and `--resume` see the same. A config without a signature (one the
-evaluator cannot follow) is never a twin; per-shape tables and retunes are left out.
+evaluator cannot follow) is never a twin. A per-shape table's launches are, on each listed shape,
+those of the row serving it (the space's `shape_configs`); retunes of other mutators' code are
+left out.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ COUNT_CAP = 20_000  # grids up to this many points have their distinct launches 
 class LaunchTwins:
     """Launch signatures of single configs of one space, and the first config seen per signature."""
 
-    def __init__(self, task, tunables: list, shapes: list[dict], device: str):
+    def __init__(self, task, tunables: list, shapes: list[dict], device: str, rows_of=None):
         self.harness, self.shapes = task.harness, shapes
+        self.rows_of = rows_of  # params -> the config serving each listed shape (tables), or None
         self.off: str | None = None  # why there is no dedupe, when there is none
         self.why: str | None = None  # why the first config without a signature has none
         self.first: dict[tuple, tuple[str, int | None]] = {}  # signature -> (values key, archive row id)
@@ -61,15 +64,19 @@ class LaunchTwins:
         return self._inputs
 
     def signature(self, params: dict) -> tuple | None:
-        """The launches of a single config on every listed shape; None where there is no telling."""
-        if self.off is not None or params.get("table") or params.get("on") is not None:
+        """The launches of a config (or a table) on every listed shape; None where there is no telling."""
+        if self.off is not None or params.get("on") is not None:
             return None
-        key = json.dumps(params.get("values") or {}, sort_keys=True)
+        key = _key(params)
         if key not in self._memo:
             inputs = self._shape_inputs()
+            changed = {k: v[1] for k, v in (params.get("changed") or {}).items()}  # rows of old runs
+            configs = [{**changed, **(params.get("values") or {})}] * len(self.shapes)
+            if params.get("table"):
+                configs = self.rows_of(params) if self.rows_of is not None else None
             try:
-                sig = None if inputs is None else tuple(
-                    self.evaluator.signature(params["values"], x) for x in inputs)
+                sig = None if inputs is None or configs is None else tuple(
+                    self.evaluator.signature(c, x) for c, x in zip(configs, inputs, strict=True))
             except Unsupported as e:
                 sig, self.why = None, self.why or str(e)
             except Exception as e:  # noqa: BLE001 - a launcher shape the evaluator trips on: no dedupe
@@ -87,7 +94,7 @@ class LaunchTwins:
         sig = self.signature(params)
         if sig is None:
             return
-        key = json.dumps(params["values"], sort_keys=True)
+        key = _key(params)
         have = self.first.get(sig)
         if have is None or have[0] == key and have[1] is None:
             self.first[sig] = (key, row_id)
@@ -96,7 +103,7 @@ class LaunchTwins:
         """(values key, row id) of another config proposed before that launches the same; else None."""
         sig = self.signature(params)
         have = self.first.get(sig) if sig is not None else None
-        if have is None or have[0] == json.dumps(params["values"], sort_keys=True):
+        if have is None or have[0] == _key(params):
             return None
         return have
 
@@ -113,6 +120,11 @@ class LaunchTwins:
             else:
                 seen.add(sig)
         return len(seen) + unknown, unknown
+
+
+def _key(params: dict) -> str:
+    """What makes two configs the same (as space.config_key)."""
+    return json.dumps({"values": params.get("values"), "table": params.get("table")}, sort_keys=True)
 
 
 class _Sizes:
