@@ -1,15 +1,13 @@
-"""Launch signatures: what an entry launcher launches under a params configuration, per listed shape,
-computed from its code text (the launcher is target code: never run, never imported).
-
-A partial evaluator of the launcher's straight-line code: int literals (knob literals take the
-configuration's values), names bound earlier, the arguments as the harness's recorded inputs (meta
-tensors: shapes, sizes, numel, reshapes are exact), arithmetic, comparisons, `min`, `max`, `abs`,
-`int`, `len`, `(triton.)next_power_of_2`, `(triton.)cdiv`, conditionals whose test evaluates (on
-CUDA a platform switch takes its CUDA branch; a test no knob reaches is followed both ways). Every
-value carries a taint (does a knob reach it?). A launch's signature is its kernel and its tainted
-arguments' values (constexprs, num_warps/num_stages, grid entries, scalars). Anything a knob reaches
-that this cannot follow (a loop, an undecidable branch, an unknown call, a tensor sized by a knob,
-a module-level knob read elsewhere) raises Unsupported: no signature, never a dedupe.
+"""Launch signatures: what an entry launcher launches under a params config, per listed shape, from
+its code text (the launcher is target code: never run, never imported). A partial evaluator of its
+straight-line code: literals (knobs' take the config's values), names bound earlier, the arguments
+as the harness's recorded inputs (meta tensors: sizes, reshapes exact), arithmetic, comparisons,
+`min`, `max`, `abs`, `int`, `len`, `(triton.)next_power_of_2`, `(triton.)cdiv`, conditionals whose
+test evaluates (a platform switch takes its CUDA branch on CUDA; a test no knob reaches is followed
+both ways). Each value carries a taint (does a knob reach it?); a launch's signature is its kernel
+and its tainted arguments' values (constexprs, num_warps/num_stages, grid entries, scalars). What a
+knob reaches that this cannot follow (a loop, an undecidable branch, an unknown call, a tensor sized
+by a knob, a module-level knob read elsewhere) raises Unsupported: no signature, never a dedupe.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from .launch_values import (
     module_bindings,
     module_knob,
     plain,
+    plain_ok,
     pure,
     tensor_method,
     truth,
@@ -163,8 +162,8 @@ class LaunchEvaluator:
                 if item.optional_vars is not None:
                     self.bind(item.optional_vars, (UNKNOWN, v[1] or st.ctx), st)
             return self.block(s.body, [st])
-        if isinstance(s, ast.FunctionDef):
-            st.env[s.name] = (LocalFn(s), True)  # a closure: whatever it reads, only a grid call evaluates it
+        if isinstance(s, ast.FunctionDef):  # a closure: only a grid call evaluates it; elsewhere tainted
+            st.env[s.name] = (LocalFn(s), True)
             return [st]
         # Loops, try, match ...: fine only when no knob, no launch and nothing knob-dependent is inside.
         if self._touches(s, st):
@@ -246,7 +245,7 @@ class LaunchEvaluator:
             vals = [self.eval(v, st) for v in n.values]
             if all(isinstance(k, str) for k, _ in keys) and not any(t for _, t in keys):
                 return Mapping({k: v for (k, _), v in zip(keys, vals, strict=True)}), False
-            return UNKNOWN, any(t for _, t in keys + vals)
+            return UNKNOWN, any(deep(*x) for x in keys + vals)
         if isinstance(n, ast.BinOp):
             return binop(n.op, self.eval(n.left, st), self.eval(n.right, st))
         if isinstance(n, ast.UnaryOp):
@@ -273,7 +272,8 @@ class LaunchEvaluator:
                 bv, bt = self.eval(n.body if ok else n.orelse, st)
                 return bv, bt or t
             a, b = self.eval(n.body, st), self.eval(n.orelse, st)
-            return (a[0] if a[0] == b[0] and type(a[0]) is type(b[0]) else UNKNOWN), t or a[1] or b[1]
+            same = type(a[0]) is type(b[0]) and plain_ok(a[0]) and a[0] == b[0]
+            return (a[0] if same else UNKNOWN), t or deep(*a) or deep(*b)
         if isinstance(n, ast.Attribute):
             return attribute(*self.eval(n.value, st), n.attr)
         if isinstance(n, ast.Subscript):
@@ -282,6 +282,10 @@ class LaunchEvaluator:
             return self._call(n, st)
         if isinstance(n, ast.Lambda):
             return LocalFn(n), True
+        if isinstance(n, ast.NamedExpr):
+            value = self.eval(n.value, st)
+            self.bind(n.target, value, st)
+            return value
         return UNKNOWN, self._touches(n, st)
 
     def _name(self, name: str, st: _State) -> tuple:
@@ -308,25 +312,22 @@ class LaunchEvaluator:
             if any(self._touches(a, st) for a in n.args + n.keywords):
                 raise Unsupported("a knob reaches an unpacked call")
             return UNKNOWN, False
-        f, ft = self.eval(n.func, st)
-        if isinstance(n.func, ast.Attribute):  # a method of a dict holding a knob's value is tainted
-            ft = ft or deep(*self.eval(n.func.value, st))
+        import torch
+
+        obj, ot = self.eval(n.func.value, st) if isinstance(n.func, ast.Attribute) else (None, False)
+        # A method of a dict holding a knob's value is tainted.
+        f, ft = attribute(obj, ot, n.func.attr) if obj is not None else self.eval(n.func, st)
+        ft = ft or deep(obj, ot)
         args = [self.eval(a, st) for a in n.args]
         kw = {k.arg: self.eval(k.value, st) for k in n.keywords}
         taint = any(deep(*a) for a in args) or any(deep(*a) for a in kw.values())
         if isinstance(f, LocalFn):
             return self._call_local(f.node, args, kw, st)
-        if isinstance(n.func, ast.Attribute) and not isinstance(f, Global):
-            import torch
-
-            obj, ot = self.eval(n.func.value, st)
-            if isinstance(obj, torch.Tensor):
-                return tensor_method(obj, n.func.attr, args, kw, ot or taint)
+        if isinstance(obj, torch.Tensor):
+            return tensor_method(obj, n.func.attr, args, kw, ot or taint)
         if isinstance(f, Global) and f.name in PURE and not kw:
             return pure(f.name.rsplit(".", 1)[-1], args), taint
         if isinstance(f, Global) and f.name.startswith("torch.") and f.name.endswith("_like") and args:
-            import torch
-
             if isinstance(args[0][0], torch.Tensor):
                 dtype = kw.get("dtype", (None, False))[0]
                 dtype = getattr(torch, dtype.name) if isinstance(dtype, Dtype) else None

@@ -122,7 +122,7 @@ def items(v) -> tuple | None:
 
 def binop(op, left: tuple, right: tuple) -> tuple:
     (a, ta), (b, tb) = left, right
-    t = ta or tb
+    t = deep(a, ta) or deep(b, tb)  # a tuple holding a knob's value taints what is made of it
     if type(a) not in (int, float, bool) or type(b) not in (int, float, bool):
         return UNKNOWN, t
     try:
@@ -230,7 +230,7 @@ def attribute(v, t: bool, attr: str) -> tuple:
             return v.dim(), t
         if attr == "dtype":
             return Dtype(str(v.dtype).removeprefix("torch.")), t
-    return UNKNOWN, t
+    return UNKNOWN, deep(v, t)
 
 
 def index(value: tuple, key: tuple) -> tuple:
@@ -241,7 +241,7 @@ def index(value: tuple, key: tuple) -> tuple:
             isinstance(v, Mapping) and isinstance(k, str) and k in v.vals):
         iv, it = v.vals[k]
         return iv, it or t
-    return UNKNOWN, t
+    return UNKNOWN, deep(v, t) or deep(k, kt)
 
 
 def module_knob(t, tree: ast.Module, inside: set[int]) -> str:
@@ -292,7 +292,7 @@ def from_input(v):
 
 def chain(ops: list, vals: list[tuple]) -> tuple:
     """A comparison chain `a < b <= c` of evaluated operands."""
-    taint = any(t for _, t in vals)
+    taint = any(deep(v, t) for v, t in vals)
     for op, (a, _), (b, _) in zip(ops, vals, vals[1:], strict=False):
         ok = compare(op, a, b)
         if ok is UNKNOWN or not ok:
@@ -302,6 +302,7 @@ def chain(ops: list, vals: list[tuple]) -> tuple:
 
 def unary(op, v, t: bool) -> tuple:
     """`-v`, `+v`, `~v`, `not v`."""
+    t = deep(v, t)
     if isinstance(op, ast.Not):
         ok = truth(v)
         return (UNKNOWN if ok is UNKNOWN else not ok), t
