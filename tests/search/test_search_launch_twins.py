@@ -215,6 +215,9 @@ def test_the_sweep_evaluates_one_point_per_distinct_launch(tmp_path, fake_gpu, m
     stored = json.loads((tmp_path / "sweep" / "result.json").read_text())["sweep"]
     assert stored["distinct_launches"] == len(triples) and stored["grid_size"] == 468
     assert f"{len(triples)} distinct launches on the listed shapes" in capsys.readouterr().err
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert (f"- grid: 468 configurations (6 x 13 x 6 values), {len(triples) - 1} evaluated (the whole grid); "
+            f"{len(triples)} distinct launches on the listed shapes, each swept once") in report
 
 
 def test_a_knob_reaching_a_device_query_gets_no_dedupe():
