@@ -185,17 +185,23 @@ class _LaunchReferee(model_referee.ModelReferee):
         return v.finalize()
 
 
-def test_the_sweep_evaluates_one_point_per_distinct_launch(tmp_path, fake_gpu, monkeypatch, capsys):  # noqa: F811
-    """(b) `kernelsmith sweep` over the clamp launcher: every distinct launch judged once, by a
-    referee that records what each candidate really launches; result.json counts both."""
+def _clamp_target(tmp_path: Path) -> Path:
+    """A targets folder holding `clamp` (scale_rows of the clamp launchers, with its harness)."""
     proj, targets = tmp_path / "proj", tmp_path / "targets"
-    (proj / "clamp").mkdir(parents=True)
+    (proj / "clamp").mkdir(parents=True, exist_ok=True)
     (proj / "clamp" / "launchers.py").write_text(CODE)
-    (targets / "clamp").mkdir(parents=True)
+    (targets / "clamp").mkdir(parents=True, exist_ok=True)
     (targets / "clamp" / "scale_rows.py").write_text((DATA / "clamp_harness.py").read_text())
     (targets / "clamp.yaml").write_text(
         f"repo: test/clamp\nclone_url: {proj}\nbase: main\noperators:\n  - name: scale_rows\n"
         "    file: clamp/launchers.py\n    entry: scale_rows\n    harness: clamp/scale_rows.py\n")
+    return targets
+
+
+def test_the_sweep_evaluates_one_point_per_distinct_launch(tmp_path, fake_gpu, monkeypatch, capsys):  # noqa: F811
+    """(b) `kernelsmith sweep` over the clamp launcher: every distinct launch judged once, by a
+    referee that records what each candidate really launches; result.json counts both."""
+    targets = _clamp_target(tmp_path)
     _LaunchReferee.recorder, _LaunchReferee.folder, _LaunchReferee.seen = _Recorder(monkeypatch), tmp_path, {}
     result = optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / "sweep"),
                                    mutator="grid", command="sweep", device="cuda", gpus=[0], progress=False,
@@ -218,6 +224,32 @@ def test_the_sweep_evaluates_one_point_per_distinct_launch(tmp_path, fake_gpu, m
     report = (tmp_path / "sweep" / "report.md").read_text()
     assert (f"- grid: 468 configurations (6 x 13 x 6 values), {len(triples) - 1} evaluated (the whole grid); "
             f"{len(triples)} distinct launches on the listed shapes, each swept once") in report
+
+
+def test_a_resumed_params_run_proposes_what_one_run_did(tmp_path, fake_gpu, monkeypatch):  # noqa: F811
+    """(d) The pipelined loop (proposals see verdicts generations late, twins told to the study):
+    stopped after 6 proposals (whole generations) and resumed to 10, the archive holds what one run
+    of 10 made, and no two of its candidates launch the same."""
+    targets = _clamp_target(tmp_path)
+    _LaunchReferee.recorder, _LaunchReferee.folder, _LaunchReferee.seen = _Recorder(monkeypatch), tmp_path, {}
+
+    def run(name, budget, resume=False):
+        return optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / name), budget=budget,
+                                     mutator="params", device="cuda", gpus=[0], progress=False, seed=4,
+                                     stagnation=100, resume=resume, targets=str(targets), precompile=False,
+                                     referee_factory=_LaunchReferee))
+
+    run("whole", 10)
+    run("split", 6)
+    assert run("split", 10, resume=True)["proposals"] == 10
+
+    def proposals(name):
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            return [(r["generation"], r["code"], r["params"], r["id"]) for r in a.all()]
+
+    assert proposals("whole") == proposals("split")
+    launched = [_LaunchReferee.seen[i] for *_, i in proposals("whole")]  # the base's included
+    assert len(launched) == len(set(launched)) == 11
 
 
 def test_a_knob_reaching_a_device_query_gets_no_dedupe():
