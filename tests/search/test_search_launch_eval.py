@@ -80,8 +80,10 @@ def _mystery(x):
 ''', cuda=False)  # off CUDA `x.is_cuda` is not decided either
     sig = ev.signature({}, X)
     assert len(sig) == 4  # two undecided tests, each followed both ways
-    blocks = sorted({dict(path[0][1])["BLOCK"] for path in sig})
-    assert blocks == [256, 512]
+    launches = [[item for item in path if item[0] == "_k"] for path in sig]
+    assert sorted({dict(k[1])["BLOCK"] for (k,) in launches}) == [256, 512]
+    # The call it cannot see into is part of every path, where it ran.
+    assert all(path[0][0] == "call" for path in sig)
 
 
 @pytest.mark.parametrize("body", [
@@ -143,3 +145,31 @@ def test_asserts_and_early_returns_a_knob_decides_are_part_of_the_signature():
     assert small[0][0][0] == "_k" and big[0][0][0] == "return" and too_big[0][0][0] == "assert"
     assert ev.signature({block: 256}, X)[0][0][0] == "_k"
     assert ev.signature({block: 4096}, X) == big  # both return before launching: the same
+
+
+def test_a_call_a_knob_decides_to_run_is_part_of_the_path():
+    """`if BLOCK > 512: _log(x)`: configs that run the call and configs that do not differ, though
+    they launch the same; where the deciding test cannot be evaluated, no signature."""
+    ev, _ = _evaluator('''def f(x):
+    BLOCK = 256
+    if BLOCK > 512:
+        _log(x)
+    _k[(1,)](x, x.shape[0], BLOCK=min(BLOCK, 64))
+    flag = BLOCK > x.shape[0] or _log(x)
+
+
+def _log(x):
+    print(x)
+''')
+    assert "f:BLOCK" in {k for k, _ in ev.knob_at.values()}
+    low, high = ev.signature({"f:BLOCK": 256}, X), ev.signature({"f:BLOCK": 1024}, X)
+    assert low != high and ev.signature({"f:BLOCK": 128}, X) == low
+    assert [item[0] for item in low[0]] == ["_k", "call"] and [item[0] for item in high[0]] == ["call", "_k"]
+    ev, _ = _evaluator('''def f(x):
+    BLOCK = 256
+    flag = BLOCK > _limit(x) and _log(x)
+    _k[(1,)](x, x.shape[0], BLOCK=min(BLOCK, 64))
+''')
+    assert "f:BLOCK" in {k for k, _ in ev.knob_at.values()}
+    with pytest.raises(Unsupported, match="run or not"):
+        ev.signature({}, X)

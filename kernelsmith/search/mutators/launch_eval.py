@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .launch_syntax import _OTHER_PLATFORM, _call_name, _cuda_branch, jit_functions, line_offsets
+from .launch_syntax import _call_name, jit_functions, line_offsets
 from .launch_values import (
     MAX_PATHS,
     PURE,
@@ -38,10 +38,12 @@ from .launch_values import (
     module_knob,
     plain,
     plain_ok,
+    platform,
     pure,
     tensor_method,
     truth,
     unary,
+    undecided,
 )
 
 _DEFS = ast.FunctionDef | ast.AsyncFunctionDef
@@ -52,9 +54,7 @@ class LaunchEvaluator:
 
     def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True):
         tree = ast.parse(code)
-        # A platform switch takes its CUDA branch on CUDA; elsewhere (the interpreter on a CPU) only a
-        # switch on another platform (`_is_hip`) is decided, its not-that-platform branch.
-        self.cuda = cuda
+        self.cuda = cuda  # which platform switches are decided (launch_values.platform)
         funcs = [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
         named = [f for f in funcs if f.name == entry]
         if len(named) != 1:
@@ -76,8 +76,7 @@ class LaunchEvaluator:
                 raise Unsupported(f"knob {t.key} lives outside {entry}")
             for s, e in t.sites:
                 if s == e:
-                    m = re.search(r"(\w+)=", t.fmt)
-                    if not m:
+                    if not (m := re.search(r"(\w+)=", t.fmt)):
                         raise Unsupported(f"knob {t.key}: an insertion of unknown form")
                     self.option_at.setdefault(s, []).append((m.group(1), t.key, t.base))
                 elif (s, e) in consts:
@@ -168,6 +167,7 @@ class LaunchEvaluator:
         # Loops, try, match ...: fine only when no knob, no launch and nothing knob-dependent is inside.
         if self._touches(s, st):
             raise Unsupported(f"a knob reaches a {type(s).__name__} statement")
+        st.launches.append(("stmt", s.lineno))
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
                 st.env[n.id] = (UNKNOWN, st.ctx)
@@ -183,7 +183,7 @@ class LaunchEvaluator:
 
     def _if(self, s: ast.If, st: _State) -> list[_State]:
         v, t = self.eval(s.test, st)
-        if (ok := truth(v)) is UNKNOWN and (ok := self._platform(s.test)) is UNKNOWN:
+        if (ok := truth(v)) is UNKNOWN and (ok := platform(s.test, self.cuda)) is UNKNOWN:
             if t:
                 raise Unsupported("a test a knob reaches is undecidable")
             return self.block(s.body, [st.fork()]) + self.block(s.orelse, [st.fork()])
@@ -193,13 +193,6 @@ class LaunchEvaluator:
         for o in out:
             o.ctx = outer
         return out
-
-    def _platform(self, test):
-        """The branch a platform switch takes here (True: its body), else UNKNOWN."""
-        branch = _cuda_branch(test)
-        if branch is None or not self.cuda and not _OTHER_PLATFORM.search(ast.unparse(test).lower()):
-            return UNKNOWN
-        return branch == "body"
 
     def bind(self, target, value: tuple, st: _State) -> None:
         v, t = value[0], value[1] or st.ctx
@@ -252,12 +245,13 @@ class LaunchEvaluator:
             return unary(n.op, *self.eval(n.operand, st))
         if isinstance(n, ast.BoolOp):
             taint = False
-            for e in n.values:
+            for i, e in enumerate(n.values):
                 v, t = self.eval(e, st)
                 taint |= t
-                ok = truth(v)
-                if ok is UNKNOWN:
-                    return UNKNOWN, taint or any(self._touches(x, st) for x in n.values)
+                if (ok := truth(v)) is UNKNOWN:  # the rest may run or not: evaluated, for what they reach
+                    rest = n.values[i + 1:]
+                    undecided(taint, rest)
+                    return UNKNOWN, any([deep(v, taint)] + [deep(*self.eval(x, st)) for x in rest])
                 if ok == isinstance(n.op, ast.Or):
                     return v, taint
             return v, taint
@@ -267,10 +261,11 @@ class LaunchEvaluator:
             v, t = self.eval(n.test, st)
             ok = truth(v)
             if ok is UNKNOWN:
-                ok = self._platform(n.test)
+                ok = platform(n.test, self.cuda)
             if ok is not UNKNOWN:
                 bv, bt = self.eval(n.body if ok else n.orelse, st)
                 return bv, bt or t
+            undecided(t, [n.body, n.orelse])
             a, b = self.eval(n.body, st), self.eval(n.orelse, st)
             same = type(a[0]) is type(b[0]) and plain_ok(a[0]) and a[0] == b[0]
             return (a[0] if same else UNKNOWN), t or deep(*a) or deep(*b)
@@ -311,6 +306,7 @@ class LaunchEvaluator:
         if any(isinstance(a, ast.Starred) for a in n.args) or any(k.arg is None for k in n.keywords):
             if any(self._touches(a, st) for a in n.args + n.keywords):
                 raise Unsupported("a knob reaches an unpacked call")
+            st.launches.append(("call", n.lineno, n.col_offset))
             return UNKNOWN, False
         import torch
 
@@ -323,8 +319,9 @@ class LaunchEvaluator:
         taint = any(deep(*a) for a in args) or any(deep(*a) for a in kw.values())
         if isinstance(f, LocalFn):
             return self._call_local(f.node, args, kw, st)
-        if isinstance(obj, torch.Tensor):
-            return tensor_method(obj, n.func.attr, args, kw, ot or taint)
+        known = isinstance(obj, torch.Tensor)
+        if known and (out := tensor_method(obj, n.func.attr, args, kw, ot or taint))[0] is not UNKNOWN:
+            return out
         if isinstance(f, Global) and f.name in PURE and not kw:
             return pure(f.name.rsplit(".", 1)[-1], args), taint
         if isinstance(f, Global) and f.name.startswith("torch.") and f.name.endswith("_like") and args:
@@ -334,6 +331,8 @@ class LaunchEvaluator:
                 return torch.empty_like(args[0][0], dtype=dtype), taint
         if taint or ft:
             raise Unsupported(f"a knob reaches a call of {ast.unparse(n.func)}")
+        # A call it does not know may do anything but depend on a knob: where it runs is part of the path.
+        st.launches.append(("call", n.lineno, n.col_offset))
         return UNKNOWN, False
 
     def _call_local(self, fn: ast.AST, args: list, kw: dict, st: _State) -> tuple:
@@ -347,12 +346,15 @@ class LaunchEvaluator:
         for i, name in enumerate(names):
             env[name] = args[i] if i < len(args) else kw[name] if name in kw else (
                 self.eval(defaults[name], st) if name in defaults else (UNKNOWN, False))
+        child = _State(env, ctx=st.ctx)
         if isinstance(fn, ast.Lambda):
-            return self.eval(fn.body, _State(env, ctx=st.ctx))
-        out = self.block(fn.body, [_State(env, ctx=st.ctx)])
-        if len(out) != 1 or out[0].launches or out[0].ret is None:
-            raise Unsupported("a launcher callable with launches or several paths")
-        return out[0].ret
+            child.ret = self.eval(fn.body, child)
+        elif len(out := self.block(fn.body, [child])) != 1 or out[0].ret is None:
+            raise Unsupported("a launcher callable with several paths or no return")
+        else:
+            child = out[0]
+        st.launches.extend(child.launches)  # what it ran (its calls, launches) is part of the path
+        return child.ret
 
     def _kernel(self, n: ast.Call) -> str | None:
         if not isinstance(n.func, ast.Subscript):

@@ -10,6 +10,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from .launch_syntax import _OTHER_PLATFORM, _cuda_branch
+
 MAX_PATHS = 16  # paths through undecidable tests, per shape
 PURE = {"min", "max", "abs", "int", "len", "next_power_of_2", "cdiv", "triton.next_power_of_2",
         "triton.cdiv"}
@@ -309,3 +311,19 @@ def unary(op, v, t: bool) -> tuple:
     if type(v) not in (int, float, bool) or isinstance(op, ast.Invert) and type(v) is float:
         return UNKNOWN, t
     return {ast.USub: lambda x: -x, ast.UAdd: lambda x: +x, ast.Invert: lambda x: ~x}[type(op)](v), t
+
+
+def platform(test, cuda: bool):
+    """The branch a platform switch takes here (True: its body), else UNKNOWN. On CUDA its CUDA
+    branch; elsewhere (the interpreter on a CPU) only a switch on another platform (`_is_hip`) is
+    decided, its not-that-platform branch."""
+    branch = _cuda_branch(test)
+    if branch is None or not cuda and not _OTHER_PLATFORM.search(ast.unparse(test).lower()):
+        return UNKNOWN
+    return branch == "body"
+
+
+def undecided(tainted: bool, parts: list) -> None:
+    """Parts whose running a knob decides, undecidably: fine only without calls (side effects)."""
+    if tainted and any(isinstance(c, ast.Call) for x in parts for c in ast.walk(x)):
+        raise Unsupported("calls that run or not by a test a knob reaches, undecidable")
