@@ -192,6 +192,9 @@ def sweep_section(sweep: dict) -> str:
     sizes = " x ".join(str(len(d)) for d in sweep["knobs"].values())
     grid = (f"- grid: {sweep['grid_size']} configurations ({sizes} values), {sweep['evaluated']} evaluated "
             f"({done})" + (", a uniform sample of a larger grid" if sweep.get("sampled") else ""))
+    distinct = sweep.get("distinct_launches")  # absent in runs made before launch twins were skipped
+    if distinct is not None and distinct < sweep["grid_size"]:
+        grid += f"; {distinct} distinct launches on the listed shapes, each swept once"
     if sweep.get("best_single_geomean") is None:
         return grid + "\n- no timing: every configuration was checked for correctness only"
     best_id = sweep.get("best_single_id")

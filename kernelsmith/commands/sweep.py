@@ -32,9 +32,11 @@ def run(args: argparse.Namespace) -> int:
     sweep = result.get("sweep") or {}
     if result.get("timed") and sweep:
         table = sweep["per_shape_table_beats_single"]
+        distinct = sweep.get("distinct_launches") or sweep["grid_size"]
         print(
             f"sweep: {sweep['evaluated']} of {sweep['grid_size']} configurations evaluated"
-            f"{'' if sweep['complete'] else ' (cut short)'}; best single config "
+            + (f" ({distinct} distinct launches)" if distinct < sweep["grid_size"] else "")
+            + f"{'' if sweep['complete'] else ' (cut short)'}; best single config "
             f"{sweep['best_single_geomean']:.3f}x, a config per shape "
             f"{sweep['per_shape_best_geomean'] or 0:.3f}x"
             + (" (a per-shape table beats the best single config)" if table else "")

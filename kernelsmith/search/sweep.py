@@ -7,13 +7,17 @@ referee as a search's candidates and stored in a normal run directory (run.json:
 command "sweep"). Points are visited in a random order fixed by `--seed`, so a sweep cut short by
 `--minutes` is a uniform sample of the grid rather than its lexicographic corner (the first
 knob's smallest values). A grid over GRID_CAP points is sampled down to GRID_CAP (result.json
-says so). The sweep's result adds, from the verdicts' per-shape speedups, the geomean a config
-chosen per shape would reach, and whether the params mutator's own table rule would adopt such a
-table over the best single config.
+says so). Points that launch the same kernels with the same arguments on every listed shape as a
+point visited before (twins.py, from the launcher's code text) are skipped: one evaluation per
+distinct launch; result.json counts both the knob combinations and the distinct launches. The
+sweep's result adds, from the verdicts' per-shape speedups, the geomean a config chosen per shape
+would reach, and whether the params mutator's own table rule would adopt such a table over the
+best single config.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -22,6 +26,7 @@ from statistics import geometric_mean
 from .candidate import Candidate
 from .mutators.params import GridMutator
 from .mutators.tunables import label
+from .mutators.twins import COUNT_CAP
 
 GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
 
@@ -37,7 +42,25 @@ class SweepGrid(GridMutator):
         self.size = math.prod(len(d) for d in self.domains)
         self.cap = cap
         self._grid = self._points(random.Random(f"sweep/{seed}"))
+        self._counted: tuple[int, int] | None | bool = False  # not counted yet
 
+    def launches(self) -> tuple[int, int] | None:
+        """(distinct launches of the grid's points on the listed shapes, points without a launch
+        signature, each counted as its own); None when the launcher cannot be evaluated statically
+        or the grid is over COUNT_CAP (or sampled)."""
+        if self._counted is False:
+            keys = [t.key for t in self.tunables]
+            small = self.size <= min(self.cap, COUNT_CAP)
+            points = (dict(zip(keys, c, strict=True)) for c in itertools.product(*self.domains))
+            self._counted = self.twins.count(points) if small else None
+        return self._counted
+
+    def dedupe_note(self) -> str | None:
+        """Why some or all points could not be compared by their launches (None: all were)."""
+        counted = self.launches()
+        if counted is None:
+            return self.twins.off or f"more than {COUNT_CAP} points: not counted"
+        return self.twins.why if counted[1] else None
     def _points(self, rng: random.Random):
         """Every point of the grid (or GRID_CAP of them, drawn without replacement), shuffled."""
         for index in rng.sample(range(self.size), min(self.size, self.cap)):
@@ -51,7 +74,14 @@ class SweepGrid(GridMutator):
         """The grid's size and knobs in words (printed when a sweep starts)."""
         knobs = " x ".join(f"{label(t)} ({len(t.domain)})" for t in self.tunables) or "no knobs"
         sampled = f"; more than {self.cap}: a uniform sample of {self.cap} is swept" * (self.size > self.cap)
-        return f"grid of {self.size} configurations: {knobs}{sampled}"
+        counted, note = self.launches(), self.dedupe_note()
+        if counted is None or counted[1] == self.size:
+            launches = f"; launches not compared ({note})"
+        else:
+            launches = f"; {counted[0]} distinct launches on the listed shapes, one point swept per launch"
+            if counted[1]:
+                launches += f" ({counted[1]} points not comparable, each its own: {note})"
+        return f"grid of {self.size} configurations: {knobs}{sampled}{launches}"
 
 
 def _per_shape(c: Candidate, index: dict[str, int], n: int) -> list[float | None]:
@@ -89,6 +119,9 @@ def summary(search, rows: list[Candidate]) -> dict:
     per_shape_wins = table is not None
     out = {
         "grid_size": grid.size,
+        "distinct_launches": (grid.launches() or (None,))[0],
+        "without_launch_signature": (grid.launches() or (None, None))[1],
+        "launch_dedupe_note": grid.dedupe_note(),
         "knobs": {t.key: t.domain for t in grid.tunables},
         "sampled": grid.size > grid.cap,
         "proposed": len(points),

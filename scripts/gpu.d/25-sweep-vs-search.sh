@@ -129,7 +129,8 @@ for pair in "${todo[@]}"; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r.get("sweep") or {}
-extra = (f"; grid {s['evaluated']}/{s['grid_size']} evaluated, best single {s['best_single_geomean']:.3f}x, "
+extra = (f"; grid {s['evaluated']}/{s['grid_size']} evaluated ({s.get('distinct_launches')} distinct launches), "
+         f"best single {s['best_single_geomean']:.3f}x, "
          f"per shape {s['per_shape_best_geomean']:.3f}x, table pays: {s['per_shape_table_beats_single']}") if s else ""
 g, ci = r.get("geomean_speedup"), r.get("geomean_ci95")
 won = f"winner {g:.3f}x, 95% CI {ci}" if g else f"no winner: {r.get('no_winner_reason')}"

@@ -10,7 +10,10 @@ fixed `--seed` and the same visible rows give the same proposals and `--resume` 
   on what the launcher computes the knobs from (sizekeys.py: for LMDeploy's sampler the vocabulary
   length), proposed only when it beats the best single config by TABLE_MARGIN. A table parent is
   refined one bucket at a time by asking that bucket's study.
-Never a config tried before. `GridMutator` is the plain sweep of the same space, the baseline.
+Never a config tried before, nor one launching the same kernels with the same arguments on every
+listed shape as a config proposed before (a twin, twins.py): the global study is told the twin's
+outcome for it instead. `GridMutator` is the plain sweep of the same space (one point per launch),
+the baseline.
 """
 
 from __future__ import annotations
@@ -120,9 +123,12 @@ class ParamsMutator(ConfigSpace):
         if k in self.tried:
             return None
         self.tried.add(k)
+        if self.twins.twin(params) is not None:
+            return None  # it launches what a config proposed before does: nothing new to measure
         code = self.render(params)
         if code_hash(code) in known:
             return None
+        self.twins.add(params)
         parent_id = parent["id"] if parent is not None else self.base_id
         parent_code = (parent or {}).get("code") or self.base_code
         return Proposal(
@@ -141,7 +147,19 @@ class ParamsMutator(ConfigSpace):
             params = {"op": "ask", "values": values, "changed": self.changed_from_base(values)}
             if (p := self._proposal(params, known)) is not None:
                 return p
+            self._tell_twin(study, values)
         return self._untried(study, rng, known)
+
+    def _tell_twin(self, study: Study, values: dict[str, int]) -> None:
+        """Tell the study a twin's outcome for `values` (same launches, so the same measurement)."""
+        twin = self.twins.twin({"values": values})
+        if twin is None:
+            return
+        rec = self.records.get(twin[1]) if twin[1] is not None else None
+        if rec is None or rec.state == "running":  # proposed this generation or still being judged
+            study.add(Observation(values, "running"))
+        else:
+            study.add(Observation(values, rec.state, math.log(rec.geomean) if rec.geomean else 0.0))
 
     def _untried(self, study: Study, rng: random.Random, known: set[str]) -> Proposal | None:
         """A random config no one tried (the sampler kept answering tried ones); None when none is left."""
@@ -252,9 +270,12 @@ class GridMutator(ConfigSpace):
             if config_key(params) in self.tried:
                 continue
             self.tried.add(config_key(params))
+            if self.twins.twin(params) is not None:
+                continue  # the launches of a point proposed before
             code = self.render(params)
             if known and code_hash(code) in known:
                 continue
+            self.twins.add(params)
             return Proposal(
                 mutator=self.name,
                 parent_id=self.base_id,

@@ -2,8 +2,8 @@
 
 Shared by the params mutator (Optuna, params.py) and the grid: the tunables found from the syntax
 tree, what a per-shape table keys on (sizekeys.py) and its size buckets, rendering, validity
-(domains, learned edges, Triton's tensor size limit), and `sync`, which rebuilds from archive rows
-every config tried and its outcome, overall and per shape.
+(domains, learned edges, Triton's tensor size limit), configs that launch the same (twins.py), and
+`sync`, which rebuilds from archive rows every config tried and its outcome, overall and per shape.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from statistics import fmean
 from ..candidate import Candidate
 from .sizekeys import SizeKey, grid_key, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
+from .twins import LaunchTwins
 
 TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
 
@@ -122,8 +123,8 @@ class ConfigSpace:
         self.sizes = sizes
         self.limits, self.bucket_of = buckets(sizes)
         # A second level: the grid's other axes (tokens, batch), for shapes one first-level size holds.
-        self.key2: SizeKey | None
-        self.key2, self.sizes2 = None, None
+        self.key2: SizeKey | None = None
+        self.sizes2 = None
         if self.key is not None and sizes is not None and harness is not None:
             try:
                 first = grid_key(self.base_code, self.tunables, task.operator.entry, self.key)
@@ -147,11 +148,14 @@ class ConfigSpace:
         self.hi: dict[str, int] = {}
         self.lo: dict[str, int] = {}
         self.table_failures: list[Record] = []  # failed tables' rows singled out (_learn_edges)
+        self.twins = LaunchTwins(task, self.tunables, self.shapes, device,  # one proposal per launch
+                                 rows_of=lambda p: self.shape_configs(Record(0, p, p["values"], "running")))
 
     # -- learning from the archive --------------------------------------------------------------
     def sync(self, rows: list[dict]) -> None:
         """Rebuild what was tried, how it did and the learned edges from archive rows (also on resume)."""
         self.records.clear()
+        self.twins.reset(self.base_values)
         shape_index = {json.dumps(s, sort_keys=True): i for i, s in enumerate(self.shapes)}
         for row in rows:
             if row["mutator"] == "base":
@@ -162,6 +166,7 @@ class ConfigSpace:
             if params is None or params.get("on") is not None:
                 continue
             self.tried.add(config_key(params))
+            self.twins.add(params, row["id"])
             rec = self._record(row, params, shape_index)
             if rec is not None:
                 self.records[row["id"]] = rec
@@ -270,16 +275,9 @@ class ConfigSpace:
         """The operator file with a config (or a per-shape table) written in."""
         table = params.get("table")
         if table:
-            return render_table(
-                self.base_code,
-                self.tunables,
-                table["limits"],
-                table["rows"],
-                params["values"],
-                key=self.key.expr if self.key is not None else None,
-                limits2=table.get("limits2"),
-                key2=self.key2.expr if self.key2 is not None else None,
-            )
+            key, key2 = (k.expr if k is not None else None for k in (self.key, self.key2))
+            return render_table(self.base_code, self.tunables, table["limits"], table["rows"],
+                                params["values"], key=key, limits2=table.get("limits2"), key2=key2)
         return render(self.base_code, self.tunables, params["values"])
 
     def describe(self, params: dict) -> str:
