@@ -92,6 +92,9 @@ class Search:
             self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay"),
             sweep_seed=self.seed if sweep else None,
         )
+        # Generation 1 is proposed while the base is judged (Search.search), blind to its verdict;
+        # not where a model writes proposals, whose prompt shows the parent's feedback.
+        self.base_overlap = self.pipeline > 1 and not any(m.name == "llm" for m in self.mutators)
         # A sweep visits the whole grid: no stagnation stop.
         self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
         self.stop_reason = None
@@ -156,12 +159,12 @@ class Search:
     def _visible(self, rows: list[Candidate], generation: int) -> list[Candidate]:
         """Candidates as generation `generation` may see them: verdicts of the generations still in
         flight when it is proposed are hidden (whether or not they happen to be in yet). The base is
-        generation 0, and generation 1 is proposed while it is judged, so generation 1 never sees its
-        verdict (a pending base is still every island's parent: selection.py)."""
+        generation 0, and (`base_overlap`) generation 1 is proposed while it is judged, so generation 1
+        never sees its verdict (a pending base is still every island's parent: selection.py)."""
         out = []
         for c in rows:
             if c.is_base:
-                fresh = generation <= 1 < self.pipeline
+                fresh = generation <= 1 and self.base_overlap
             else:
                 fresh = c.generation > generation - self.pipeline
             if fresh and c.evaluated and not c.malformed:
@@ -367,7 +370,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         evaluator.note_best(search.archive.all())
         pending = search.archive.pending()
         base_in_flight = None
-        if not search.archive.base().evaluated and search.pipeline > 1:
+        if not search.archive.base().evaluated and search.base_overlap:
             # A new run (or one killed before the base's verdict): the first generations are
             # proposed and compiled while the workers boot and judge the base, which the search
             # checks before it proposes more (Search.search).

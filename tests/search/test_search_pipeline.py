@@ -184,3 +184,24 @@ def test_a_base_rejected_while_generation_1_is_in_flight_stops_the_run(tmp_path,
         rows = a.all()
     assert rows[0]["mutator"] == "base" and rows[0]["status"] == "evaluated" and not rows[0]["accepted"]
     assert {r["generation"] for r in rows[1:]} == {1}
+
+
+def test_no_base_overlap_where_a_model_proposes_or_nothing_pipelines(tmp_path, fake_gpu, monkeypatch):
+    """A model's prompt shows its parent's feedback (the base's timings), and a pipeline of 1 means
+    every generation sees every verdict before it: then the base is judged before generation 1."""
+    import kernelsmith.search.loop as loop
+
+    class Model:
+        name = "llm"
+
+    def overlap(name, **kw):
+        search = Search(_config(tmp_path, fake_gpu, name=name, **kw))
+        try:
+            return search.base_overlap
+        finally:
+            search.archive.close()
+
+    assert overlap("params") is True
+    assert overlap("serial", pipeline=1) is False
+    monkeypatch.setattr(loop, "build_mutators", lambda *a, **k: [Model()])
+    assert overlap("llm") is False
