@@ -264,18 +264,22 @@ class Search:
             return f"stagnation: no better candidate in {since} proposals"
         return None
 
-    def search(self, evaluator, started: float, base_in_flight: list[int] | None = None) -> None:
+    def search(self, evaluator, started: float, in_flight_at_start: list[Candidate] | None = None) -> None:
         """Propose and evaluate generation after generation until a budget or stagnation stops it;
-        up to `pipeline` generations are in flight at once. `base_in_flight`: the ids submitted at
-        the start when the base was not judged yet (the base first): generation 0, in flight with
-        generation 1 only; the base is checked before generation 2 is proposed (a base the referee
-        rejects stops the run there)."""
+        up to `pipeline` generations are in flight at once. `in_flight_at_start`: the rows submitted
+        at the start while the base was not judged yet (the base, and on a resume the pending rows
+        of the generations after it): the base is generation 0, in flight with generation 1 only,
+        and is checked before generation 2 is proposed (a base the referee rejects stops the run)."""
         if self.minutes is not None:
             evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
         # (generation, candidate ids, proposals made)
-        in_flight: list[tuple[int, list[int], int]] = [(0, base_in_flight, 0)] if base_in_flight else []
+        by_generation: dict[int, list[int]] = {}
+        for c in in_flight_at_start or []:
+            by_generation.setdefault(c.generation, []).append(c.id)
+        in_flight: list[tuple[int, list[int], int]] = [
+            (g, ids, len(ids) if g else 0) for g, ids in sorted(by_generation.items())]
         while True:
             if in_flight and in_flight[0][0] == 0:  # the base is judged: generation 1 only, see above
                 room = generation == 0
@@ -369,12 +373,13 @@ def optimize(config: SearchConfig) -> SearchResult:
             search.archive.add(search.task.base_code, mutator="base")
         evaluator.note_best(search.archive.all())
         pending = search.archive.pending()
-        base_in_flight = None
+        in_flight_at_start = None
         if not search.archive.base().evaluated and search.base_overlap:
             # A new run (or one killed before the base's verdict): the first generations are
             # proposed and compiled while the workers boot and judge the base, which the search
             # checks before it proposes more (Search.search).
-            base_in_flight = evaluator.submit(pending)
+            evaluator.submit(pending)
+            in_flight_at_start = pending
         else:
             if pending:
                 progress.note(f"evaluating {len(pending)} pending candidate(s) first")
@@ -387,7 +392,7 @@ def optimize(config: SearchConfig) -> SearchResult:
             sum(1 for c in rows if c.accepted and not c.is_base),
             search._best() if search.timed else None,
         )
-        search.search(evaluator, started, base_in_flight)
+        search.search(evaluator, started, in_flight_at_start)
         progress.note(f"search stopped: {search.stop_reason}")
         result = finish(search, evaluator, started)
         record_state(search.path, progress)

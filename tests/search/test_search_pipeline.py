@@ -205,3 +205,26 @@ def test_no_base_overlap_where_a_model_proposes_or_nothing_pipelines(tmp_path, f
     assert overlap("serial", pipeline=1) is False
     monkeypatch.setattr(loop, "build_mutators", lambda *a, **k: [Model()])
     assert overlap("llm") is False
+
+
+def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake_gpu):
+    """Killed after generation 1 was proposed but before the base was judged: the resume judges the
+    base and generation 1 in their own turns and then proposes what one uninterrupted run does."""
+    from kernelsmith.search.archive import Archive
+
+    whole = optimize(_config(tmp_path, fake_gpu, name="whole", budget=10, pipeline=3))
+    search = Search(_config(tmp_path, fake_gpu, name="killed", budget=10, pipeline=3))
+    try:  # what the killed run had done: the base recorded, generation 1 proposed, nothing judged
+        search.archive.add(search.task.base_code, mutator="base")
+        assert search._propose(1, search.batch) == 2
+    finally:
+        search.archive.close()
+    resumed = optimize(_config(tmp_path, fake_gpu, name="killed", budget=10, resume=True))
+
+    def trail(name):  # the candidates, and the stagnation count (generation 1's proposals in it)
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            rows = [(r["id"], r["generation"], r["parent_id"], r["code"], r["status"]) for r in a.all()]
+            return rows, a.get_meta("since_best", 0)
+
+    assert trail("killed") == trail("whole")
+    assert resumed.data["proposals"] == whole.data["proposals"] == 10
