@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import model_referee
 import pytest
 import torch
-from test_search_params import _row
+from test_search_params import drive
 from test_search_sweep import fake_gpu  # noqa: F401 - a fixture
 
 from kernelsmith.commands.run import optimize
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.loop import SearchConfig, slot_rng
+from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 from kernelsmith.search.mutators.space import ConfigSpace
 from kernelsmith.search.sweep import SweepGrid
@@ -283,16 +283,7 @@ def _drive(mutator, n: int, seed: int, rows: list[dict] | None = None) -> list[d
         return {"accepted": True, "timed": True, "timing": {"noisy": False}, "shapes": shapes,
                 "geomean_speedup": math.prod(x["speedup"] for x in shapes) ** (1 / len(shapes))}
 
-    rows = rows or [_row(1, "base", None, CODE, verdict({"values": mutator.base_values}))]
-    for _ in range(n):
-        generation = len(rows)
-        mutator.sync(rows)
-        p = mutator.propose(rows[-1], [], slot_rng(seed, generation, 0), set())
-        if p is None:
-            break
-        rows.append(_row(len(rows) + 1, p.mutator, p.params, p.code, verdict(p.params), p.parent_id,
-                         generation))
-    return rows
+    return drive(mutator, lambda code, params: verdict(params), n, seed, rows)
 
 
 def _launched(mutator, params: dict) -> tuple:

@@ -42,20 +42,26 @@ def _row(cid: int, mutator: str, params, code: str, verdict: dict, parent_id=Non
     }
 
 
-def _drive(mutator, referee, n: int, seed: int, rows: list[dict] | None = None) -> list[dict]:
-    """Propose and evaluate one candidate at a time (each sees every verdict before it); the rows."""
-    task = mutator.task
+def drive(mutator, judge, n: int, seed: int, rows: list[dict] | None = None) -> list[dict]:
+    """Propose and judge one candidate at a time (each sees every verdict before it); the rows.
+    `judge(code, params)` is a candidate's verdict as archive JSON."""
     if rows is None:
-        rows = [_row(1, "base", None, task.base_code, referee.evaluate(task.base_code).to_json())]
+        base = mutator.task.base_code
+        rows = [_row(1, "base", None, base, judge(base, {"values": mutator.base_values}))]
     for _ in range(n):
         generation = len(rows)
         mutator.sync(rows)
         p = mutator.propose(rows[-1], [], slot_rng(seed, generation, 0), set())
         if p is None:
             break
-        verdict = referee.evaluate(p.code).to_json()
-        rows.append(_row(len(rows) + 1, p.mutator, p.params, p.code, verdict, p.parent_id, generation))
+        rows.append(_row(len(rows) + 1, p.mutator, p.params, p.code, judge(p.code, p.params), p.parent_id,
+                         generation))
     return rows
+
+
+def _drive(mutator, referee, n: int, seed: int, rows: list[dict] | None = None) -> list[dict]:
+    """drive() judged by `referee` (the model of tests/search/model_referee.py or a stand-in)."""
+    return drive(mutator, lambda code, params: referee.evaluate(code).to_json(), n, seed, rows)
 
 
 def test_same_seed_and_rows_give_the_same_proposals():
