@@ -134,6 +134,7 @@ def search_stats(rows, result: dict) -> str:
         ]
         for f in final:
             outcome = "accepted" if f.get("accepted") else f"rejected ({f.get('reason')})"
+            outcome = f"not re-measured: {f['skipped']}" if f.get("skipped") else outcome
             outcome += ", not a measured win" if f.get("accepted") and f.get("measured_win") is False else ""
             outcome += " (noisy)" if f.get("noisy") else ""
             outcome += ", **winner**" if f.get("chosen") else ""
