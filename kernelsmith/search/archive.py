@@ -286,6 +286,18 @@ class Archive:
         return int(v or 0)
 
     # -- migrations and run state ------------------------------------------------------------
+    def move_generation(self, ids: list[int], generation: int) -> None:
+        """Move candidates to a later generation (a build that held the window; loop.py),
+        and keep the move in meta `moved` [{id, from, to}]."""
+        moved = self.get_meta("moved", []) or []
+        for cid in ids:
+            row = self.get(cid)
+            if row is None or row.generation >= generation:
+                continue
+            self._db.execute("UPDATE candidates SET generation=? WHERE id=?", (generation, cid))
+            moved.append({"id": cid, "from": row.generation, "to": generation})
+        self.set_meta("moved", moved)
+
     def add_migration(self, generation: int, candidate_id: int, to_island: int) -> None:
         """Record that a candidate joined another island at a generation."""
         self._db.execute(

@@ -160,18 +160,37 @@ class Evaluator:
     def _stopped(self) -> bool:
         return self._halted or (self.deadline is not None and time.time() > self.deadline)
 
-    def wait(self, ids: Iterable[int] | None = None) -> None:
+    def wait(self, ids: Iterable[int] | None = None, stall_s: float | None = None) -> list[int]:
         """Block until `ids` (default: everything submitted) are evaluated, or the time budget is
-        spent and no evaluation is in flight; re-raises a referee that could not work at all."""
+        spent and no evaluation is in flight; re-raises a referee that could not work at all.
+
+        With `stall_s`: return early once every GPU has idled `stall_s` seconds with only builds
+        queued (each of `ids` left among them), answering the ids still to judge; else []."""
         want = None if ids is None else set(ids)
+        idle_since = None
         with self.changed:
             while True:
                 if self._errors:
                     raise self._errors[0]
                 left = self._outstanding if want is None else (want & self._outstanding)
                 if not left or (self._stopped() and not self._busy):
-                    return
+                    return []
+                if stall_s is not None and self._only_builds(left):
+                    idle_since = idle_since or time.monotonic()
+                    if time.monotonic() - idle_since >= stall_s:
+                        return sorted(left)
+                else:
+                    idle_since = None
                 self.changed.wait(POLL_S)
+
+    def _only_builds(self, left: set[int]) -> bool:
+        """No GPU busy or booting, and every queued candidate (each of `left` among them) is still
+        compiling: the GPUs wait on CPU builds alone. Called under the lock."""
+        if self.precompiler is None or self._busy or self._booting or not self._jobs:
+            return False
+        queued = {r.id for r in self._jobs}
+        return left <= queued and not any(
+            r.is_base or not r.code or self.precompiler.ready(r.id, self.compile_limit) for r in self._jobs)
 
     def run(self, rows: list[Candidate]) -> int:
         """Evaluate `rows` (pending, or awaiting their full measurement) and wait; returns how many ran."""

@@ -6,7 +6,9 @@ Generations are pipelined: generation g is proposed (and its kernels start compi
 cores) while generation g-1 is still being evaluated, so the GPUs never wait for the loop.
 Proposals of generation g therefore see the verdicts of generations < g-1 only, and each proposal
 draws from its own generator, seeded by run seed, generation and slot: a fixed `--seed` reproduces
-the proposal sequence given the same verdicts, however many GPUs evaluate and however fast.
+the proposal sequence given the same verdicts, however many GPUs evaluate and however fast (and the
+same moves: a candidate whose build holds the window's front while every GPU idles moves to the
+newest generation in flight, recorded in the archive, so a resume sees what the proposals saw).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from .result import SearchResult
 from .run_config import PIPELINE, SearchConfig  # noqa: F401 (SearchConfig: callers import it here)
 from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from .selection import Population, SelectionConfig
+
+# Seconds every GPU may idle on CPU builds alone before the builds at the window's front move on
+# (on the H200 a sampler config at the 20 s compile limit stalled every GPU for 9-13 s).
+STALL_S = 1.0
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
@@ -305,7 +311,18 @@ class Search:
             if not in_flight:
                 break
             done_gen, ids, made = in_flight.pop(0)
-            evaluator.wait(ids)
+            # A build stuck at the window's front (a huge block on few warps, up to the compile
+            # limit) would hold every later generation back while the GPUs idle: it moves to the
+            # newest generation in flight, so the next one is proposed without its verdict (the
+            # archive keeps the move, so a resume sees what this run's proposals saw).
+            movable = done_gen > 0 and in_flight and self.stop_reason is None
+            stuck = evaluator.wait(ids, stall_s=STALL_S if movable else None)
+            if stuck:
+                newest = in_flight[-1]
+                self.archive.move_generation(stuck, newest[0])
+                newest[1].extend(stuck)
+                self.progress.note(f"candidate(s) {', '.join(f'#{c}' for c in stuck)} still compiling "
+                                   f"with the GPUs idle: moved from generation {done_gen} to {newest[0]}")
             if done_gen == 0:
                 self.check_base()
                 continue

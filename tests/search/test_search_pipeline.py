@@ -228,3 +228,65 @@ def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake
 
     assert trail("killed") == trail("whole")
     assert resumed.data["proposals"] == whole.data["proposals"] == 10
+
+
+def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(tmp_path, fake_gpu):
+    """On the H200 a sampler config at the 20 s compile limit held the window: no generation could be
+    proposed (it must see the stuck one's generation) and the GPU idled 9-13 s. Now the stuck build
+    moves to the newest generation in flight, later generations are proposed and judged while it
+    builds, the move is in the archive (a resume sees what the proposals saw), and it is judged when
+    its build ends."""
+    import threading
+    import time
+
+    from kernelsmith.search.archive import Archive
+
+    submitted, built = [], threading.Event()
+    gave_up = []
+
+    class OneStuckBuild:  # Precompiler-shaped: the first candidate of generation 2 builds until released
+        stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
+
+        def submit(self, cid, code):
+            submitted.append(cid)
+            if len(submitted) >= 10:  # generation 5 exists: the window got past the stuck build
+                built.set()
+
+        def calibrate(self, code):
+            pass
+
+        def ready(self, cid, limit=None):
+            if len(submitted) < 3 or cid != submitted[2] or built.is_set():
+                return True
+            if time.monotonic() - t0 > 15:  # the old loop never gets there: fail, do not hang
+                gave_up.append(cid)
+                return True
+            return False
+
+        def wait(self, cid, timeout, limit=None):
+            return None
+
+        def close(self):
+            pass
+
+    import kernelsmith.search.precompile as precompile
+
+    cfg = _config(tmp_path, fake_gpu, budget=12, precompile=True, pipeline=3)
+    orig = precompile.Precompiler.maybe
+    precompile.Precompiler.maybe = classmethod(lambda cls, *a, **k: OneStuckBuild())
+    t0 = time.monotonic()
+    try:
+        result = optimize(cfg)
+    finally:
+        precompile.Precompiler.maybe = orig
+    assert not gave_up and built.is_set() and result.data["proposals"] == 12
+    stuck = submitted[2]
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        moved = a.get_meta("moved")
+        row = a.get(stuck)
+        by_gen = {}
+        for r in a.all():
+            by_gen.setdefault(r["generation"], []).append(r["id"])
+    assert moved and moved[0]["id"] == stuck and moved[0]["from"] == 2 and moved[0]["to"] > 2
+    assert row["status"] == "evaluated" and row["generation"] == moved[-1]["to"]
+    assert stuck in by_gen[moved[-1]["to"]] and stuck not in by_gen[2]
