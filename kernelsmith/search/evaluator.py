@@ -33,6 +33,9 @@ from .candidate import Candidate
 # measurements on a plateau changed nothing; 1.0 would have skipped 5-10 per run and missed only
 # gains of 0.3-0.7%, which the winner rule (the smallest change within 1%) ignores anyway.
 POLL_S = 0.2
+# A build this old that still holds the GPUs idle is stuck, not slow (the H200's builds take 2-7 s;
+# the ones that held the sampler's window ran into the 20 s compile limit).
+STUCK_BUILD_S = 8.0
 TAKE_POLL_S = 0.02  # how often an idle worker looks again for a candidate whose compile finished
 
 
@@ -79,6 +82,7 @@ class Evaluator:
         # Submitted candidates not yet taken by a worker, oldest first (guarded by self.lock).
         self._jobs: collections.deque[Candidate] = collections.deque()
         self._outstanding: set[int] = set()  # submitted, not yet evaluated
+        self._submitted: dict[int, float] = {}  # id -> when it was submitted (its build began)
         self._busy = 0  # threads evaluating right now
         self._errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
@@ -151,6 +155,7 @@ class Evaluator:
             if self.precompiler is not None and c.code and not c.is_base:
                 self.precompiler.submit(c.id, c.code)
             with self.changed:
+                self._submitted[c.id] = time.monotonic()
                 self._outstanding.add(c.id)
                 self._jobs.append(c)
                 self.changed.notify_all()
@@ -165,7 +170,8 @@ class Evaluator:
         spent and no evaluation is in flight; re-raises a referee that could not work at all.
 
         With `stall_s`: return early once every GPU has idled `stall_s` seconds with only builds
-        queued (each of `ids` left among them), answering the ids still to judge; else []."""
+        queued (each of `ids` left among them, building for STUCK_BUILD_S or more), answering the
+        ids still to judge; else []."""
         want = None if ids is None else set(ids)
         idle_since = None
         with self.changed:
@@ -189,7 +195,10 @@ class Evaluator:
         if self.precompiler is None or self._busy or self._booting or not self._jobs:
             return False
         queued = {r.id for r in self._jobs}
-        return left <= queued and not any(
+        now = time.monotonic()
+        if not left <= queued or any(now - self._submitted.get(c, now) < STUCK_BUILD_S for c in left):
+            return False
+        return not any(
             r.is_base or not r.code or self.precompiler.ready(r.id, self.compile_limit) for r in self._jobs)
 
     def run(self, rows: list[Candidate]) -> int:

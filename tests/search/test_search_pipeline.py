@@ -230,7 +230,8 @@ def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake
     assert resumed.data["proposals"] == whole.data["proposals"] == 10
 
 
-def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(tmp_path, fake_gpu):
+def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
+        tmp_path, fake_gpu, monkeypatch):
     """On the H200 a sampler config at the 20 s compile limit held the window: no generation could be
     proposed (it must see the stuck one's generation) and the GPU idled 9-13 s. Now the stuck build
     moves to the newest generation in flight, later generations are proposed and judged while it
@@ -269,8 +270,10 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
         def close(self):
             pass
 
+    import kernelsmith.search.evaluator as evaluator
     import kernelsmith.search.precompile as precompile
 
+    monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 1.0)  # (8 s on a real run)
     cfg = _config(tmp_path, fake_gpu, budget=12, precompile=True, pipeline=3)
     orig = precompile.Precompiler.maybe
     precompile.Precompiler.maybe = classmethod(lambda cls, *a, **k: OneStuckBuild())
@@ -290,3 +293,42 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
     assert moved and moved[0]["id"] == stuck and moved[0]["from"] == 2 and moved[0]["to"] > 2
     assert row["status"] == "evaluated" and row["generation"] == moved[-1]["to"]
     assert stuck in by_gen[moved[-1]["to"]] and stuck not in by_gen[2]
+
+
+def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
+        tmp_path, fake_gpu, monkeypatch):
+    """A young build (the usual 2-7 s on the H200 host) is waited for; one past STUCK_BUILD_S with
+    every GPU idle is answered as stuck."""
+    import time
+
+    import kernelsmith.search.evaluator as evaluator
+    from kernelsmith.search.archive import Archive
+    from kernelsmith.target.task import load_task
+
+    class NeverBuilt:
+        def submit(self, cid, code):
+            pass
+
+        def ready(self, cid, limit=None):
+            return False
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 0.6)
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        base = archive.add(task.base_code, mutator="base")
+        code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
+        cid = archive.add(code, mutator="params", parent_id=base)
+        ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
+                                 referee_factory=fake_gpu.ModelReferee, precompiler=NeverBuilt())
+        try:
+            ev.wait(ev.submit([archive.get(base)]))
+            t0 = time.monotonic()
+            ids = ev.submit([archive.get(cid)])
+            assert ev.wait(ids, stall_s=0.1) == [cid]
+            assert time.monotonic() - t0 >= 0.6
+            assert archive.get(cid)["status"] == "pending"
+        finally:
+            ev.close()
