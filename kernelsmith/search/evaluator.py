@@ -92,8 +92,10 @@ class Evaluator:
         self.evaluated = 0
         # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
         # candidate's CPU compilation, in the referee, and from its first job to its last.
+        # first_candidate_s: from here to its first verdict on a candidate (not the base).
+        self._created = time.monotonic()
         self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "job_s": 0.0, "jobs": 0,
-                       "first": None, "last": None} for g in gpus]
+                       "first": None, "last": None, "first_candidate_s": None} for g in gpus]
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -241,6 +243,8 @@ class Evaluator:
                 done = lost = False
                 try:
                     done = self._evaluate(ref, row, st)
+                    if done and not row.is_base and st["first_candidate_s"] is None:
+                        st["first_candidate_s"] = round(time.monotonic() - self._created, 2)
                 except WorkerLost as e:
                     lost = True
                     st["lost_why"] = str(e)
@@ -357,7 +361,8 @@ class Evaluator:
             out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"], **where,
                         "boot_phases": getattr(ref, "boot_phases", None),
                         "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
-                        "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None})
+                        "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None,
+                        "first_candidate_s": st["first_candidate_s"]})
         return out
 
     def remeasure(self, row: Candidate | dict, seed: int) -> dict:

@@ -41,41 +41,4 @@ for pair in $OPS; do
   one after "$AFTER" "$target" "$op"
 done
 
-python3 - "$D" <<'PY' | tee "$D/summary.md"
-import json, sys
-from pathlib import Path
-
-from kernelsmith.search.efficiency import candidate_rows, run_summary
-
-print("| run | evaluations | evals / held GPU-min | geomean | phase medians (s) |")
-print("|---|---:|---:|---:|---|")
-for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
-    if not (run / "result.json").is_file():
-        print(f"| {run.name} | no result.json | | | |")
-        continue
-    result = json.loads((run / "result.json").read_text())
-    s = run_summary(run)
-    phases = "; ".join(f"{group}: " + ", ".join(f"{k} {v}" for k, v in ph.items())
-                       for group, ph in (s.get("phase_medians_s") or {}).items())
-    g = result.get("geomean_speedup")
-    print(f"| {run.name} | {s.get('evaluations')} | {s.get('evals_per_held_gpu_minute')} | "
-          f"{'-' if g is None else f'{g:.2f}x'} | {phases} |")
-
-# What crossed between judge and runner per evaluation (details.channel; older trees lack some keys).
-print()
-print("| run | evaluations with details.channel | median bytes (message files) | median shared_bytes |"
-      " median copy_s | shared_on | regions_off |")
-print("|---|---:|---:|---:|---:|---|---|")
-for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
-    if not (run / "archive.sqlite").is_file():
-        continue
-    chans = [((c["verdict"] or {}).get("details") or {}).get("channel") for c in candidate_rows(run)]
-    chans = [ch for ch in chans if isinstance(ch, dict)]
-    def med(key):
-        xs = sorted(ch.get(key) or 0 for ch in chans)
-        return xs[len(xs) // 2] if xs else "-"
-    on = sorted({str(ch.get("shared_on")) for ch in chans})
-    off = sorted({str(ch["regions_off"])[:80] for ch in chans if ch.get("regions_off")})
-    print(f"| {run.name} | {len(chans)} | {med('bytes')} | {med('shared_bytes')} | {med('copy_s')} | "
-          f"{', '.join(on) or '-'} | {'; '.join(off) or '-'} |")
-PY
+python3 scripts/run_table.py "$D" | tee "$D/summary.md"

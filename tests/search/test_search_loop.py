@@ -156,6 +156,8 @@ def test_two_gpus_pipelined_and_reproducible(tmp_path, fake_gpu, monkeypatch):
         per_gpu = result["evaluator"]
         assert [g["gpu"] for g in per_gpu] == [0, 1] and sum(g["jobs"] for g in per_gpu) == 17
         assert all(0 < g["busy"] <= 1.0 for g in per_gpu)
+        # Each GPU's first verdict on a candidate (not the base): after its start, before the run's end.
+        assert all(0 < g["first_candidate_s"] <= result["wall_s"] for g in per_gpu)
         with Archive(tmp_path / name / "archive.sqlite") as a:
             return a.all(), list(model_referee.CALLS)
 
