@@ -276,8 +276,10 @@ class Search:
         at the start while the base was not judged yet (the base, and on a resume the pending rows
         of the generations after it): the base is generation 0, in flight with generation 1 only,
         and is checked before generation 2 is proposed (a base the referee rejects stops the run)."""
-        if self.minutes is not None:
-            evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
+        def arm_deadline() -> None:
+            if self.minutes is not None:
+                evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
+
         best, since = self._best(), int(self.archive.get_meta("since_best", 0))
         generation = self.archive.max_generation()
         # (generation, candidate ids, proposals made)
@@ -286,6 +288,10 @@ class Search:
             by_generation.setdefault(c.generation, []).append(c.id)
         in_flight: list[tuple[int, list[int], int]] = [
             (g, ids, len(ids) if g else 0) for g, ids in sorted(by_generation.items())]
+        # The base is judged whatever the budget (everything is compared with it, as when it was
+        # judged before the search began): the deadline applies once its verdict is in.
+        if not (in_flight and in_flight[0][0] == 0):
+            arm_deadline()
         while True:
             if in_flight and in_flight[0][0] == 0:  # the base is judged: generation 1 only, see above
                 room = generation == 0
@@ -325,6 +331,7 @@ class Search:
                                    f"with the GPUs idle: moved from generation {done_gen} to {newest[0]}")
             if done_gen == 0:
                 self.check_base()
+                arm_deadline()
                 continue
             for cid, to in self.population.migrate(done_gen):
                 self.archive.add_migration(done_gen, cid, to)

@@ -332,3 +332,22 @@ def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
             assert archive.get(cid)["status"] == "pending"
         finally:
             ev.close()
+
+
+def test_a_budget_spent_before_the_bases_verdict_still_judges_the_base(tmp_path, fake_gpu):
+    """With generation 1 in flight beside the base, a budget that ran out before the base's verdict
+    left the base unjudged and the run said the referee rejected it (CI caught it, now and then, with
+    a 6 ms budget). The base is judged whatever the budget; the run then stops on time."""
+    import time
+
+    class SlowBoot(fake_gpu.ModelReferee):
+        def start(self):
+            time.sleep(0.3)  # the worker boots past the budget below: the base is still queued
+
+    result = optimize(_config(tmp_path, fake_gpu, budget=None, minutes=1e-4, referee_factory=SlowBoot))
+    assert result.data["stop_reason"].startswith("time budget")
+    from kernelsmith.search.archive import Archive
+
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        base = a.base()
+    assert base["status"] == "evaluated" and base["accepted"]
