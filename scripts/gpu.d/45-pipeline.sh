@@ -31,8 +31,9 @@ for depth in $DEPTHS; do
   rm -rf "$run"
   extra=()
   [ "$depth" = default ] || extra=(--pipeline "$depth")
-  # Boot, the search's minutes and the finals (6-10 s each on the sampler: new inputs for new seeds).
-  timeout $(( ${MIN%.*} * 60 + 150 )) python3 -m kernelsmith optimize "$target" "$op" --checkout "$co" \
+  # Boot (15 s), the search's minutes and the finals (6-10 s each on the sampler: new inputs for
+  # new seeds); two 3-minute runs stay under one 10-minute device command.
+  timeout $(( ${MIN%.*} * 60 + 110 )) python3 -m kernelsmith optimize "$target" "$op" --checkout "$co" \
     --mutator params --minutes "$MIN" --gpus 0 --device cuda --seed 0 --stagnation 100000 --no-progress \
     "${extra[@]}" --out "$run" > "$run.log" 2>&1
   echo "pipeline $depth $target $op: exit $? ($(tail -n 1 "$run.log"))"
