@@ -200,8 +200,7 @@ class Evaluator:
         now = time.monotonic()
         if not left <= queued or any(now - self._submitted.get(c, now) < STUCK_BUILD_S for c in left):
             return False
-        return not any(
-            r.is_base or not r.code or self.precompiler.ready(r.id, self.compile_limit) for r in self._jobs)
+        return not any(self._built(r) for r in self._jobs)
 
     def run(self, rows: list[Candidate]) -> int:
         """Evaluate `rows` (pending, or awaiting their full measurement) and wait; returns how many ran."""
@@ -258,6 +257,7 @@ class Evaluator:
                             self._jobs.appendleft(row)
                         else:
                             self._outstanding.discard(row.id)
+                            self._submitted.pop(row.id, None)
                         self.evaluated += int(done)
                         self.changed.notify_all()
                 if lost:
@@ -275,11 +275,15 @@ class Evaluator:
         Taking them in submission order made a GPU wait out a slow build (up to the compile limit,
         20 s: the sampler's first minute on the H200) while compiled candidates queued behind it."""
         for row in self._jobs:
-            if self.precompiler is None or row.is_base or not row.code or \
-                    self.precompiler.ready(row.id, self.compile_limit):
+            if self._built(row):
                 self._jobs.remove(row)
                 return row
         return None
+
+    def _built(self, row: Candidate) -> bool:
+        """Whether a queued candidate's kernels are compiled (or it needs no compile)."""
+        return self.precompiler is None or row.is_base or not row.code or \
+            self.precompiler.ready(row.id, self.compile_limit)
 
     def _retire(self, i: int) -> None:
         """Worker `i` is lost for good; the run stops only when every worker is."""

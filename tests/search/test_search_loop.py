@@ -8,6 +8,7 @@ from pathlib import Path
 import model_referee
 import pytest
 import torch
+from stub_compiler import StubCompiler
 
 from kernelsmith.cli import main
 from kernelsmith.commands.run import optimize
@@ -249,18 +250,6 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
 
 
 
-class _StubCompiler:
-    """Precompiler-shaped: jobs are accepted and forgotten; tests override `wait`."""
-
-    def submit(self, cid, code):
-        pass
-
-    def ready(self, cid, limit=None):
-        return True
-
-    def close(self):
-        pass
-
 
 def _recording_referee(evaluated: list):
     """The model referee, noting each candidate id it evaluates in `evaluated`."""
@@ -281,7 +270,7 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.target.task import load_task
 
-    class SlowCompiler(_StubCompiler):
+    class SlowCompiler(StubCompiler):
         """A precompiler whose every job would take a minute (a huge block on one warp)."""
 
         waits: list[float] = []
@@ -316,7 +305,7 @@ def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_
     from kernelsmith.search.mutators.params import ParamsMutator
     from kernelsmith.target.task import load_task
 
-    class OverLimit(_StubCompiler):
+    class OverLimit(StubCompiler):
         def wait(self, cid, timeout, limit=None):
             assert limit == 20.0
             return 21.5
@@ -626,7 +615,7 @@ def test_a_slow_compile_does_not_hold_back_candidates_already_compiled(tmp_path,
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.target.task import load_task
 
-    class OneSlowBuild(_StubCompiler):
+    class OneSlowBuild(StubCompiler):
         def __init__(self, slow):
             self.slow, self.built, self.waited = slow, threading.Event(), []
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stub_compiler import StubCompiler
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
@@ -128,23 +129,9 @@ def test_the_first_generation_is_proposed_and_compiled_while_the_base_is_judged(
 
     submitted = []
 
-    class Compiles:  # Precompiler-shaped: every job is built at once
-        stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
-
+    class Compiles(StubCompiler):  # every job is built at once
         def submit(self, cid, code):
             submitted.append((cid, base_judged.is_set()))
-
-        def calibrate(self, code):
-            pass
-
-        def ready(self, cid, limit=None):
-            return True
-
-        def wait(self, cid, timeout, limit=None):
-            return None
-
-        def close(self):
-            pass
 
     import kernelsmith.search.precompile as precompile
 
@@ -245,16 +232,11 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
     submitted, built = [], threading.Event()
     gave_up = []
 
-    class OneStuckBuild:  # Precompiler-shaped: the first candidate of generation 2 builds until released
-        stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
-
+    class OneStuckBuild(StubCompiler):  # the first candidate of generation 2 builds until released
         def submit(self, cid, code):
             submitted.append(cid)
             if len(submitted) >= 10:  # generation 5 exists: the window got past the stuck build
                 built.set()
-
-        def calibrate(self, code):
-            pass
 
         def ready(self, cid, limit=None):
             if len(submitted) < 3 or cid != submitted[2] or built.is_set():
@@ -263,12 +245,6 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
                 gave_up.append(cid)
                 return True
             return False
-
-        def wait(self, cid, timeout, limit=None):
-            return None
-
-        def close(self):
-            pass
 
     import kernelsmith.search.evaluator as evaluator
     import kernelsmith.search.precompile as precompile
@@ -305,15 +281,9 @@ def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
     from kernelsmith.search.archive import Archive
     from kernelsmith.target.task import load_task
 
-    class NeverBuilt:
-        def submit(self, cid, code):
-            pass
-
+    class NeverBuilt(StubCompiler):
         def ready(self, cid, limit=None):
             return False
-
-        def close(self):
-            pass
 
     monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 0.6)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
