@@ -226,15 +226,19 @@ class Precompiler:
         `limit` (`wait` then cuts it at once). A job still queued or compiling is not, so a GPU
         worker takes a candidate that is (search/evaluator.py) instead of idling behind a slow build."""
         fut = self.futures.get(cid)
-        if fut is None or fut.done():
-            return True
+        return fut is None or fut.done() or self._overrun(cid, limit) is not None
+
+    def _overrun(self, cid: int, limit: float | None) -> tuple[object, float] | None:
+        """(its compile process, seconds) when `cid`'s job has run past the limit in force, else None.
+        No cut while the job has not begun, or before the base's own time is in."""
         with self.lock:
             child, start = self.running.get(cid, (None, None))
             limit = self._limit(limit)
             base = self.futures.get(BASE_JOB)
             if start is None or not limit or (base is not None and not base.done()):
-                return False
-        return time.monotonic() - start > limit
+                return None
+        seconds = time.monotonic() - start
+        return (child, seconds) if seconds > limit else None
 
     def wait(self, cid: int, timeout: float, limit: float | None = None, queued=False) -> float | None:
         """Wait (at most `timeout` s) for candidate `cid`'s compile job, since compiling it again
@@ -253,21 +257,16 @@ class Precompiler:
                 pass
             except Exception:
                 return None
-            with self.lock:
-                child, start = self.running.get(cid, (None, None))
-                limit = self._limit(limit)
-                base = self.futures.get(BASE_JOB)
-                # No cut while the job has not begun, or before the base's own time is in.
-                can_cut = start is not None and limit and not (base is not None and not base.done())
-            now = time.monotonic()
-            if can_cut and now - start > limit:
+            over = self._overrun(cid, limit)
+            if over is not None:
+                child, seconds = over
                 child.kill()  # its reply thread sees the process end and drops it
                 with self.lock:
                     # Starts now, at the back: the next job takes a warm process first (a new one
                     # first imports torch and makes the inputs, 20 s for the sampler's).
                     self.children.insert(0, _Child(self.spec))
-                return now - start
-            if now >= end:
+                return seconds
+            if time.monotonic() >= end:
                 return None
 
     def close(self) -> None:
