@@ -26,6 +26,14 @@ def _private_cache(tmp_path_factory, monkeypatch):
         monkeypatch.setenv("KERNELSMITH_CACHE", str(cache))
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_below(monkeypatch):
+    """Processes a test starts (verify's upstream pytest) are no xdist workers: with `-n`, the
+    inherited PYTEST_XDIST_WORKER made pytest-benchmark in them disable itself and warn."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `gpu` on machines without CUDA."""
     if HAS_CUDA:
