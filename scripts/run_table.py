@@ -64,10 +64,12 @@ def channel_table(folder: Path) -> list[str]:
 
 def held_time_table(folder: Path) -> list[str]:
     """Where the held time went (GPU 0), the finalists re-measured or skipped, the builds moved."""
-    keys = ("boot_s", "first_candidate_s", "compile_wait_s", "referee_s", "span_s", "busy")
+    keys = ("boot_s", "first_candidate_s", "compile_wait_s", "referee_s", "span_s", "busy",
+            "idle_nothing_queued_s", "idle_builds_only_s")
     out = ["| run | wall s | boot s | first candidate verdict s | compile wait s | referee s | span s | busy "
+           "| idle, nothing queued s | idle, only builds queued s | proposing s "
            "| finalists re-measured / skipped | builds moved |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for run in runs(folder):
         if not (run / "result.json").is_file():
             continue
@@ -80,8 +82,9 @@ def held_time_table(folder: Path) -> list[str]:
             with sqlite3.connect(run / "archive.sqlite") as db:
                 row = db.execute("SELECT value FROM meta WHERE key='moved'").fetchone()
             moved = len(json.loads(row[0])) if row else 0
+        propose = (result.get("loop") or {}).get("propose_s", "-")
         out.append(f"| {run.name} | {result.get('wall_s')} | " + " | ".join(str(ev.get(k, "-")) for k in keys)
-                   + f" | {len(finals) - skipped} / {skipped} | {moved} |")
+                   + f" | {propose} | {len(finals) - skipped} / {skipped} | {moved} |")
     return out
 
 

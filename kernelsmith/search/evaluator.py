@@ -34,8 +34,12 @@ from .candidate import Candidate
 # gains of 0.3-0.7%, which the winner rule (the smallest change within 1%) ignores anyway.
 POLL_S = 0.2
 # A build this old that still holds the GPUs idle is stuck, not slow (the H200's builds take 2-7 s;
-# the ones that held the sampler's window ran into the 20 s compile limit).
+# the ones that held the sampler's window ran into the 20 s compile limit). Once builds have
+# finished, STUCK_OVER_TYPICAL times their median, not less than STUCK_MIN_S: the sampler's builds
+# took 1.7 s (median) and its 15 stuck ones idled the GPU until they were 8 s old (2026-12-02).
 STUCK_BUILD_S = 8.0
+STUCK_MIN_S = 3.0
+STUCK_OVER_TYPICAL = 3.0
 TAKE_POLL_S = 0.02  # how often an idle worker looks again for a candidate whose compile finished
 
 
@@ -93,9 +97,12 @@ class Evaluator:
         # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
         # candidate's CPU compilation, in the referee, and from its first job to its last.
         # first_candidate_s: from here to its first verdict on a candidate (not the base).
+        # Idle between jobs: with nothing queued (the loop's window had no candidate for it) or with
+        # only candidates still compiling queued.
         self._created = time.monotonic()
         self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "job_s": 0.0, "jobs": 0,
-                       "first": None, "last": None, "first_candidate_s": None} for g in gpus]
+                       "first": None, "last": None, "first_candidate_s": None,
+                       "idle_nothing_queued_s": 0.0, "idle_builds_only_s": 0.0} for g in gpus]
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -197,10 +204,17 @@ class Evaluator:
         if self.precompiler is None or self._busy or self._booting or not self._jobs:
             return False
         queued = {r.id for r in self._jobs}
-        now = time.monotonic()
-        if not left <= queued or any(now - self._submitted.get(c, now) < STUCK_BUILD_S for c in left):
+        now, stuck_s = time.monotonic(), self._stuck_build_s()
+        if not left <= queued or any(now - self._submitted.get(c, now) < stuck_s for c in left):
             return False
         return not any(self._built(r) for r in self._jobs)
+
+    def _stuck_build_s(self) -> float:
+        """How old a build holding the GPUs idle must be to count as stuck (see STUCK_BUILD_S)."""
+        typical = getattr(self.precompiler, "typical_s", lambda: None)()
+        if typical is None:
+            return STUCK_BUILD_S
+        return min(STUCK_BUILD_S, max(STUCK_MIN_S, STUCK_OVER_TYPICAL * typical))
 
     def run(self, rows: list[Candidate]) -> int:
         """Evaluate `rows` (pending, or awaiting their full measurement) and wait; returns how many ran."""
@@ -233,7 +247,11 @@ class Evaluator:
                         return
                     row = self._take()
                     if row is None:
+                        t_idle, queued = time.monotonic(), bool(self._jobs)
                         self.changed.wait(TAKE_POLL_S)
+                        if self.stats[i]["first"] is not None:  # between jobs, not before the first
+                            key = "idle_builds_only_s" if queued else "idle_nothing_queued_s"
+                            self.stats[i][key] += time.monotonic() - t_idle
                         continue
                     self._busy += 1
                 st = self.stats[i]
@@ -366,6 +384,8 @@ class Evaluator:
                         "boot_phases": getattr(ref, "boot_phases", None),
                         "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
                         "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None,
+                        "idle_nothing_queued_s": round(st["idle_nothing_queued_s"], 2),
+                        "idle_builds_only_s": round(st["idle_builds_only_s"], 2),
                         "first_candidate_s": st["first_candidate_s"]})
         return out
 

@@ -237,6 +237,9 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "final_measurements": measured,
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
         "evaluator": evaluator.summary() if hasattr(evaluator, "summary") else None,
+        # The loop's own time proposing (Optuna, twins, selection): the GPUs idle on it when the
+        # window runs dry.
+        "loop": {"propose_s": round(search.propose_s, 2), "pipeline": search.pipeline},
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
         "sandbox": sandbox_summary(),
     }

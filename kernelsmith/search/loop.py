@@ -28,8 +28,10 @@ from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: te
 from .selection import Population, SelectionConfig
 
 # Seconds every GPU may idle on CPU builds alone before the builds at the window's front move on
-# (on the H200 a sampler config at the 20 s compile limit stalled every GPU for 9-13 s).
-STALL_S = 1.0
+# (on the H200 a sampler config at the 20 s compile limit stalled every GPU for 9-13 s). Short: the
+# builds are old by then (evaluator.py's stuck age) and nothing else can reach the GPUs; at 1 s the
+# sampler's 23 moves (8 of them a second move of the same build) cost at least 23 s of idle GPU.
+STALL_S = 0.25
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
@@ -104,6 +106,7 @@ class Search:
         # A sweep visits the whole grid: no stagnation stop.
         self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
         self.stop_reason = None
+        self.propose_s = 0.0  # this invocation's time in _propose (result.json "loop")
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 
     # -- archive rows ---------------------------------------------------------------------------
@@ -304,7 +307,9 @@ class Search:
                     proposals = self.archive.proposals()
                     self.progress.set_generation(generation, proposals)
                     remaining = (self.budget - proposals) if self.budget is not None else self.batch
+                    t_propose = time.monotonic()
                     made = self._propose(generation, remaining)
+                    self.propose_s += time.monotonic() - t_propose
                     self.progress.set_generation(generation, self.archive.proposals())
                     if made:
                         rows = self.archive.where("status='pending' AND generation=?", (generation,))

@@ -17,8 +17,10 @@ any failure here just leaves the compiling to the worker. Set KERNELSMITH_PRECOM
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import statistics
 import subprocess
 import threading
 import time
@@ -29,6 +31,7 @@ from pathlib import Path
 JOB_TIMEOUT_S = 180.0
 BASE_JOB = 0  # the base's own compile job (archive ids start at 1): how long an honest job takes
 LIMIT_OVER_BASE = 4.0  # a compile limit never cuts a job shorter than this many base jobs
+RECENT_BUILDS = 64  # successful builds whose median is the typical build (typical_s)
 
 
 MAX_COMPILE_PROCESSES = 24
@@ -144,6 +147,7 @@ class Precompiler:
         self.running: dict[int, tuple[_Child, float | None]] = {}
         self.base_s: float | None = None  # seconds of the base's job, once calibrate() ran it
         self.stats = {"jobs": 0, "ok": 0, "failed": 0, "seconds": 0.0}
+        self._recent_ok: collections.deque[float] = collections.deque(maxlen=RECENT_BUILDS)
         # Started now: each child imports torch and Triton while the GPUs boot and time the base.
         self.children = [_Child(self.spec) for _ in range(workers)]
 
@@ -191,6 +195,8 @@ class Precompiler:
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
             self.stats["seconds"] += time.monotonic() - began[0]
+            if reply.get("ok"):
+                self._recent_ok.append(time.monotonic() - began[0])
             if cid == BASE_JOB and reply.get("ok"):
                 self.base_s = time.monotonic() - began[0]
             if child.alive():
@@ -220,6 +226,11 @@ class Precompiler:
         if limit and self.base_s:
             return max(limit, LIMIT_OVER_BASE * self.base_s)
         return limit
+
+    def typical_s(self) -> float | None:
+        """The median seconds of the recent successful builds, or None before any."""
+        with self.lock:
+            return statistics.median(self._recent_ok) if self._recent_ok else None
 
     def ready(self, cid: int, limit: float | None = None) -> bool:
         """Whether candidate `cid`'s compile is settled: no job for it, its job done, or running past

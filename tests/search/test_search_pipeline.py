@@ -304,6 +304,46 @@ def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
             ev.close()
 
 
+def test_once_builds_finished_a_build_three_times_the_typical_one_counts_as_stuck(
+        tmp_path, fake_gpu, monkeypatch):
+    """With the precompiler's typical (median) build known, the stuck age is STUCK_OVER_TYPICAL times
+    it (not less than STUCK_MIN_S), not the fixed STUCK_BUILD_S; the worker's idle time with only
+    builds queued is accounted as such."""
+    import time
+
+    import kernelsmith.search.evaluator as evaluator
+    from kernelsmith.search.archive import Archive
+    from kernelsmith.target.task import load_task
+
+    class FastBuildsOneStuck(StubCompiler):
+        def ready(self, cid, limit=None):
+            return False
+
+        def typical_s(self):
+            return 0.2
+
+    monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 30.0)
+    monkeypatch.setattr(evaluator, "STUCK_MIN_S", 0.3)
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    with Archive(tmp_path / "a.sqlite") as archive:
+        base = archive.add(task.base_code, mutator="base")
+        code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
+        cid = archive.add(code, mutator="params", parent_id=base)
+        ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
+                                 referee_factory=fake_gpu.ModelReferee, precompiler=FastBuildsOneStuck())
+        try:
+            ev.wait(ev.submit([archive.get(base)]))
+            t0 = time.monotonic()
+            ids = ev.submit([archive.get(cid)])
+            assert ev.wait(ids, stall_s=0.05) == [cid]
+            took = time.monotonic() - t0
+            assert 0.6 <= took < 5.0  # 3 x 0.2 s, far below the fixed 30 s
+            idle = ev.summary()[0]
+            assert idle["idle_builds_only_s"] >= 0.4 and idle["idle_nothing_queued_s"] < took
+        finally:
+            ev.close()
+
+
 def test_a_budget_spent_before_the_bases_verdict_still_judges_the_base(tmp_path, fake_gpu):
     """With generation 1 in flight beside the base, a budget that ran out before the base's verdict
     left the base unjudged and the run said the referee rejected it (CI caught it, now and then, with
