@@ -15,7 +15,11 @@ from ..rundir import default_run_dir, load_run, run_json, write_json
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
-MAX_PIPELINE = 8  # deeper, and a generation sees too little of what came before it
+MAX_PIPELINE = 12  # deeper, and a generation sees too little of what came before it
+# Candidates in flight per compile process by default. The window's front waits on the slowest of
+# its builds, so one per process left the sampler's GPU idle on builds 27% of its span on the H200;
+# two (pipeline 12): 362 evaluations in 3 minutes against 287, GPU busy 84% against 72% (2026-12-02).
+IN_FLIGHT_PER_PROCESS = 2
 
 
 def resolve_run(config):
@@ -107,15 +111,15 @@ def resolve_run(config):
 
 
 def default_pipeline(config, device: str, gpus: list) -> int:
-    """Generations in flight: enough that every compile process has a candidate (a timed run with
-    compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
+    """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
+    with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
     from .precompile import compile_processes, device_facts
     from .run_config import PIPELINE
 
     if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
         return PIPELINE
     batch = config.batch or max(2, len(gpus))
-    return max(PIPELINE, min(MAX_PIPELINE, compile_processes(len(gpus)) // batch))
+    return max(PIPELINE, min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch))
 
 
 def _default_islands(budget: int | None) -> int:

@@ -49,8 +49,11 @@ def test_default_pipeline_fills_the_compile_processes_only_where_they_run(tmp_pa
     cfg = SearchConfig(target="demo", op="silu_and_mul")
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(precompile, "device_facts", lambda: H200)
-    assert resolve.default_pipeline(cfg, "cuda", [0]) == 6  # 13 compile processes, 2 per generation
-    assert resolve.default_pipeline(SearchConfig(target="d", op="o", batch=4), "cuda", [0]) == 3
+    # 13 compile processes, two candidates in flight each, 2 per generation: 13, capped at 12.
+    assert resolve.default_pipeline(cfg, "cuda", [0]) == 12 == resolve.MAX_PIPELINE
+    assert resolve.default_pipeline(SearchConfig(target="d", op="o", batch=4), "cuda", [0]) == 6
+    monkeypatch.setattr(precompile.os, "cpu_count", lambda: 8)  # 5 compile processes
+    assert resolve.default_pipeline(cfg, "cuda", [0]) == 5
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: 64)
     assert resolve.default_pipeline(cfg, "cuda", [0]) == resolve.MAX_PIPELINE
     assert resolve.default_pipeline(cfg, "interpret", [None]) == 2
