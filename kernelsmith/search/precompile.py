@@ -191,14 +191,15 @@ class Precompiler:
         reply = child.run(str(path), self._fresh_shapes(cid), JOB_TIMEOUT_S, started)
         reply["pid"] = child.proc.pid  # which compile process ran it (inside, pids are the sandbox's own)
         with self.lock:
+            took = time.monotonic() - began[0]
             self.running.pop(cid, None)
             self.stats["jobs"] += 1
             self.stats["ok" if reply.get("ok") else "failed"] += 1
-            self.stats["seconds"] += time.monotonic() - began[0]
+            self.stats["seconds"] += took
             if reply.get("ok"):
-                self._recent_ok.append(time.monotonic() - began[0])
-            if cid == BASE_JOB and reply.get("ok"):
-                self.base_s = time.monotonic() - began[0]
+                self._recent_ok.append(took)
+                if cid == BASE_JOB:
+                    self.base_s = took
             if child.alive():
                 self.children.append(child)
         return reply

@@ -249,14 +249,16 @@ def test_the_compile_limit_is_floored_by_the_bases_own_job(tmp_path, monkeypatch
             pc.submit(2, candidate)
             while 2 not in pc.running:
                 time.sleep(0.01)
-            return pc.wait(2, timeout=120, limit=0.5), pc.base_s
+            over = pc.wait(2, timeout=120, limit=0.5)
+            return over, pc.base_s, pc.typical_s()
         finally:
             pc.close()
 
-    over, base_s = run(calibrated=False)
-    assert over is not None and base_s is None
-    over, base_s = run(calibrated=True)
+    over, base_s, typical = run(calibrated=False)
+    assert over is not None and base_s is None and typical is None  # a cut job is no typical build
+    over, base_s, typical = run(calibrated=True)
     assert over is None and 1.0 < base_s and LIMIT_OVER_BASE * base_s > 0.5
+    assert typical is not None and typical >= 1.0  # the median of the base's and the candidate's builds
 
 
 def test_a_compile_limit_counts_the_job_not_the_process_start(tmp_path, monkeypatch):
