@@ -9,6 +9,7 @@ population exactly as it was.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -33,6 +34,7 @@ class SelectionConfig:
     migrate_every: int = 3  # generations between migrations
 
 
+@functools.lru_cache(maxsize=8192)  # every row's, on every generation's rebuild (regexes over the code)
 def features(code: str, base_lines: int) -> tuple[int, int, int]:
     """(launch class, tiling class, size class) of a candidate's code, the grid cell it lands in."""
     warps = [int(x) for x in _WARPS.findall(code)]
