@@ -313,3 +313,33 @@ def test_a_second_level_only_where_one_buckets_optima_disagree():
     assert table is not None and table["table"].get("limits2") == [64, None, None]
     _, table = _singles_table(slight, ci=0.04)  # within CIs of ±4%: one level, keyed on d only
     assert table is not None and "limits2" not in table["table"] and len(table["table"]["rows"]) == 2
+
+
+def test_a_saturated_sampler_gets_fewer_asks_before_a_random_untried_config(monkeypatch):
+    """Late in a run TPE keeps answering tried configs and every ask costs O(trials): once 3 of the
+    last 10 global proposals had to be drawn at random, a proposal asks the sampler at most
+    SATURATED_ASKS times before drawing an untried config."""
+    from kernelsmith.search.mutators import params as params_mod
+    from kernelsmith.search.mutators import studies
+
+    task = _task()
+    rows = _drive(ParamsMutator(task, device="cuda"), model_referee.ModelReferee(task), 40, seed=3)
+    globals_ = [r for r in rows if (r["params"] or {}).get("op") in ("ask", "untried")]
+    assert len(globals_) >= params_mod.RECENT_ASKS
+
+    def with_untried(k: int) -> list[dict]:
+        marked = {r["id"] for r in globals_[-k:]} if k else set()
+        return [{**r, "params": {**r["params"], "op": "untried"}} if r["id"] in marked else r for r in rows]
+
+    mutator = ParamsMutator(task, device="cuda")
+    mutator.sync(with_untried(2))
+    assert mutator._global_asks() == params_mod.MAX_ASKS
+    mutator.sync(with_untried(3))
+    assert mutator._global_asks() == params_mod.SATURATED_ASKS
+
+    asks = []
+    real_ask = studies.Study.ask
+    monkeypatch.setattr(studies.Study, "ask", lambda self, seed: asks.append(seed) or real_ask(self, seed))
+    monkeypatch.setattr(params_mod.ParamsMutator, "table_proposal", lambda self: None)
+    p = mutator._global_ask(random.Random(0), set())
+    assert p is not None and 1 <= len(asks) <= params_mod.SATURATED_ASKS

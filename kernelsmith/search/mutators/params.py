@@ -35,6 +35,13 @@ from .tunables import discover, relevant, render, values_of
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
 MAX_ASKS = 12  # sampler answers tried per proposal before an untried config is drawn at random
+# Once SATURATED_SHARE of the last RECENT_ASKS proposals of the global study had to be drawn at
+# random, the sampler is saturated (it keeps answering tried configs) and gets SATURATED_ASKS tries:
+# each ask costs O(trials), and late in the H200 sampler run (240-360 rows) half the proposals spent
+# all 12 and most others 5-12.
+RECENT_ASKS = 10
+SATURATED_SHARE = 0.3
+SATURATED_ASKS = 3
 BUCKET_ASK = 0.7  # chance that a table parent is refined one bucket at a time
 ENUMERABLE = 50_000  # spaces up to this many configs are enumerated for untried points
 
@@ -140,9 +147,16 @@ class ParamsMutator(ConfigSpace):
             params=params,
         )
 
+    def _global_asks(self) -> int:
+        """Sampler answers to try: SATURATED_ASKS once enough recent global proposals were random."""
+        ops = [r.params.get("op") for r in self.records.values() if r.params.get("op") in ("ask", "untried")]
+        recent = ops[-RECENT_ASKS:]
+        saturated = len(recent) == RECENT_ASKS and recent.count("untried") >= SATURATED_SHARE * RECENT_ASKS
+        return SATURATED_ASKS if saturated else MAX_ASKS
+
     def _global_ask(self, rng: random.Random, known: set[str]) -> Proposal | None:
         study = self._global_study()
-        for _ in range(MAX_ASKS):
+        for _ in range(self._global_asks()):
             values = {**self.base_values, **study.ask(rng.getrandbits(31))}
             params = {"op": "ask", "values": values, "changed": self.changed_from_base(values)}
             if (p := self._proposal(params, known)) is not None:
