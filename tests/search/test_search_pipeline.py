@@ -274,37 +274,49 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
     assert stuck in by_gen[moved[-1]["to"]] and stuck not in by_gen[2]
 
 
-def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
-        tmp_path, fake_gpu, monkeypatch):
-    """A young build (the usual 2-7 s on the H200 host) is waited for; one past STUCK_BUILD_S with
-    every GPU idle is answered as stuck."""
+class NeverBuilt(StubCompiler):
+    """A precompiler whose one candidate never finishes building."""
+
+    def ready(self, cid, limit=None):
+        return False
+
+
+def _wait_for_a_stuck_build(tmp_path, fake_gpu, precompiler, stall_s: float):
+    """The base judged, then one candidate whose build `precompiler` never finishes: what
+    Evaluator.wait answers (the stuck ids), after how many seconds, the evaluator's summary and
+    the candidate's status."""
     import time
 
     import kernelsmith.search.evaluator as evaluator
     from kernelsmith.search.archive import Archive
     from kernelsmith.target.task import load_task
 
-    class NeverBuilt(StubCompiler):
-        def ready(self, cid, limit=None):
-            return False
-
-    monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 0.6)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
         base = archive.add(task.base_code, mutator="base")
         code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
         cid = archive.add(code, mutator="params", parent_id=base)
         ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
-                                 referee_factory=fake_gpu.ModelReferee, precompiler=NeverBuilt())
+                                 referee_factory=fake_gpu.ModelReferee, precompiler=precompiler)
         try:
             ev.wait(ev.submit([archive.get(base)]))
             t0 = time.monotonic()
-            ids = ev.submit([archive.get(cid)])
-            assert ev.wait(ids, stall_s=0.1) == [cid]
-            assert time.monotonic() - t0 >= 0.6
-            assert archive.get(cid)["status"] == "pending"
+            stuck = ev.wait(ev.submit([archive.get(cid)]), stall_s=stall_s)
+            took = time.monotonic() - t0
+            return stuck == [cid], took, ev.summary()[0], archive.get(cid)["status"]
         finally:
             ev.close()
+
+
+def test_only_a_build_older_than_stuck_build_s_with_idle_gpus_counts_as_stuck(
+        tmp_path, fake_gpu, monkeypatch):
+    """A young build (the usual 2-7 s on the H200 host) is waited for; one past STUCK_BUILD_S with
+    every GPU idle is answered as stuck."""
+    import kernelsmith.search.evaluator as evaluator
+
+    monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 0.6)
+    stuck, took, _, status = _wait_for_a_stuck_build(tmp_path, fake_gpu, NeverBuilt(), stall_s=0.1)
+    assert stuck and took >= 0.6 and status == "pending"
 
 
 def test_once_builds_finished_a_build_three_times_the_typical_one_counts_as_stuck(
@@ -312,39 +324,17 @@ def test_once_builds_finished_a_build_three_times_the_typical_one_counts_as_stuc
     """With the precompiler's typical (median) build known, the stuck age is STUCK_OVER_TYPICAL times
     it (not less than STUCK_MIN_S), not the fixed STUCK_BUILD_S; the worker's idle time with only
     builds queued is accounted as such."""
-    import time
-
     import kernelsmith.search.evaluator as evaluator
-    from kernelsmith.search.archive import Archive
-    from kernelsmith.target.task import load_task
 
-    class FastBuildsOneStuck(StubCompiler):
-        def ready(self, cid, limit=None):
-            return False
-
+    class FastBuildsOneStuck(NeverBuilt):
         def typical_s(self):
             return 0.2
 
     monkeypatch.setattr(evaluator, "STUCK_BUILD_S", 30.0)
     monkeypatch.setattr(evaluator, "STUCK_MIN_S", 0.3)
-    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
-    with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
-        code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
-        cid = archive.add(code, mutator="params", parent_id=base)
-        ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
-                                 referee_factory=fake_gpu.ModelReferee, precompiler=FastBuildsOneStuck())
-        try:
-            ev.wait(ev.submit([archive.get(base)]))
-            t0 = time.monotonic()
-            ids = ev.submit([archive.get(cid)])
-            assert ev.wait(ids, stall_s=0.05) == [cid]
-            took = time.monotonic() - t0
-            assert 0.6 <= took < 5.0  # 3 x 0.2 s, far below the fixed 30 s
-            idle = ev.summary()[0]
-            assert idle["idle_builds_only_s"] >= 0.4 and idle["idle_nothing_queued_s"] < took
-        finally:
-            ev.close()
+    stuck, took, idle, _ = _wait_for_a_stuck_build(tmp_path, fake_gpu, FastBuildsOneStuck(), stall_s=0.05)
+    assert stuck and 0.6 <= took < 5.0  # 3 x 0.2 s, far below the fixed 30 s
+    assert idle["idle_builds_only_s"] >= 0.4 and idle["idle_nothing_queued_s"] < took
 
 
 def test_a_budget_spent_before_the_bases_verdict_still_judges_the_base(tmp_path, fake_gpu):
