@@ -15,6 +15,9 @@
 #   SVS_OVERHEAD_S (default 60 s per run: start, base calibration, final re-measurement), in steps of
 #   0.25 min. 5 operators: 1 GPU 0.25 min (too short to mean much: use SVS_OPS for fewer operators),
 #   2 GPUs 0.75 min, 4 GPUs 2 min, 8 GPUs 3.5 min; one operator on 2 GPUs 8 min.
+# SVS_SEEDS: the --seed of each pair of runs (default "0"). With more than one, every operator runs
+#   once per seed (run names end in -s<seed>) and seeds.md tabulates GPU-seconds to 95% per seed and
+#   their medians: on a space of a few distinct launches one pair of runs is an order's luck.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -27,6 +30,7 @@ KS="python3 -m kernelsmith"
 OPS=${SVS_OPS:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router lmdeploy:rms_norm sglang:gelu_and_mul sglang:fused_rmsnorm"}
 TOTAL=${SVS_TOTAL_S:-540}
 OVERHEAD=${SVS_OVERHEAD_S:-60}
+SEEDS=${SVS_SEEDS:-0}
 SUMMARY="$D/summary.md"
 status=0
 start=$SECONDS
@@ -41,7 +45,9 @@ for pair in $OPS; do
     echo "25-sweep-vs-search: ${target^^}_CHECKOUT not set or missing: skipping $pair" | tee -a "$SUMMARY"
     continue
   fi
-  todo+=("$pair")
+  for seed in $SEEDS; do
+    todo+=("$pair@$seed")
+  done
 done
 [ "${#todo[@]}" -gt 0 ] || { echo "25-sweep-vs-search: no operator to run"; exit 0; }
 
@@ -72,38 +78,47 @@ one() {  # name gpu command... : one run on one GPU, its exit code in $D/name.rc
   local name=$1 gpu=$2
   shift 2
   local t0=$SECONDS
-  CUDA_VISIBLE_DEVICES=$gpu timeout "$LIMIT" "$@" --out "$D/$name" --device cuda --gpus 0 --seed 0 \
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$LIMIT" "$@" --out "$D/$name" --device cuda --gpus 0 \
     --minutes "$MIN" --no-progress > "$D/$name.log" 2>&1
   local rc=$?
   echo "$rc" > "$D/$name.rc"
   echo "$name: exit $rc in $((SECONDS - t0)) s on GPU $gpu ($(tail -n 1 "$D/$name.log"))"
 }
 
-operator() {  # target:op lane
-  local target=${1%%:*} op=${1#*:} lane=$2 co g0 g1
+tag_of() {  # target:op@seed -> the runs' name prefix
+  local pair=${1%@*} seed=${1##*@}
+  local tag="${pair%%:*}-${pair#*:}"
+  [ "$(echo $SEEDS | wc -w)" -gt 1 ] && tag="$tag-s$seed"
+  echo "$tag"
+}
+
+operator() {  # target:op@seed lane
+  local pair=${1%@*} seed=${1##*@} lane=$2 co g0 g1 tag
+  local target=${pair%%:*} op=${pair#*:}
+  tag=$(tag_of "$1")
   co=$(checkout_for "$target")
   g0=$((paired ? 2 * lane : 0))
   g1=$((paired ? 2 * lane + 1 : 0))
-  local sweep=(${KS} sweep "$target" "$op" --checkout "$co")
-  local search=(${KS} optimize "$target" "$op" --checkout "$co" --mutator params)
+  local sweep=(${KS} sweep "$target" "$op" --checkout "$co" --seed "$seed")
+  local search=(${KS} optimize "$target" "$op" --checkout "$co" --mutator params --seed "$seed")
   [ -n "${SVS_STAGNATION:-}" ] && search+=(--stagnation "$SVS_STAGNATION")
   if [ "$paired" = 1 ]; then
-    one "$target-$op-sweep" "$g0" "${sweep[@]}" &
-    one "$target-$op-params" "$g1" "${search[@]}" &
+    one "$tag-sweep" "$g0" "${sweep[@]}" &
+    one "$tag-params" "$g1" "${search[@]}" &
     wait
   else
-    one "$target-$op-sweep" "$g0" "${sweep[@]}"
-    one "$target-$op-params" "$g1" "${search[@]}"
+    one "$tag-sweep" "$g0" "${sweep[@]}"
+    one "$tag-params" "$g1" "${search[@]}"
   fi
   local runs=()
   for kind in sweep params; do
-    [ -f "$D/$target-$op-$kind/result.json" ] && runs+=("$D/$target-$op-$kind")
-    [ "$(cat "$D/$target-$op-$kind.rc" 2>/dev/null)" -le 1 ] 2>/dev/null || echo "FAILED" > "$D/$target-$op.failed"
+    [ -f "$D/$tag-$kind/result.json" ] && runs+=("$D/$tag-$kind")
+    [ "$(cat "$D/$tag-$kind.rc" 2>/dev/null)" -le 1 ] 2>/dev/null || echo "FAILED" > "$D/$tag.failed"
   done
   if [ "${#runs[@]}" -gt 0 ]; then
-    python3 -m kernelsmith.search.compare "${runs[@]}" > "$D/$target-$op-compare.md" 2>&1 \
-      || echo "FAILED" > "$D/$target-$op.failed"
-    python3 -m kernelsmith.search.compare "${runs[@]}" --json > "$D/$target-$op-compare.json" 2>/dev/null
+    python3 -m kernelsmith.search.compare "${runs[@]}" > "$D/$tag-compare.md" 2>&1 \
+      || echo "FAILED" > "$D/$tag.failed"
+    python3 -m kernelsmith.search.compare "${runs[@]}" --json > "$D/$tag-compare.json" 2>/dev/null
   fi
 }
 
@@ -119,13 +134,13 @@ for ((r = 0; r < rounds; r++)); do
   wait
 done
 
-for pair in "${todo[@]}"; do
-  target=${pair%%:*} op=${pair#*:}
-  [ -f "$D/$target-$op.failed" ] && status=1
-  [ -f "$D/$target-$op-compare.md" ] || continue
-  { echo; echo "## $target $op"; echo; cat "$D/$target-$op-compare.md"; } >> "$SUMMARY"
+for entry in "${todo[@]}"; do
+  tag=$(tag_of "$entry")
+  [ -f "$D/$tag.failed" ] && status=1
+  [ -f "$D/$tag-compare.md" ] || continue
+  { echo; echo "## $tag (seed ${entry##*@})"; echo; cat "$D/$tag-compare.md"; } >> "$SUMMARY"
   for kind in sweep params; do
-    python3 - "$D/$target-$op-$kind/result.json" "$kind" >> "$SUMMARY" 2>/dev/null <<'PY'
+    python3 - "$D/$tag-$kind/result.json" "$kind" >> "$SUMMARY" 2>/dev/null <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r.get("sweep") or {}
@@ -138,6 +153,29 @@ print(f"\n- {sys.argv[2]}: {won}{extra}")
 PY
   done
 done
+if [ "$(echo $SEEDS | wc -w)" -gt 1 ]; then
+  # Per operator and seed: GPU-seconds to 95% of that seed's sweep reference; medians over seeds
+  # ("never" counts as slower than any number).
+  python3 - "$D" > "$D/seeds.md" <<'PY'
+import json, math, statistics, sys
+from collections import defaultdict
+from pathlib import Path
+
+by_op = defaultdict(dict)
+for f in sorted(Path(sys.argv[1]).glob("*-s*-compare.json")):
+    op, seed = f.name[: -len("-compare.json")].rsplit("-s", 1)
+    runs = {r["kind"].split()[0]: r for r in json.loads(f.read_text())["runs"]}
+    by_op[op][int(seed)] = {k: (runs[k]["gpu_s_to"] or {}).get("95%") for k in ("sweep", "optimize") if k in runs}
+for op, seeds in by_op.items():
+    print(f"## {op}: referee GPU-seconds to 95% of each seed's sweep reference\n")
+    print("| seed | sweep | params |\n|---:|---:|---:|")
+    for seed, v in sorted(seeds.items()):
+        print(f"| {seed} | {v.get('sweep') or 'never'} | {v.get('optimize') or 'never'} |")
+    med = {k: statistics.median([v.get(k) or math.inf for v in seeds.values()]) for k in ("sweep", "optimize")}
+    print(f"| median | {med['sweep']} | {med['optimize']} |\n")
+PY
+  cat "$D/seeds.md" >> "$SUMMARY"
+fi
 echo "total: $((SECONDS - start)) s" >> "$SUMMARY"
 cat "$SUMMARY"
 exit $status
