@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.loop import build_mutators
+from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import studies
 from kernelsmith.search.seeds import slot_rng
 from kernelsmith.search.selection import Population, SelectionConfig

@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..referee.verdict import Verdict, contender_bar
+from . import gpu_time
 from .archive import Archive
 from .candidate import Candidate
+from .precompile import compile_timeout_verdict
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
 # At 1.0 a candidate must screen at least as fast as the best. Replaying the H200 archives of
@@ -94,15 +96,8 @@ class Evaluator:
         self._closing = False  # close() killed the workers: verdicts still arriving are not real
         self._booting = 0  # threads starting their referee's worker
         self.evaluated = 0
-        # Where each GPU's time went (result.json "evaluator"): booting its worker, waiting for a
-        # candidate's CPU compilation, in the referee, and from its first job to its last.
-        # first_candidate_s: from here to its first verdict on a candidate (not the base).
-        # Idle between jobs: with nothing queued (the loop's window had no candidate for it) or with
-        # only candidates still compiling queued.
         self._created = time.monotonic()
-        self.stats = [{"gpu": g, "boot_s": 0.0, "compile_wait_s": 0.0, "job_s": 0.0, "jobs": 0,
-                       "first": None, "last": None, "first_candidate_s": None,
-                       "idle_nothing_queued_s": 0.0, "idle_builds_only_s": 0.0} for g in gpus]
+        self.stats = gpu_time.new_stats(gpus)  # where each GPU's time went (gpu_time.py)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -371,23 +366,8 @@ class Evaluator:
             self.on_verdict(self.archive.get(row.id))
 
     def summary(self) -> list[dict]:
-        """Per GPU: boot, jobs, waits for CPU compilation, time in the referee, and the share of
-        its first-to-last-job span spent in the referee (what the GPU side was busy with)."""
-        out = []
-        for st, ref in zip(self.stats, self.referees, strict=True):
-            span = (st["last"] - st["first"]) if st["first"] and st["last"] else 0.0
-            referee = st["job_s"] - st["compile_wait_s"]
-            # A Ray worker (ray_pool.py): where it ran, and whether its node died.
-            where = {"worker": st["gpu"], "node": ref.node, "node_ip": ref.ip, "gpu": ref.gpu,
-                     "lost": bool(st.get("lost"))} if hasattr(ref, "node") else {}
-            out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"], **where,
-                        "boot_phases": getattr(ref, "boot_phases", None),
-                        "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
-                        "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None,
-                        "idle_nothing_queued_s": round(st["idle_nothing_queued_s"], 2),
-                        "idle_builds_only_s": round(st["idle_builds_only_s"], 2),
-                        "first_candidate_s": st["first_candidate_s"]})
-        return out
+        """Per GPU: where its time went (gpu_time.py)."""
+        return gpu_time.summary(self.stats, self.referees)
 
     def remeasure(self, row: Candidate | dict, seed: int) -> dict:
         """A full measurement of `row` with new input seeds (the final check of the winner).
@@ -418,16 +398,3 @@ def _measured_win(verdict: dict, cid: int) -> bool:
     from .evidence import judge
 
     return judge(verdict, seed=cid)["win"]
-
-
-def compile_timeout_verdict(seconds: float, limit: float) -> Verdict:
-    """The verdict of a candidate whose kernels took longer than the compile limit to build."""
-    v = Verdict.rejected(
-        "timeout",
-        f"compiling the candidate's kernels took more than {limit:g} s (stopped after {seconds:.0f} s; "
-        "the search's --compile-limit): a kernel this slow to build stalls a serving engine's first "
-        "call, and usually spills registers (a huge block on few warps)",
-    )
-    # eval_s stays 0: no GPU time was spent (efficiency counts eval_s as referee GPU time).
-    v.details = {"compile_limit_s": limit, "compile_s": round(seconds, 3)}
-    return v

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, KernelsmithError
+from ..errors import KernelsmithError
 from .archive import Archive, code_hash
 from .candidate import Candidate
-from .mutators import Mutator, Proposal, members
+from .mutator_set import build_mutators
+from .mutators import Proposal
 from .progress import Progress
 from .resolve import DEFAULT_BUDGET, resolve_run
 from .result import SearchResult
@@ -32,46 +33,6 @@ from .selection import Population, SelectionConfig
 # builds are old by then (evaluator.py's stuck age) and nothing else can reach the GPUs; at 1 s the
 # sampler's 23 moves (8 of them a second move of the same build) cost at least 23 s of idle GPU.
 STALL_S = 0.25
-
-
-def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
-                   sweep_seed: int | None = None) -> list[Mutator]:
-    """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
-    the grid of `kernelsmith sweep`, every point once in that seed's order."""
-    from .mutators.llm import LLMMutator, llm_settings
-    from .mutators.params import GridMutator, ParamsMutator
-
-    if sweep_seed is not None:
-        from .sweep import SweepGrid
-
-        grid = SweepGrid(task, device=device, seed=sweep_seed, budget_hint=budget_hint)
-        note(f"sweep: {grid.describe_grid()}")
-        return [grid]
-    if name == "replay":
-        from .mutators.replay import ReplayMutator
-
-        if not replay:
-            raise ConfigError("run.json", "mutator is replay but the run holds no diff to replay", "replay")
-        return [ReplayMutator(task, replay)]
-    if name == "grid":
-        return [GridMutator(task, device=device, budget_hint=budget_hint)]
-    out = []
-    chosen = members(name)
-    if "params" in chosen:
-        out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
-    if "rewrite" in chosen:
-        from .mutators.rewrite import RewriteMutator
-
-        out.append(RewriteMutator(task, note=note))
-    if "llm" in chosen:
-        settings = llm_settings()
-        if settings.problem is None:
-            out.append(LLMMutator(task, settings, device=device))
-        elif name == "llm":
-            raise ConfigError("environment", settings.problem, "KERNELSMITH_LLM_*")
-        else:
-            note(f"llm mutator off: {settings.problem}; using params and rewrite only")
-    return out
 
 
 class Search:

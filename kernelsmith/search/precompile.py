@@ -291,3 +291,18 @@ class Precompiler:
             for c in self.children + busy:
                 c.kill()
             self.children.clear()
+
+
+def compile_timeout_verdict(seconds: float, limit: float):
+    """The verdict of a candidate whose kernels took longer than the compile limit to build."""
+    from ..referee.verdict import Verdict
+
+    v = Verdict.rejected(
+        "timeout",
+        f"compiling the candidate's kernels took more than {limit:g} s (stopped after {seconds:.0f} s; "
+        "the search's --compile-limit): a kernel this slow to build stalls a serving engine's first "
+        "call, and usually spills registers (a huge block on few warps)",
+    )
+    # eval_s stays 0: no GPU time was spent (efficiency counts eval_s as referee GPU time).
+    v.details = {"compile_limit_s": limit, "compile_s": round(seconds, 3)}
+    return v

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, KernelsmithError
 from ..target.facts import HarnessFacts
-from .evaluator import WorkerLost, compile_timeout_verdict
+from .evaluator import WorkerLost
+from .precompile import compile_timeout_verdict
 
 INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
 # Rejections that a worker dying under the referee also produces: before storing one, make sure

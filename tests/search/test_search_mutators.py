@@ -9,7 +9,7 @@ from kernelsmith.cli import _uses_llm
 from kernelsmith.commands import bench as bench_cmd
 from kernelsmith.commands import optimize as optimize_cmd
 from kernelsmith.search import mutators
-from kernelsmith.search.loop import build_mutators
+from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import Mutator
 from kernelsmith.target.config import load_target
 from kernelsmith.target.task import make_task
