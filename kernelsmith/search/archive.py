@@ -131,6 +131,9 @@ class Archive:
         conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
         conn.row_factory = sqlite3.Row
         self._db = _LockedConnection(conn)
+        # id -> (the raw row, its Candidate): a row read again unchanged is not decoded again (the
+        # loop reads every row each generation; their JSON verdicts were most of its reading time).
+        self._decoded: dict[int, tuple[tuple, Candidate]] = {}
         self._db.executescript(_SCHEMA)
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)
@@ -146,6 +149,16 @@ class Archive:
         self.close()
 
     # -- rows --------------------------------------------------------------------------------
+    def _decode(self, row: sqlite3.Row) -> Candidate:
+        """The row as a Candidate: the one decoded before when the raw row is the same."""
+        raw = tuple(row)
+        have = self._decoded.get(row["id"])
+        if have is not None and have[0] == raw:
+            return have[1]
+        c = _decode(row)
+        self._decoded[row["id"]] = (raw, c)
+        return c
+
     def add(
         self,
         code: str | None,
@@ -233,16 +246,16 @@ class Archive:
     def get(self, cid: int) -> Candidate | None:
         """One candidate (verdict, inspiration_ids and params decoded), or None."""
         row = self._db.execute("SELECT * FROM candidates WHERE id=?", (cid,)).fetchone()
-        return _decode(row) if row is not None else None
+        return self._decode(row) if row is not None else None
 
     def all(self) -> list[Candidate]:
         """Every row, in id order."""
-        return [_decode(r) for r in self._db.execute("SELECT * FROM candidates ORDER BY id")]
+        return [self._decode(r) for r in self._db.execute("SELECT * FROM candidates ORDER BY id")]
 
     def where(self, clause: str, args: tuple = ()) -> list[Candidate]:
         """Rows matching an SQL condition (written by this package, never by users), in id order."""
         q = f"SELECT * FROM candidates WHERE {clause} ORDER BY id"
-        return [_decode(r) for r in self._db.execute(q, args)]
+        return [self._decode(r) for r in self._db.execute(q, args)]
 
     def base(self) -> Candidate | None:
         """The base's own row (mutator "base"), if recorded."""
@@ -255,7 +268,7 @@ class Archive:
         row = self._db.execute(
             "SELECT * FROM candidates WHERE code_hash=? AND status!='duplicate' ORDER BY id LIMIT 1", (h,)
         ).fetchone()
-        return _decode(row) if row is not None else None
+        return self._decode(row) if row is not None else None
 
     def known_hashes(self) -> set[str]:
         """Hashes of every code recorded so far."""

@@ -97,3 +97,23 @@ def test_screened_contender_stays_pending_for_its_full_measurement(tmp_path):
         assert [r["id"] for r in a.pending()] == [c] and a.get(c)["status"] == "evaluated"
         a.set_verdict(c, {"accepted": True, "geomean_speedup": 1.25, "timed": True}, "fb", timing="full")
         assert a.pending() == [] and a.get(c)["speedup"] == 1.25
+
+
+def test_a_row_read_again_unchanged_is_not_decoded_again_and_a_change_is_seen(tmp_path):
+    """The loop reads every row each generation: an unchanged row comes back as the Candidate
+    decoded before; a verdict stored or a generation moved (by any thread, on this archive or
+    another connection to the same file) is read as it now is."""
+    with Archive(tmp_path / "archive.sqlite") as a:
+        base = a.add("x = 1\n", mutator="base")
+        c = a.add("x = 2\n", mutator="params", parent_id=base, generation=1, params={"values": {"B": 2}})
+        first = a.all()
+        assert a.all()[1] is first[1] and a.get(c) is first[1]
+        a.set_verdict(c, {"accepted": True, "geomean_speedup": 1.5, "timed": True}, "ok")
+        after = a.get(c)
+        assert after is not first[1] and after.status == "evaluated" and after.speedup == 1.5
+        assert first[1].status == "pending"  # what was handed out earlier is not changed under it
+        a.move_generation([c], 4)
+        assert a.all()[1].generation == 4
+        with sqlite3.connect(tmp_path / "archive.sqlite") as other:  # another writer of the file
+            other.execute("UPDATE candidates SET feedback='elsewhere' WHERE id=?", (c,))
+        assert a.get(c)["feedback"] == "elsewhere"
