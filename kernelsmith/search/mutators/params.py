@@ -28,7 +28,8 @@ from ..archive import code_hash
 from ..candidate import Candidate
 from ..edits import format_edits, make_edits
 from . import Proposal
-from .space import SPACE_MUTATORS, ConfigSpace, buckets, config_key, shape_sizes
+from .buckets import buckets
+from .space import SPACE_MUTATORS, ConfigSpace, config_key, shape_sizes
 from .studies import Observation, Study, load_optuna
 from .tunables import discover, relevant, render, values_of
 

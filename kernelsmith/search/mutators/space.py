@@ -8,13 +8,13 @@ tree, what a per-shape table keys on (sizekeys.py) and its size buckets, renderi
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
 from ..candidate import Candidate
+from .buckets import buckets, cells, lookup
 from .sizekeys import SizeKey, grid_key, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
 from .twins import LaunchTwins
@@ -40,40 +40,6 @@ def shape_sizes(harness, shapes: list[dict]) -> list[int] | None:
         return sizes
     except Exception:  # a harness that fake tensors cannot run: no per-shape tables then
         return None
-
-
-def buckets(sizes: list[int] | None) -> tuple[list[int | None], list[int]]:
-    """(limits, bucket index per shape): one bucket per distinct size, split at geometric midpoints."""
-    if not sizes:
-        return [None], [0] * len(sizes or [])
-    distinct = sorted(set(sizes))
-    limits: list[int | None] = [int(math.sqrt(a * b)) for a, b in itertools.pairwise(distinct)] + [None]
-    return limits, [distinct.index(s) for s in sizes]
-
-
-def cells(bucket_of: list[int], sizes2: list[int] | None, n: int) -> tuple[list[list], list[tuple[int, int]]]:
-    """(second-level limits per first-level bucket, each shape's (bucket, cell)): a bucket's shapes
-    split by their second-level size as `buckets` splits by the first."""
-    if sizes2 is None:
-        return [[None] for _ in range(n)], [(b, 0) for b in bucket_of]
-    limits2: list[list] = []
-    cell_of: list[tuple[int, int]] = [(0, 0)] * len(bucket_of)
-    for b in range(n):
-        idx = [i for i, x in enumerate(bucket_of) if x == b]
-        lim, of = buckets([sizes2[i] for i in idx])
-        limits2.append(lim)
-        for i, c in zip(idx, of, strict=True):
-            cell_of[i] = (b, c)
-    return limits2, cell_of
-
-
-def lookup(table: dict, size: int, size2: int | None = None) -> dict:
-    """The row of a table serving one call's sizes: the first whose limits both admit them."""
-    limits2 = table.get("limits2") or [None] * len(table["limits"])
-    for row, lim, lim2 in zip(table["rows"], table["limits"], limits2, strict=True):
-        if (lim is None or size <= lim) and (lim2 is None or size2 is None or size2 <= lim2):
-            return row
-    return table["rows"][-1]
 
 
 def config_key(params: dict) -> str:
@@ -144,9 +110,7 @@ class ConfigSpace:
         ]
         self.tried: set[str] = {config_key({"values": self.base_values})}
         self.records: dict[int, Record] = {}
-        # _best_rows per shape set, for the records of the last sync (the table rule asks each
-        # bucket and cell on every proposal: 0.13 s a generation at 360 records on the sampler).
-        self._best_rows_memo: dict[tuple[int, ...], dict] = {}
+        self._best_rows_memo: dict[tuple[int, ...], dict] = {}  # per shape set, since the last sync
         self.base_id: int | None = None
         self.hi: dict[str, int] = {}
         self.lo: dict[str, int] = {}
@@ -342,12 +306,8 @@ class ConfigSpace:
     def _best_rows(self, idx: list[int]) -> dict[str, tuple[float, float, float]]:
         """{row: (mean log speedup, and of its 95% CI bounds) over the shapes `idx`}, from every
         trial whose rows for those shapes agree (single configs and tables alike)."""
-        key = tuple(idx)
-        if key not in self._best_rows_memo:
-            self._best_rows_memo[key] = self._rows_over(idx)
-        return self._best_rows_memo[key]
-
-    def _rows_over(self, idx: list[int]) -> dict[str, tuple[float, float, float]]:
+        if (key := tuple(idx)) in self._best_rows_memo:  # each bucket and cell, on every proposal
+            return self._best_rows_memo[key]
         per_row: dict[str, list[tuple[float, float, float]]] = {}
         for rec in self.records.values():
             if rec.state != "ok" or not rec.speed or any(rec.speed[i] is None for i in idx):
@@ -360,7 +320,9 @@ class ConfigSpace:
                 cis = {i: rec.ci[i] if len(rec.ci) > i and rec.ci[i] else (rec.speed[i],) * 2 for i in idx}
                 logs = [(math.log(rec.speed[i]), math.log(cis[i][0]), math.log(cis[i][1])) for i in idx]
                 per_row.setdefault(rows.pop(), []).append(tuple(fmean(x[j] for x in logs) for j in range(3)))
-        return {r: tuple(fmean(x[j] for x in v) for j in range(3)) for r, v in per_row.items()}
+        out = self._best_rows_memo[key] = {r: tuple(fmean(x[j] for x in v) for j in range(3))
+                                           for r, v in per_row.items()}
+        return out
 
     def table_proposal(self) -> dict | None:
         """Each bucket's best config as a table, when it beats the best single config by the margin.
