@@ -284,7 +284,7 @@ class Referee:
             self._zygote.close()
             self._zygote = None
         if self._tmp is not None:
-            self._tmp.cleanup()
+            remove_workdir(self._tmp)
             self._tmp = None
 
     def __enter__(self) -> Referee:
@@ -292,3 +292,16 @@ class Referee:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def remove_workdir(tmp: tempfile.TemporaryDirectory, tries: int = 5) -> None:
+    """Remove a referee's work folder. A killed worker's processes die a moment after the kill, and
+    one may still add a file there (CI saw "Directory not empty" when a rejected base ended the run
+    at once): try again shortly, and leave what cannot be removed rather than fail the run."""
+    for _ in range(tries):
+        try:
+            tmp.cleanup()
+            return
+        except OSError:
+            time.sleep(0.2)
+    shutil.rmtree(tmp.name, ignore_errors=True)
