@@ -256,6 +256,7 @@ class Search:
         # judged before the search began): the deadline applies once its verdict is in.
         if not (in_flight and in_flight[0][0] == 0):
             arm_deadline()
+        dry = False  # the last generation proposed nothing: the next must see the verdicts now in
         while True:
             if in_flight and in_flight[0][0] == 0:  # the base is judged: generation 1 only, see above
                 room = generation == 0
@@ -280,9 +281,15 @@ class Search:
                     # the next generation (which sees them) may find more, a per-shape table say.
                     if not in_flight:
                         self.stop_reason = "search space exhausted: no new proposal could be made"
+                    dry = True
             if not in_flight:
                 break
             done_gen, ids, made = in_flight.pop(0)
+            if dry:
+                # Generation numbers decide what a proposal sees (`_visible`): the next one is
+                # numbered to see done_gen's verdicts, or with a window not full, the last try before
+                # "exhausted" would not see the last verdicts (a per-shape table they make pay, say).
+                generation, dry = max(generation, done_gen + self.pipeline - 1), False
             # A build stuck at the window's front (a huge block on few warps, up to the compile
             # limit) would hold every later generation back while the GPUs idle: it moves to the
             # newest generation in flight, so the next one is proposed without its verdict (the

@@ -220,6 +220,48 @@ def test_nothing_to_propose_waits_for_the_verdicts_in_flight(tmp_path, fake_gpu,
     assert [r["parent_id"] for r in rows] == [1] + [r["id"] for r in rows[:-1]]  # a chain
 
 
+class _LastLookMutator:
+    """Proposes three configs, then one more only once it sees all three verdicts (the way a
+    per-shape table is proposed from every config's per-shape speedups)."""
+
+    name = "params"
+
+    def __init__(self, task):
+        self.task, self.blocks, self.visible, self.final = task, [128, 256, 512], set(), False
+
+    def sync(self, rows):
+        self.visible = {r["params"]["values"]["BLOCK"] for r in rows
+                        if r["mutator"] == "params" and r["status"] == "evaluated"}
+
+    def propose(self, parent, inspirations, rng, known=None):
+        from kernelsmith.search.mutators import Proposal
+
+        if self.blocks:
+            block = self.blocks.pop(0)
+        elif self.visible >= {128, 256, 512} and not self.final:
+            self.final, block = True, 1024
+        else:
+            return None
+        code = self.task.base_code.replace("BLOCK = 64", f"BLOCK = {block}")
+        return Proposal(mutator="params", parent_id=parent["id"], code=code,
+                        params={"values": {"BLOCK": block}})
+
+
+def test_the_last_try_before_exhausted_sees_every_verdict_with_the_window_not_full(
+        tmp_path, fake_gpu, monkeypatch):
+    """Three configs in two generations, a window of six: the generations that come up empty while
+    they are judged must not leave the last try blind to their verdicts, or the proposal that needs
+    them all (a per-shape table, say) is never made and the space is called exhausted early."""
+    import kernelsmith.search.loop as loop
+
+    monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_LastLookMutator(task)])
+    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6, batch=2)
+    assert result["stop_reason"].startswith("search space exhausted")
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        blocks = [r["params"]["values"]["BLOCK"] for r in a.all() if r["mutator"] == "params"]
+    assert blocks == [128, 256, 512, 1024]
+
+
 def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
     """An interrupted run (close() while a GPU is busy) leaves that candidate pending for a resume,
     never with the verdict of a killed worker."""
