@@ -70,27 +70,49 @@ def _tensors(value) -> list[torch.Tensor]:
     return []
 
 
-def fingerprint(t: torch.Tensor) -> tuple:
-    """A cheap, position-sensitive checksum of a tensor's bits (one pass, small temporaries)."""
+def _checksum(t: torch.Tensor) -> torch.Tensor:
+    """The device-side checksum of `t`'s bits, as int64: a layout tag, then for 64 words or more
+    the total, the 64 column sums and the position-weighted row sums, else the words themselves;
+    then the last 0-3 bytes. One pass, small temporaries, no host copy."""
     flat = C._flat(t)
     if flat.numel() == 0:
-        return (0,)
+        return torch.zeros(1, dtype=torch.int64, device=t.device)
     raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
     if raw.storage_offset() % 4:
         raw = raw.clone()  # a view starting mid-word cannot be read as int32
     whole = raw.numel() // 4 * 4
-    tail = tuple(raw[whole:].tolist()) if whole < raw.numel() else ()  # the last 0-3 bytes
+    tail = raw[whole:].to(torch.int64)
     ints = raw[:whole].view(torch.int32)
     n = ints.numel() - ints.numel() % 64
+    # A fill, not a host-to-device copy (which could wait for the device).
+    tag = torch.full((1,), 1 + (n > 0) + 2 * tail.numel(), dtype=torch.int64, device=t.device)
     if n == 0:
-        return (tuple(ints.tolist()), tail)
+        return torch.cat([tag, ints.to(torch.int64), tail])
     block = ints[:n].view(-1, 64)
     rows = block.sum(1, dtype=torch.int64)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
-    # One device-to-host copy: the total, the 64 column sums and the position-weighted row sums.
-    sums = torch.cat([ints.sum(dtype=torch.int64).view(1), block.sum(0, dtype=torch.int64),
-                      (rows * weights).sum().view(1)])
-    return (tuple(sums.tolist()), tail)
+    return torch.cat([tag, ints.sum(dtype=torch.int64).view(1), block.sum(0, dtype=torch.int64),
+                      (rows * weights).sum().view(1), tail])
+
+
+def fingerprints(tensors: list[torch.Tensor]) -> list[tuple]:
+    """A cheap, position-sensitive checksum of each tensor's bits, with one device-to-host copy per
+    device for all of them (a copy waits for the device: one wait, not one per tensor)."""
+    sums = [_checksum(t) for t in tensors]
+    out: list[tuple] = [()] * len(sums)
+    for device in {s.device for s in sums}:
+        mine = [i for i, s in enumerate(sums) if s.device == device]
+        values = torch.cat([sums[i] for i in mine]).tolist()
+        at = 0
+        for i in mine:
+            out[i] = tuple(values[at:at + sums[i].numel()])
+            at += sums[i].numel()
+    return out
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """`fingerprints` of one tensor."""
+    return fingerprints([t])[0]
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
@@ -109,7 +131,8 @@ class Entry:
 
     def seal(self, value) -> None:
         """Fingerprint the tensors of `value` (now part of this entry)."""
-        self.prints += [(t, fingerprint(t)) for t in _tensors(value)]
+        tensors = _tensors(value)
+        self.prints += list(zip(tensors, fingerprints(tensors), strict=True))
 
     @property
     def nbytes(self) -> int:
@@ -118,7 +141,7 @@ class Entry:
 
     def intact(self) -> bool:
         """Whether every cached tensor still has the bits it was sealed with."""
-        return all(fingerprint(t) == fp for t, fp in self.prints)
+        return fingerprints([t for t, _ in self.prints]) == [fp for _, fp in self.prints]
 
 
 class InputCache:

@@ -13,9 +13,11 @@ is simply not watched.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import os
+import sys
 import warnings
 
 import torch
@@ -29,6 +31,7 @@ try:
 except ImportError:  # pragma: no cover
     _process_getenv = None
 
+_FS_ENCODING = sys.getfilesystemencoding()
 _TINY = float("5e-324")  # the smallest denormal: flush-to-zero (or denormals-are-zero) makes it 0
 _ONE = float("1")
 _PRIMITIVE = (bool, int, float, str, bytes, type(None))
@@ -70,11 +73,15 @@ _TORCH = (
 )
 
 
-def _read_torch(path: str):
+# (path, attribute names, called): split once, read on every capture (twice per watched call).
+_TORCH_PARTS = tuple((p, tuple(p.removesuffix("()").split(".")), p.endswith("()")) for p in _TORCH)
+
+
+def _read_torch(parts: tuple[str, ...], called: bool):
     obj = torch
-    for part in path.removesuffix("()").split("."):
+    for part in parts:
         obj = getattr(obj, part)
-    return obj() if path.endswith("()") else obj
+    return obj() if called else obj
 
 
 @functools.cache
@@ -88,6 +95,11 @@ def _knob_keys() -> frozenset[str]:
             if isinstance(key, str):
                 keys.add(key)
     return frozenset(keys)
+
+
+@functools.cache
+def _knob_keys_bytes() -> frozenset[bytes]:
+    return frozenset(k.encode(_FS_ENCODING, "surrogateescape") for k in _knob_keys())
 
 
 def _knob_groups() -> dict[str, object]:
@@ -144,34 +156,73 @@ def _triton(out: dict) -> None:
     for gname, group in _knob_groups().items():
         prefix = f"triton.knobs.{gname}"
         out[prefix] = _Same(group)
-        cls = vars(type(group))
-        for name in sorted({n for n in cls if not n.startswith("__")} | set(vars(group))):
-            value = cls.get(name, _MISSING)
+        cls, own = vars(type(group)), vars(group)
+        for name, value in cls.items():
+            if name.startswith("__"):
+                continue
             if hasattr(value, "__get__"):
                 # Methods, properties and env-backed knobs: the class's object itself (reading an
                 # env-backed knob can run a tool, e.g. ptxas --version), plus any value set from
                 # Python over an env-backed one (the environment itself is captured separately).
                 out[f"{prefix}.{name} (class)"] = _Same(value)
-                if name in vars(group):
-                    out[f"{prefix}.{name}"] = _comparable(vars(group)[name])
+                if name in own:
+                    out[f"{prefix}.{name}"] = _comparable(own[name])
             else:
                 # Plain knobs (listeners, hook chains, debug): the value Triton will read.
                 out[f"{prefix}.{name}"] = _comparable(getattr(group, name, _MISSING))
+        for name in own.keys() - cls.keys():  # set on the group alone: what Triton will read
+            out[f"{prefix}.{name}"] = _comparable(getattr(group, name, _MISSING))
+
+
+def _decode(b: bytes) -> str:
+    return b.decode(_FS_ENCODING, "surrogateescape")  # as os.environ decodes
+
+
+@functools.cache
+def _c_environ():
+    """The C `environ` array (what getenv and Triton's knobs read), or None where libc has none."""
+    try:
+        return ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - not glibc/musl
+        return None
+
+
+def _process_environment() -> dict[bytes, bytes] | None:
+    """The C environment as it is now (first entry of a name wins, as getenv), or None."""
+    array = _c_environ()  # mapped onto the variable itself: a putenv that moves the array is seen
+    if array is None:
+        return None
+    out: dict[bytes, bytes] = {}
+    i = 0
+    while (entry := array[i]) is not None:
+        key, _, value = entry.partition(b"=")
+        out.setdefault(key, value)
+        i += 1
+    return out
 
 
 def _environment(out: dict) -> None:
-    for key, value in os.environ.items():
-        out[f"${key}"] = value
-    if _process_getenv is not None:
-        # os.putenv changes the C environment (what Triton's knobs and torch's C++ read) without
-        # touching os.environ: read the keys they read straight from it, noting where they differ.
-        for key in sorted(_knob_keys() | {k for k in os.environ if k.startswith("TRITON")}):
+    # os.environ's bytes, decoded in C: its own items() decodes in Python, twice per watched call.
+    data = os.environ._data  # type: ignore[attr-defined]  # posix: bytes -> bytes, kept by os.environ
+    for key, value in data.items():
+        out["$" + _decode(key)] = _decode(value)
+    # os.putenv changes the C environment (what Triton's knobs and torch's C++ read) without
+    # touching os.environ: read the keys they read straight from it, noting where they differ.
+    keys = _knob_keys_bytes() | {k for k in data if k.startswith(b"TRITON")}
+    process = _process_environment()
+    for key in keys:
+        if process is not None:
+            value = process.get(key)
+        elif _process_getenv is not None:
             try:
-                value = _process_getenv(key)
+                text = _process_getenv(_decode(key))
             except Exception:  # noqa: BLE001 - an odd key: os.environ still covers it
                 continue
-            if value != os.environ.get(key):
-                out[f"process environment ${key}"] = value if value is not None else _MISSING
+            value = None if text is None else text.encode(_FS_ENCODING, "surrogateescape")
+        else:
+            continue
+        if value != data.get(key):
+            out[f"process environment ${_decode(key)}"] = _MISSING if value is None else _decode(value)
 
 
 def capture() -> dict[str, object]:
@@ -181,9 +232,9 @@ def capture() -> dict[str, object]:
     _triton(out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # some torch switches warn when read (deprecated spellings)
-        for path in _TORCH:
+        for path, parts, called in _TORCH_PARTS:
             try:
-                out[f"torch.{path}"] = _comparable(_read_torch(path))
+                out[f"torch.{path}"] = _comparable(_read_torch(parts, called))
             except Exception:  # noqa: BLE001 - not in this torch build
                 continue
         if torch.cuda.is_initialized():  # asking earlier would initialise CUDA

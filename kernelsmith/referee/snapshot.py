@@ -49,22 +49,34 @@ def _resolve(path: str):
     return None
 
 
-def _entries(obj) -> dict[str, int]:
+def _attributes(obj) -> dict[str, object] | None:
+    """A copy of `obj`'s attributes (holding every value, so no id of them can be reused), or None."""
     try:
-        items = list(vars(obj).items())
+        return dict(vars(obj))
+    except TypeError:
+        return None
+
+
+def _live(obj) -> dict[str, object]:
+    """`obj`'s own attribute mapping (no copy), or an empty one."""
+    try:
+        return vars(obj)
     except TypeError:
         return {}
-    out = {}
-    for name, value in items:
-        if isinstance(value, types.ModuleType):
-            continue  # lazily imported submodules appear as attributes; not a patch
-        if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
-            out[name] = id(value)
-    return out
+
+
+def _watched(attrs: dict[str, object]) -> dict[str, object]:
+    """The attributes a patch would replace: callables, and static/class methods and properties."""
+    return {name: value for name, value in attrs.items()
+            if not isinstance(value, types.ModuleType)  # lazily imported submodules: not a patch
+            and (callable(value) or isinstance(value, (staticmethod, classmethod, property)))}
 
 
 class Snapshot:
-    """ids of every callable attribute of the watched modules and classes (plus extra objects)."""
+    """Every callable attribute of the watched modules and classes (plus extra objects), compared by
+    identity. A copy of all their attributes is kept: where names and objects are all the same ones
+    (the usual case, checked in C), nothing was replaced, and only otherwise are the callables sorted
+    out. Never compared with `==`, which a candidate's object could answer as it likes."""
 
     def __init__(self, extra: dict[str, object] | None = None):
         self.targets: dict[str, object] = {}
@@ -73,17 +85,29 @@ class Snapshot:
             if obj is not None:
                 self.targets[path] = obj
         self.targets.update(extra or {})
-        self.before = {path: _entries(obj) for path, obj in self.targets.items()}
+        self.before = {path: _attributes(obj) or {} for path, obj in self.targets.items()}
+        self.before_ids = {path: _ids(attrs) for path, attrs in self.before.items()}
 
     def changes(self) -> list[str]:
         """'module.attr' for every callable replaced, removed or added since the snapshot."""
         out = []
         for path, obj in self.targets.items():
-            now = _entries(obj)
-            old = self.before[path]
-            for name, ident in old.items():
-                if now.get(name) != ident:
+            now_all = _live(obj)  # compared at once: the object holds its own values meanwhile
+            if _ids(now_all) == self.before_ids[path]:
+                continue  # the same name objects holding the same objects, in the same order
+            old_all = self.before[path]
+            old, now = _watched(old_all), _watched(now_all)
+            for name, value in old.items():
+                if now.get(name, _GONE) is not value:
                     out.append(f"{path}.{name}")
             for name in now.keys() - old.keys():
                 out.append(f"{path}.{name}")
         return sorted(out)
+
+
+_GONE = object()
+
+
+def _ids(attrs: dict[str, object]) -> tuple[list[int], list[int]]:
+    """The ids of the names and of the values (both held by the copies: no id is reused)."""
+    return list(map(id, attrs)), list(map(id, attrs.values()))

@@ -47,6 +47,22 @@ def test_putenv_behind_os_environ_is_seen():
     assert changed == ["process environment $TRITON_DEBUG: unset -> '1'"]
 
 
+def test_putenv_after_the_c_environment_moved_is_seen():
+    """The C environment is read through libc's `environ` as it is at each capture: putenv of many
+    new names makes libc move the array, and a change after that is still seen."""
+    names = [f"KS_TEST_GROW_{i}" for i in range(300)]
+    snap = settings.GlobalSettings()
+    try:
+        for name in names:
+            os.putenv(name, "x")
+        os.putenv("TRITON_DEBUG", "1")
+        assert snap.changes() == ["process environment $TRITON_DEBUG: unset -> '1'"]
+    finally:
+        for name in names + ["TRITON_DEBUG"]:
+            os.unsetenv(name)
+    assert snap.changes() == []
+
+
 def test_triton_knobs_changes_are_named():
     with knobs.runtime.scope(), knobs.autotuning.scope():
         snap = settings.GlobalSettings()
