@@ -7,6 +7,7 @@ the base file does not (a base that legitimately uses streams or numpy is not pe
 from __future__ import annotations
 
 import ast
+import functools
 
 # (violation, description) by dotted-name prefix of a referenced name or attribute chain.
 _NAME_RULES: list[tuple[str, str, str]] = [
@@ -190,11 +191,22 @@ def features(code: str) -> dict[str, tuple[str, str]]:
     return v.features
 
 
+@functools.lru_cache(maxsize=4)
+def _base_features(base_code: str) -> dict[str, tuple[str, str]]:
+    """`features` of the base, parsed once per worker (read only: never changed by a caller)."""
+    return features(base_code)
+
+
+@functools.lru_cache(maxsize=4)
+def _base_dump(base_code: str) -> str:
+    return ast.dump(ast.parse(base_code))
+
+
 def static_violations(code: str, base_code: str) -> list[tuple[str, str]]:
     """(violation, message) for constructs the candidate uses and the base does not."""
     cand = features(code)
     try:
-        base = features(base_code)
+        base = _base_features(base_code)
     except SyntaxError:
         base = {}
     found = {(viol, f"static check: {why}") for key, (viol, why) in cand.items() if key not in base}
@@ -221,6 +233,6 @@ def defines(code: str, name: str) -> bool:
 def same_program(code: str, base_code: str) -> bool:
     """Whether the candidate's AST equals the base's (only comments/whitespace changed)."""
     try:
-        return ast.dump(ast.parse(code)) == ast.dump(ast.parse(base_code))
+        return ast.dump(ast.parse(code)) == _base_dump(base_code)
     except SyntaxError:
         return False
