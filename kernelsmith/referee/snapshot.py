@@ -65,11 +65,11 @@ def _live(obj) -> dict[str, object]:
         return {}
 
 
-def _watched(attrs: dict[str, object]) -> dict[str, object]:
-    """The attributes a patch would replace: callables, and static/class methods and properties."""
-    return {name: value for name, value in attrs.items()
-            if not isinstance(value, types.ModuleType)  # lazily imported submodules: not a patch
-            and (callable(value) or isinstance(value, (staticmethod, classmethod, property)))}
+def _is_watched(value) -> bool:
+    """Whether a patch would replace `value`: a callable, static/class method or property."""
+    if isinstance(value, types.ModuleType):
+        return False  # lazily imported submodules appear as attributes; not a patch
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
 
 
 class Snapshot:
@@ -95,13 +95,15 @@ class Snapshot:
             now_all = _live(obj)  # compared at once: the object holds its own values meanwhile
             if _ids(now_all) == self.before_ids[path]:
                 continue  # the same name objects holding the same objects, in the same order
+            # Some attribute changed: only the names whose objects differ are looked at. Flagged:
+            # a callable replaced or removed, and a callable where there was none.
             old_all = self.before[path]
-            old, now = _watched(old_all), _watched(now_all)
-            for name, value in old.items():
-                if now.get(name, _GONE) is not value:
+            for name, value in old_all.items():
+                new = now_all.get(name, _GONE)
+                if new is not value and (_is_watched(value) or (new is not _GONE and _is_watched(new))):
                     out.append(f"{path}.{name}")
-            for name in now.keys() - old.keys():
-                out.append(f"{path}.{name}")
+            added = now_all.keys() - old_all.keys()
+            out += [f"{path}.{name}" for name in added if _is_watched(now_all[name])]
         return sorted(out)
 
 
