@@ -208,6 +208,11 @@ def sweep_section(sweep: dict) -> str:
         + ("beats the best single configuration by the params mutator's margin"
            if sweep.get("per_shape_table_beats_single") else "does not pay by the params mutator's margin"),
     ]
+    if sweep.get("table_id") is not None:
+        got = sweep.get("table_geomean")
+        lines.append(f"- that table, measured after the grid (candidate #{sweep['table_id']}): "
+                     + (f"{got:.2f}x" if got else "not faster than the best at the screen (no all-shape "
+                        "geomean)"))
     return "\n".join(lines)
 
 

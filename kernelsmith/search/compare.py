@@ -1,9 +1,11 @@
 """Search runs against a `kernelsmith sweep` of the same operator:
 `python -m kernelsmith.search.compare RUN_DIR RUN_DIR... [--json]`.
 
-The reference is the sweep's target (result.json `sweep.target_geomean`): its per-shape-best
-geomean (the best measured config on each shape) where a per-shape table beats its best single
-config by the params mutator's margin, else that best single config, since the best of each shape
+The reference is the sweep's target (result.json `sweep.target_geomean`): where the sweep measured
+the per-shape table the params mutator's rule adopts (after a complete grid), that table's geomean
+or the best single config's, whichever is higher; else its per-shape-best geomean (the best
+measured config on each shape) where such a table beats its best single config by the params
+mutator's margin, else that best single config, since the best of each shape
 over many noisy screens is biased upward (SGLang fused_rmsnorm on the H200: 1.19x per shape, with
 1.14x on its 5-microsecond 1-token shape; 1.13x for its best config, re-measured). `--reference X`
 sets it by hand, and without a sweep among the runs the best search geomean is used (said so).
@@ -59,6 +61,13 @@ def sweep_reference(run: Path, sweep: dict) -> tuple[float | None, str]:
     per_shape, single = sweep.get("per_shape_best_geomean"), sweep.get("best_single_geomean")
     if sweep.get("target_geomean") is None:  # a sweep written before target_geomean existed
         return per_shape or single, f"per-shape best of sweep {run}"
+    if sweep.get("table_id") is not None:
+        got = sweep.get("table_geomean")
+        return sweep["target_geomean"], (
+            f"sweep {run}: the per-shape table it measured after its grid (#{sweep['table_id']}, "
+            + (f"{got:.3f}x" if got else "not faster at the screen")
+            + f") or its best single config, whichever is higher; its per-shape best, "
+            f"{per_shape or 0:.3f}x, is a maximum of single measurements, not a kernel")
     if sweep.get("per_shape_table_beats_single"):
         return sweep["target_geomean"], f"per-shape best of sweep {run} (a per-shape table pays)"
     return sweep["target_geomean"], (

@@ -2,7 +2,7 @@
 search claim is compared with.
 
 The grid is the full cartesian product of the discovered tunables' domains (the GridMutator's
-space: single configurations, no per-shape tables), every point judged by the same evaluator and
+space: single configurations), every point judged by the same evaluator and
 referee as a search's candidates and stored in a normal run directory (run.json: mutator "grid",
 command "sweep"). Points are visited in a random order fixed by `--seed`, so a sweep cut short by
 `--minutes` is a uniform sample of the grid rather than its lexicographic corner (the first
@@ -12,7 +12,8 @@ point visited before (twins.py, from the launcher's code text) are skipped: one 
 distinct launch; result.json counts both the knob combinations and the distinct launches. The
 sweep's result adds, from the verdicts' per-shape speedups, the geomean a config chosen per shape
 would reach, and whether the params mutator's own table rule would adopt such a table over the
-best single config.
+best single config. After a complete grid that table is proposed once and judged like a point, so
+the sweep's per-shape claim is a measured kernel (result.json `table_id`, `table_geomean`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import math
 import random
 from statistics import geometric_mean
 
+from .archive import code_hash
 from .candidate import Candidate
+from .edits import format_edits, make_edits
+from .mutators import Proposal
 from .mutators.params import GridMutator
+from .mutators.space import config_key
 from .mutators.tunables import label
 from .mutators.twins import COUNT_CAP
 
@@ -43,6 +48,24 @@ class SweepGrid(GridMutator):
         self.cap = cap
         self._grid = self._points(random.Random(f"sweep/{seed}"))
         self._counted: tuple[int, int] | None | bool = False  # not counted yet
+
+    def propose(self, parent: dict, inspirations: list[dict], rng: random.Random,
+                known: set[str] | None = None) -> Proposal | None:
+        """The next point of the grid; once every point is proposed, the per-shape table the params
+        mutator's rule would adopt from the verdicts (once), so that a sweep's per-shape claim is a
+        measured kernel; None after that."""
+        point = super().propose(parent, inspirations, rng, known)
+        if point is not None or any(r.params.get("table") for r in self.records.values()):
+            return point  # a point, or the table was proposed already (this run or before a resume)
+        table = self.table_proposal()
+        if table is None or config_key(table) in self.tried or not self.valid(table):
+            return None
+        self.tried.add(config_key(table))
+        code = self.render(table)
+        if known and code_hash(code) in known:
+            return None
+        return Proposal(mutator=self.name, parent_id=self.base_id, code=code, prompt=self.describe(table),
+                        params=table, response=format_edits(make_edits(self.base_code, code)))
 
     def launches(self) -> tuple[int, int] | None:
         """(distinct launches of the grid's points on the listed shapes, points without a launch
@@ -102,8 +125,11 @@ def summary(search, rows: list[Candidate]) -> dict:
     grid = next(m for m in search.mutators if isinstance(m, SweepGrid))
     shapes = grid.shapes
     index = {json.dumps(s, sort_keys=True): i for i, s in enumerate(shapes)}
-    points = [c for c in rows if c.mutator == "grid"]
+    grid_rows = [c for c in rows if c.mutator == "grid"]
+    points = [c for c in grid_rows if not (c.get("params") or {}).get("table")]
     evaluated = [c for c in points if c.evaluated and not c.malformed]
+    tables = [c for c in grid_rows
+              if (c.get("params") or {}).get("table") and c.evaluated and not c.malformed]
     single = [(c.trusted_speedup, c) for c in evaluated if c.trusted_speedup]
     best_single, best_row = max(single, key=lambda x: (x[0], -x[1].id), default=(1.0, None))
     # The base is a point of the grid too (1.0 on every shape).
@@ -137,10 +163,27 @@ def summary(search, rows: list[Candidate]) -> dict:
         ],
         "per_shape_table_beats_single": per_shape_wins,
         "table_predicted_geomean": table.get("predicted") if table else None,
+        **_measured_table(tables),
     }
-    # What a search is measured against: the per-shape bests where a table pays, else the best single.
-    out["target_geomean"] = out["per_shape_best_geomean"] if per_shape_wins else out["best_single_geomean"]
+    # What a search is measured against: a per-shape table the sweep measured (against its best
+    # single config), else the per-shape bests where a table pays, else the best single config.
+    if out["table_id"] is not None:
+        out["target_geomean"] = max(out["best_single_geomean"], out["table_geomean"] or 0.0)
+    elif per_shape_wins:
+        out["target_geomean"] = out["per_shape_best_geomean"]
+    else:
+        out["target_geomean"] = out["best_single_geomean"]
     if not search.timed:  # the interpreter: correctness only, no speed to report
         out.update(best_single_geomean=None, best_single_id=None, per_shape_best_geomean=None,
-                   per_shape_best=[], target_geomean=None)
+                   per_shape_best=[], target_geomean=None, table_geomean=None)
     return out
+
+
+def _measured_table(tables: list[Candidate]) -> dict:
+    """The per-shape table the sweep measured after its grid: its id and all-shape geomean (None
+    when it did not reach a measurement on every shape, i.e. lost to the best at the screen)."""
+    if not tables:
+        return {"table_id": None, "table_geomean": None}
+    best = max(tables, key=lambda c: (c.trusted_speedup or 0.0, -c.id))
+    return {"table_id": best.id,
+            "table_geomean": round(best.trusted_speedup, 4) if best.trusted_speedup else None}
