@@ -146,7 +146,9 @@ r = json.load(open(sys.argv[1]))
 s = r.get("sweep") or {}
 extra = (f"; grid {s['evaluated']}/{s['grid_size']} evaluated ({s.get('distinct_launches')} distinct launches), "
          f"best single {s['best_single_geomean']:.3f}x, "
-         f"per shape {s['per_shape_best_geomean']:.3f}x, table pays: {s['per_shape_table_beats_single']}") if s else ""
+         f"per shape {s['per_shape_best_geomean']:.3f}x, table pays: {s['per_shape_table_beats_single']}"
+         + (f", table measured: #{s['table_id']} {s.get('table_geomean') or 'lost at the screen'}"
+            if s.get("table_id") is not None else "")) if s else ""
 g, ci = r.get("geomean_speedup"), r.get("geomean_ci95")
 won = f"winner {g:.3f}x, 95% CI {ci}" if g else f"no winner: {r.get('no_winner_reason')}"
 print(f"\n- {sys.argv[2]}: {won}{extra}")
