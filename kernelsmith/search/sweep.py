@@ -24,12 +24,9 @@ import math
 import random
 from statistics import geometric_mean
 
-from .archive import code_hash
 from .candidate import Candidate
-from .edits import format_edits, make_edits
 from .mutators import Proposal
 from .mutators.params import GridMutator
-from .mutators.space import config_key
 from .mutators.tunables import label
 from .mutators.twins import COUNT_CAP
 
@@ -58,14 +55,7 @@ class SweepGrid(GridMutator):
         if point is not None or any(r.params.get("table") for r in self.records.values()):
             return point  # a point, or the table was proposed already (this run or before a resume)
         table = self.table_proposal()
-        if table is None or config_key(table) in self.tried or not self.valid(table):
-            return None
-        self.tried.add(config_key(table))
-        code = self.render(table)
-        if known and code_hash(code) in known:
-            return None
-        return Proposal(mutator=self.name, parent_id=self.base_id, code=code, prompt=self.describe(table),
-                        params=table, response=format_edits(make_edits(self.base_code, code)))
+        return self.proposal(table, known or set()) if table is not None else None
 
     def launches(self) -> tuple[int, int] | None:
         """(distinct launches of the grid's points on the listed shapes, points without a launch

@@ -114,7 +114,7 @@ class ParamsMutator(ConfigSpace):
         if parent["mutator"] not in SPACE_MUTATORS:
             return self._retune(parent, rng, known)
         table = self.table_proposal()
-        if table is not None and (p := self._proposal(table, known)) is not None:
+        if table is not None and (p := self.proposal(table, known)) is not None:
             return p
         pparams = parent.get("params") or {}
         if pparams.get("table") and self.sizes is not None and self.tabled and rng.random() < BUCKET_ASK:
@@ -122,31 +122,6 @@ class ParamsMutator(ConfigSpace):
             if p is not None:
                 return p
         return self._global_ask(rng, known)
-
-    def _proposal(self, params: dict, known: set[str], parent: dict | None = None) -> Proposal | None:
-        """The candidate for `params` unless invalid or tried; marks it tried."""
-        if not self.valid(params):
-            return None
-        k = config_key(params)
-        if k in self.tried:
-            return None
-        self.tried.add(k)
-        if self.twins.twin(params) is not None:
-            return None  # it launches what a config proposed before does: nothing new to measure
-        code = self.render(params)
-        if code_hash(code) in known:
-            return None
-        self.twins.add(params)
-        parent_id = parent["id"] if parent is not None else self.base_id
-        parent_code = (parent or {}).get("code") or self.base_code
-        return Proposal(
-            mutator=self.name,
-            parent_id=parent_id,
-            code=code,
-            prompt=self.describe(params),
-            response=format_edits(make_edits(parent_code, code)),
-            params=params,
-        )
 
     def _global_asks(self) -> int:
         """Sampler answers to try: SATURATED_ASKS once enough recent global proposals were random."""
@@ -160,7 +135,7 @@ class ParamsMutator(ConfigSpace):
         for _ in range(self._global_asks()):
             values = {**self.base_values, **study.ask(rng.getrandbits(31))}
             params = {"op": "ask", "values": values, "changed": self.changed_from_base(values)}
-            if (p := self._proposal(params, known)) is not None:
+            if (p := self.proposal(params, known)) is not None:
                 return p
             self._tell_twin(study, values)
         return self._untried(study, rng, known)
@@ -187,7 +162,7 @@ class ParamsMutator(ConfigSpace):
         for combo in combos:
             values = {**self.base_values, **study.fixed, **dict(zip(keys, combo, strict=True))}
             params = {"op": "untried", "values": values, "changed": self.changed_from_base(values)}
-            if (p := self._proposal(params, known)) is not None:
+            if (p := self.proposal(params, known)) is not None:
                 study.add(Observation(values, "running"))
                 return p
         return None
@@ -217,7 +192,7 @@ class ParamsMutator(ConfigSpace):
                 "table": table,
                 "changed": {f"{k}@{where}": [old.get(k), v] for k, v in row.items() if v != old.get(k)},
             }
-            if (p := self._proposal(params, known, parent)) is not None:
+            if (p := self.proposal(params, known, parent)) is not None:
                 return p
         return None
 

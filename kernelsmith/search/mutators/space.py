@@ -13,7 +13,10 @@ import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from ..archive import code_hash
 from ..candidate import Candidate
+from ..edits import format_edits, make_edits
+from . import Proposal
 from .buckets import buckets, cells, lookup
 from .sizekeys import SizeKey, grid_key, resolve, size_key
 from .tunables import MAX_NUMEL, discover, has_loops, relevant, render, render_table, values_of
@@ -301,6 +304,32 @@ class ConfigSpace:
         sizes2 = self.sizes2 or [None] * len(self.sizes)
         first = {cell: i for i, cell in reversed(list(enumerate(self.cell_of)))}
         return [dict(lookup(table, self.sizes[first[c]], sizes2[first[c]])) for c in self.cells]
+
+    def proposal(self, params: dict, known: set[str], parent: dict | None = None) -> Proposal | None:
+        """The candidate for `params` (a parent's child, else the base's) unless invalid, tried or the
+        twin of a config proposed before; marks it tried."""
+        if not self.valid(params):
+            return None
+        k = config_key(params)
+        if k in self.tried:
+            return None
+        self.tried.add(k)
+        if self.twins.twin(params) is not None:
+            return None  # it launches what a config proposed before does: nothing new to measure
+        code = self.render(params)
+        if code_hash(code) in known:
+            return None
+        self.twins.add(params)
+        parent_id = parent["id"] if parent is not None else self.base_id
+        parent_code = (parent or {}).get("code") or self.base_code
+        return Proposal(
+            mutator=self.name,
+            parent_id=parent_id,
+            code=code,
+            prompt=self.describe(params),
+            response=format_edits(make_edits(parent_code, code)),
+            params=params,
+        )
 
     # -- per-shape tables -----------------------------------------------------------------------
     def _best_rows(self, idx: list[int]) -> dict[str, tuple[float, float, float]]:
