@@ -2,7 +2,8 @@
 # The one GPU check, run on the H200 through the device tool from the repository root:
 #   bash scripts/gpu_check.sh [step-glob]
 # Runs `pytest -m gpu`, then every scripts/gpu.d/*.sh step (or those matching the glob) in order.
-# Each step writes its results under $OUT (defaults to ./gpu-out here). No pip there: the project
+# Each step writes its results under $OUT (defaults to ./gpu-out here); at the end they are packed
+# into $OUT/gpu-check.tgz (the device tool returns 8 files at most). No pip there: the project
 # runs from the tree via PYTHONPATH; git, PyGithub and openai may be missing; Optuna comes from
 # .carry/wheels (bash scripts/carry_wheels.sh here, then carry=[".carry/wheels"]).
 set -uo pipefail
@@ -37,4 +38,9 @@ for step in scripts/gpu.d/$glob.sh; do
   echo "=== $step"
   bash "$step" || { echo "step $step failed"; status=1; }
 done
+# The device tool brings back at most 8 files, at most 2 folders down: everything goes into one
+# archive ($OUT/gpu-check.tgz), and only it and the top-level text files stay.
+tar czf /tmp/gpu-check.tgz -C "$OUT" . && mv /tmp/gpu-check.tgz "$OUT/gpu-check.tgz" &&
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name gpu-check.tgz ! -name '*.txt' ! -name '*.md' \
+    -exec rm -rf {} + && echo "packed: $OUT/gpu-check.tgz (tar xzf it here)"
 exit $status
