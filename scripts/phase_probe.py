@@ -3,17 +3,30 @@ candidates with staged timing (two far below the contender bar, two at the bar),
 verdict's eval_s, details.phase_s, timing depth and input-cache counters as JSON lines.
 
     python3 scripts/phase_probe.py TARGET OP [--checkout DIR] [--device cuda] [--candidates N]
+    python3 scripts/phase_probe.py TARGET OP ... --profile [--warmup W] [--top K]
 
 Uses only Referee/load_task calls that predate the input cache, so with PYTHONPATH pointing at an
 older checkout it measures the "before" side of a comparison with the same command.
+
+`--profile`: by function instead. The worker's judge runs in this process (its runner forked as in
+a worker), the base is evaluated as candidates below the bar (screen only), and after `--warmup`
+evaluations cProfile records the judge and, from its next candidate load on, the runner. Prints the
+top functions of each by own and by cumulative time; the judge's wait for its runner shows up in the
+channel's receive, and the runner's wait for the judge in its own. A diagnostic: the judge is not
+isolated from this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from kernelsmith.referee import Referee
 from kernelsmith.target.task import load_task
@@ -29,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--candidates", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="profile the judge and its runner instead")
+    p.add_argument("--warmup", type=int, default=2, help="--profile: evaluations before profiling")
+    p.add_argument("--top", type=int, default=40, help="--profile: functions listed per table")
     args = p.parse_args(argv)
+    if args.profile:
+        return profile(args)
     task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
     with Referee(task, device=args.device, seed=args.seed) as ref:
         t0 = time.monotonic()
@@ -46,6 +64,75 @@ def main(argv: list[str] | None = None) -> int:
                               "input_cache": d.get("input_cache")}))
             sys.stdout.flush()
     return 0
+
+
+def profile(args) -> int:
+    """`--profile`: warm up, profile `--candidates` evaluations, print the tables."""
+    from kernelsmith.referee.judge import RunnerLink
+    from kernelsmith.referee.session import Session
+
+    runner_stats = Path(tempfile.mkdtemp(prefix="ks-runner-prof-")) / "runner.prof"
+    _profile_runner(runner_stats, args.warmup)
+    link = RunnerLink()  # forked before anything here touches CUDA, as in a worker
+    task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
+    with Referee(task, device=args.device) as ref:
+        spec = ref._spec()  # what a worker's init request holds
+        t0 = time.monotonic()
+        session = Session(spec, link)
+        print(json.dumps({"boot_s": round(time.monotonic() - t0, 3), "boot_phases": session.boot_phases}))
+        prof = cProfile.Profile()
+        try:
+            for i in range(args.warmup + args.candidates):
+                profiled = i >= args.warmup
+                if profiled:
+                    prof.enable()
+                t = time.monotonic()
+                v = session.evaluate(task.base_code, None, i + 2, "staged", args.seed, contender_at=1000.0)
+                wall = time.monotonic() - t
+                if profiled:
+                    prof.disable()
+                d = v.get("details") or {}
+                print(json.dumps({"candidate": i + 2, "profiled": profiled, "wall_s": round(wall, 4),
+                                  "accepted": v.get("accepted"), "reason": v.get("reason"),
+                                  "phase_s": d.get("phase_s"), "channel": d.get("channel")}))
+                sys.stdout.flush()
+        finally:
+            session.caches.remove()
+            link.close()
+    for who, stats in (("judge", prof), ("runner", str(runner_stats))):
+        if who == "runner" and not runner_stats.exists():
+            print("## runner: no profile written")
+            continue
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(stats, stream=out).sort_stats(key).print_stats(args.top)
+            print(f"## {who}, by {key} ({args.candidates} evaluations)")
+            print(out.getvalue())
+    return 0
+
+
+def _profile_runner(path: Path, warmup: int) -> None:
+    """Patch the runner (before the fork, so the forked child has it) to profile itself from its
+    `warmup`+1-th candidate load on, and write the stats to `path` when it is told to exit."""
+    from kernelsmith.referee import runner
+
+    prof, loads = cProfile.Profile(), [0]
+    load, serve = runner.RunnerSession.load, runner.serve
+
+    def counted_load(self, msg):
+        loads[0] += 1
+        if loads[0] == warmup + 1:
+            prof.enable()
+        return load(self, msg)
+
+    def profiled_serve(chan, own_userns=False):
+        try:
+            return serve(chan, own_userns)
+        finally:
+            prof.disable()
+            prof.dump_stats(str(path))
+
+    runner.RunnerSession.load, runner.serve = counted_load, profiled_serve
 
 
 if __name__ == "__main__":

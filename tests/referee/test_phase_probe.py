@@ -1,0 +1,31 @@
+"""scripts/phase_probe.py: one JSON line per evaluation, and with --profile the judge's and its
+runner's functions (under the Triton interpreter here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from referee_helpers import ROOT
+
+
+def _probe(*extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "phase_probe.py"), "demo", "silu_and_mul",
+                           "--targets", str(ROOT / "targets"), "--device", "interpret", *extra],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+
+
+def test_profile_prints_each_evaluation_then_the_judges_and_the_runners_functions():
+    out = _probe("--candidates", "1", "--warmup", "1", "--top", "5", "--profile")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    assert "boot_phases" in lines[0] and [x["profiled"] for x in lines[1:]] == [False, True]
+    assert all(x["phase_s"]["correctness"] > 0 for x in lines[1:])
+    for who in ("judge", "runner"):
+        for key in ("tottime", "cumulative"):
+            assert f"## {who}, by {key} (1 evaluations)" in out.stdout
+    runner = out.stdout.split("## runner, by cumulative")[1]
+    assert "runner.py" in runner  # the runner's own functions: the child wrote its profile
