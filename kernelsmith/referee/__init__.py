@@ -206,7 +206,8 @@ class Referee:
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
                  seed: int | None = None, fresh_compile: bool = False,
-                 contender_at: float | None = None) -> Verdict:
+                 contender_at: float | None = None,
+                 contender_shapes: dict[str, float] | None = None) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
@@ -216,13 +217,15 @@ class Referee:
         `timing="staged"` (the search): a screen on representative shapes, then on every shape
         for a candidate near `contender_at`, then the full device-time measurement with its A/A
         control in the same call when the all-shape screen geomean reaches `contender_at`
-        (staging.py; `details.timing_depth` says how deep it went).
+        (staging.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
+        speedup per listed shape (keyed by the shape's sorted JSON), which scales the bar to the
+        representative shapes' screen.
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
         verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
-                                 fresh_compile, contender_at)
+                                 fresh_compile, contender_at, contender_shapes)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -234,7 +237,7 @@ class Referee:
         return verdict
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
-                  contender_at: float | None = None) -> Verdict:
+                  contender_at: float | None = None, contender_shapes: dict | None = None) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -253,7 +256,7 @@ class Referee:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
                "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh,
-               "contender_at": contender_at}
+               "contender_at": contender_at, "contender_shapes": contender_shapes}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:

@@ -194,7 +194,8 @@ class Session(ShapeTrials, JudgeTiming):
 
     # -- the evaluation -----------------------------------------------------------------------
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
-                 fresh: bool = False, contender_at: float | None = None) -> dict:
+                 fresh: bool = False, contender_at: float | None = None,
+                 contender_shapes: dict[str, float] | None = None) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
         `fresh`: the candidate compiles in a new, empty Triton cache folder (the final check).
@@ -206,7 +207,8 @@ class Session(ShapeTrials, JudgeTiming):
         loaded = False
         self.link.chan.reset_stats()
         try:
-            loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at)
+            loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at,
+                                    contender_shapes)
         except RunnerFailed as e:
             out["violations"].append(e.reason)
             out["details"]["messages"].append(e.message)
@@ -250,7 +252,8 @@ class Session(ShapeTrials, JudgeTiming):
         return out
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
-                  seed: int, fresh: bool, contender_at: float | None) -> bool:
+                  seed: int, fresh: bool, contender_at: float | None,
+                  contender_shapes: dict[str, float] | None = None) -> bool:
         """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
         clock = PhaseClock()
@@ -320,7 +323,8 @@ class Session(ShapeTrials, JudgeTiming):
                     from .staging import run_staged
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
-                    run_staged(timer, out, sizes, contender_at, clock.mark)
+                    best = [(contender_shapes or {}).get(json.dumps(s, sort_keys=True)) for s in shapes]
+                    run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best)
                 else:
                     timer(timing, None, True)
                     clock.mark(f"{timing}_timing")

@@ -62,7 +62,8 @@ def main() -> int:
                         code = f.read()
                 reply = {"ok": True, "verdict": session.evaluate(
                     code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
-                    fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"))}
+                    fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"),
+                    contender_shapes=msg.get("contender_shapes"))}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means

@@ -19,6 +19,7 @@ flight.
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -83,6 +84,9 @@ class Evaluator:
         # Best full-measured geomean so far that is a measured win (evidence.py: the winner rule; the
         # base is 1.0). A faster candidate that loses a shape can never win, so it sets no bar.
         self.best = 1.0
+        # That win's speedup per listed shape (its verdict's shapes, keyed by sorted shape JSON): the
+        # referee scales the bar to the representative shapes it screens first (staging.py).
+        self.best_shapes: dict[str, float] | None = None
         self.deadline: float | None = None
         self.device_info: dict | None = None
         # Submitted candidates not yet taken by a worker, oldest first (guarded by self.lock).
@@ -137,7 +141,7 @@ class Evaluator:
         """Seed the contender threshold from candidates already in the archive (on resume)."""
         for c in sorted(rows, key=lambda c: -(c.speedup or 0.0)):  # the fastest measured win
             if (c.trusted_speedup or 0.0) > self.best and c.verdict and _measured_win(c.verdict_json, c.id):
-                self.best = c.speedup
+                self.best, self.best_shapes = c.speedup, shape_speedups(c.verdict_json)
                 break
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -344,8 +348,9 @@ class Evaluator:
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
-            bar = contender_bar(self.best)
-        verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar)
+            bar, shapes = contender_bar(self.best), self.best_shapes
+        extra = {"contender_shapes": shapes} if shapes else {}  # none yet: the base's, 1.0 everywhere
+        verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar, **extra)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")
         return True
 
@@ -360,8 +365,8 @@ class Evaluator:
             self.archive.set_verdict(row.id, data, verdict.feedback(), timing=timing)
             if data.get("device") and not self.device_info:
                 self.device_info = data["device"]
-            if win:
-                self.best = max(self.best, trusted)
+            if win and trusted > self.best:
+                self.best, self.best_shapes = trusted, shape_speedups(data)
         if self.on_verdict is not None:
             self.on_verdict(self.archive.get(row.id))
 
@@ -391,6 +396,16 @@ class Evaluator:
             row.code, candidate_id=row.id, timing=timing, seed=seed, fresh_compile=True
         )
         return verdict.to_json()
+
+
+def shape_speedups(verdict: dict) -> dict[str, float] | None:
+    """A verdict's speedup per listed shape, keyed by the shape's sorted JSON; None if any is missing."""
+    out = {}
+    for s in verdict.get("shapes") or []:
+        if not isinstance(s, dict) or not s.get("speedup") or not isinstance(s.get("shape"), dict):
+            return None
+        out[json.dumps(s["shape"], sort_keys=True)] = float(s["speedup"])
+    return out or None
 
 
 def _measured_win(verdict: dict, cid: int) -> bool:

@@ -87,3 +87,20 @@ def test_no_subset_stage_without_a_bar_or_with_few_shapes(n, bar):
     timer = StubTimer(out, [1.0] * n)
     assert staging.run_staged(timer, out, SIZES[:n], contender_at=bar) == "screen"
     assert timer.calls == [("screen", list(range(n)))] and "subset_geomean" not in out["details"]
+
+
+def test_the_subset_bar_is_the_bests_own_geomean_on_those_shapes():
+    """A best at 15x on shapes 1 and 3 and 9x on the subset (0, 2, 4): a candidate at 9.5x on the
+    subset and 16x elsewhere beats it, and must not be cut by a bar set by all of its shapes."""
+    best = [9.0, 15.0, 9.0, 15.0, 9.0]
+    bar = (9.0 ** 3 * 15.0 ** 2) ** 0.2  # the best's all-shape geomean, 11.3x
+    assert staging.subset_bar(bar, best, [0, 2, 4]) == pytest.approx(9.0)
+    out = _out(5)
+    timer = StubTimer(out, [9.5, 16.0, 9.5, 16.0, 9.5])
+    assert staging.run_staged(timer, out, SIZES, contender_at=bar, best_shapes=best) == "full"
+    assert out["details"]["subset_bar"] == pytest.approx(9.0)
+    # Against the unscaled bar (the best's per-shape speedups unknown) it stops at the subset.
+    out = _out(5)
+    timer = StubTimer(out, [9.5, 16.0, 9.5, 16.0, 9.5])
+    assert staging.run_staged(timer, out, SIZES, contender_at=bar, best_shapes=[None] * 5) == "screen_subset"
+    assert out["details"]["subset_bar"] == pytest.approx(bar)

@@ -89,7 +89,7 @@ class ModelReferee:
         self.shapes = task.harness.shapes_for(device)
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None):
+                 contender_at=None, contender_shapes=None):
         if timing == "staged":  # as the worker does it: a screen, then full for a contender
             screen = self.evaluate(code, candidate_id=candidate_id, timing="screen", seed=seed,
                                    fresh_compile=fresh_compile)

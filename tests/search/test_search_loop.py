@@ -134,7 +134,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
     """The model referee taking real time, a different amount per GPU and candidate."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None):
+                 contender_at=None, contender_shapes=None):
         import random
         import time
 
@@ -143,7 +143,8 @@ class _SlowModelReferee(model_referee.ModelReferee):
         # on a loaded machine), as a GPU evaluation (seconds) always is.
         time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.05, 0.2))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
-                             fresh_compile=fresh_compile, contender_at=contender_at)
+                             fresh_compile=fresh_compile, contender_at=contender_at,
+                             contender_shapes=contender_shapes)
         model_referee.CALLS[-1].update(start=start, end=time.monotonic())
         return v
 

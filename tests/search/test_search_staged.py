@@ -5,6 +5,7 @@ seed differs from the search's (the referee caches the search's inputs per run s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import model_referee
@@ -28,10 +29,11 @@ class StagedModelReferee(model_referee.ModelReferee):
     """The model referee whose "staged" timing runs the worker's staging logic on its numbers."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None):
+                 contender_at=None, contender_shapes=None):
         if timing != "staged":
             return super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
-                                    fresh_compile=fresh_compile, contender_at=contender_at)
+                                    fresh_compile=fresh_compile, contender_at=contender_at,
+                                    contender_shapes=contender_shapes)
         kw = dict(candidate_id=candidate_id, seed=seed, fresh_compile=fresh_compile)
         screen = super().evaluate(code, timing="screen", **kw)
         if not screen.accepted:
@@ -51,8 +53,9 @@ class StagedModelReferee(model_referee.ModelReferee):
             return True
 
         sizes = [s["shape"]["tokens"] * s["shape"]["d"] for s in screen.shapes]
+        best = [(contender_shapes or {}).get(json.dumps(s["shape"], sort_keys=True)) for s in screen.shapes]
         depth = staging.run_staged(timer, out, sizes, contender_at,
-                                   lambda name: out["details"]["phase_s"].setdefault(name, 0.1))
+                                   lambda name: out["details"]["phase_s"].setdefault(name, 0.1), best)
         v = Verdict(accepted=True, correct=True, device=screen.device, shapes=out["shapes"],
                     geomean_speedup=out["geomean_speedup"], timed=True, timing=out["timing"],
                     details=out["details"])
