@@ -15,7 +15,7 @@ import torch
 from kernelsmith.commands.run import optimize
 from kernelsmith.referee import staging
 from kernelsmith.referee.timing import conclude
-from kernelsmith.referee.verdict import Verdict, timing_depth
+from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
 from kernelsmith.search.loop import SearchConfig
@@ -154,3 +154,31 @@ def test_a_screened_contender_from_an_older_archive_gets_its_full_measurement_on
     assert [(c["cid"], c["timing"]) for c in model_referee.CALLS] == [(cid, "full")]
     assert row.depth == "full" and row.verdict.fully_measured and not row["awaiting_full"] and left == []
     assert row.verdict.eval_s > 0 and row["eval_s"] == pytest.approx(4.0 + row.verdict.eval_s)
+
+
+def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, fake_gpu):
+    """The evaluator hands the referee the best measured win's speedup on each listed shape (keyed by
+    the shape's JSON), so the subset stage holds the representative shapes to that best's own
+    geomean there; the subset bar in the verdicts follows it."""
+    seen: list[tuple[float | None, dict | None]] = []
+
+    class Recording(StagedModelReferee):
+        def evaluate(self, code, **kw):
+            if kw.get("timing") == "staged":
+                seen.append((kw.get("contender_at"), kw.get("contender_shapes")))
+            return super().evaluate(code, **kw)
+
+    cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
+                       mutator="params", device="cuda", gpus=[0], progress=False,
+                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
+                       referee_factory=Recording, argv=["kernelsmith", "optimize"])
+    optimize(cfg)
+    assert seen[0] == (1.0, None)  # no win yet: the base's bar, no per-shape speedups
+    with_shapes = [(bar, shapes) for bar, shapes in seen if shapes]
+    assert with_shapes
+    with Archive(tmp_path / "run" / "archive.sqlite") as a:
+        wins = {r["speedup"]: r["verdict"] for r in a.all()
+                if r["timing"] == "full" and r["mutator"] != "base"}
+    for bar, shapes in with_shapes:  # the bar is the margin times the best win, whose shapes came along
+        win = next(v for s, v in wins.items() if contender_bar(s) == pytest.approx(bar))
+        assert shapes == {json.dumps(s["shape"], sort_keys=True): s["speedup"] for s in win["shapes"]}
