@@ -2,7 +2,8 @@
 
 Per run: evaluations, evaluations per held GPU-minute, geomean and the referee's phase medians; what
 crossed between judge and runner; where the held time went (boot, first candidate verdict, compile
-wait, referee), the finalists re-measured or skipped and the builds moved off the window's front.
+wait, referee), the finalists re-measured or skipped and the builds moved off the window's front;
+how deep candidates were timed and when the best full measurement came.
 Used by scripts/gpu.d/15-judge-overhead.sh and 45-pipeline.sh on the GPU machine ("-" where a run
 written by an older tree lacks a key).
 """
@@ -88,10 +89,29 @@ def held_time_table(folder: Path) -> list[str]:
     return out
 
 
+def depth_table(folder: Path) -> list[str]:
+    """How deep candidates were timed (staging.py), and when the search's best full measurement came."""
+    from kernelsmith.referee.verdict import timing_depth
+
+    depths = ("screen_subset", "screen", "full")
+    out = ["| run | stopped at the subset | screened on every shape | fully measured | best full "
+           "measurement: candidate, evaluation n, geomean |", "|---|---:|---:|---:|---|"]
+    for run in runs(folder):
+        if not (run / "archive.sqlite").is_file():
+            continue
+        rows = candidate_rows(run)
+        counts = {d: sum(1 for c in rows if c.verdict and timing_depth(c.verdict_json) == d) for d in depths}
+        best = max(((c.trusted_speedup, n, c.id) for n, c in enumerate(rows, 1) if c.trusted_speedup),
+                   default=None)
+        where = f"#{best[2]}, {best[1]}, {best[0]:.3f}x" if best else "-"
+        out.append(f"| {run.name} | " + " | ".join(str(counts[d]) for d in depths) + f" | {where} |")
+    return out
+
+
 def main(folder: str) -> None:
-    """Print the three tables."""
+    """Print the four tables."""
     path = Path(folder)
-    tables = (outcome_table(path), channel_table(path), held_time_table(path))
+    tables = (outcome_table(path), channel_table(path), held_time_table(path), depth_table(path))
     print("\n\n".join("\n".join(t) for t in tables))
 
 

@@ -182,3 +182,29 @@ def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, 
     for bar, shapes in with_shapes:  # the bar is the margin times the best win, whose shapes came along
         win = next(v for s, v in wins.items() if contender_bar(s) == pytest.approx(bar))
         assert shapes == {json.dumps(s["shape"], sort_keys=True): s["speedup"] for s in win["shapes"]}
+
+
+def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gpu):
+    """scripts/run_table.py's depth table: every evaluated candidate at the depth its verdict says,
+    and the best full measurement with the evaluation it came at."""
+    import os
+    import subprocess
+    import sys
+
+    cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "runs" / "a"), budget=16,
+                       mutator="params", device="cuda", gpus=[0], progress=False,
+                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
+                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
+    optimize(cfg)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_table.py"), str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    depth_table = out.stdout.split("| run | stopped at the subset |")[1]
+    row = next(x for x in depth_table.splitlines() if x.startswith("| a |"))
+    cells = [c.strip() for c in row.split("|")[2:-1]]
+    rows = candidate_rows(tmp_path / "runs" / "a")
+    depths = [timing_depth(c.verdict_json) for c in rows]
+    assert [int(x) for x in cells[:3]] == [depths.count(d) for d in ("screen_subset", "screen", "full")]
+    best = max((c.trusted_speedup, c.id) for c in rows if c.trusted_speedup)
+    assert cells[3].startswith(f"#{best[1]}, ") and cells[3].endswith(f"{best[0]:.3f}x")
