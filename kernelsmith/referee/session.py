@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ..target.facts import shape_key
 from ..target.harness import load_harness
 from ..target.loader import load_operator_module
 from . import correctness as C
@@ -323,7 +324,7 @@ class Session(ShapeTrials, JudgeTiming):
                     from .staging import run_staged
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
-                    best = [(contender_shapes or {}).get(json.dumps(s, sort_keys=True)) for s in shapes]
+                    best = [(contender_shapes or {}).get(shape_key(s)) for s in shapes]
                     run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best)
                 else:
                     timer(timing, None, True)

@@ -49,14 +49,6 @@ def _resolve(path: str):
     return None
 
 
-def _attributes(obj) -> dict[str, object] | None:
-    """A copy of `obj`'s attributes (holding every value, so no id of them can be reused), or None."""
-    try:
-        return dict(vars(obj))
-    except TypeError:
-        return None
-
-
 def _live(obj) -> dict[str, object]:
     """`obj`'s own attribute mapping (no copy), or an empty one."""
     try:
@@ -85,7 +77,8 @@ class Snapshot:
             if obj is not None:
                 self.targets[path] = obj
         self.targets.update(extra or {})
-        self.before = {path: _attributes(obj) or {} for path, obj in self.targets.items()}
+        # Copies, holding every value: no id in them can be reused while the snapshot lives.
+        self.before = {path: dict(_live(obj)) for path, obj in self.targets.items()}
         self.before_ids = {path: _ids(attrs) for path, attrs in self.before.items()}
 
     def changes(self) -> list[str]:

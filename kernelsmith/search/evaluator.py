@@ -19,12 +19,12 @@ flight.
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from ..referee.verdict import Verdict, contender_bar
+from ..target.facts import shape_key
 from . import gpu_time
 from .archive import Archive
 from .candidate import Candidate
@@ -349,8 +349,8 @@ class Evaluator:
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
             bar, shapes = contender_bar(self.best), self.best_shapes
-        extra = {"contender_shapes": shapes} if shapes else {}  # none yet: the base's, 1.0 everywhere
-        verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar, **extra)
+        verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
+                               contender_shapes=shapes)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")
         return True
 
@@ -404,7 +404,7 @@ def shape_speedups(verdict: dict) -> dict[str, float] | None:
     for s in verdict.get("shapes") or []:
         if not isinstance(s, dict) or not s.get("speedup") or not isinstance(s.get("shape"), dict):
             return None
-        out[json.dumps(s["shape"], sort_keys=True)] = float(s["speedup"])
+        out[shape_key(s["shape"])] = float(s["speedup"])
     return out or None
 
 

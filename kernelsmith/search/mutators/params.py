@@ -29,7 +29,7 @@ from ..candidate import Candidate
 from ..edits import format_edits, make_edits
 from . import Proposal
 from .buckets import buckets
-from .space import SPACE_MUTATORS, ConfigSpace, config_key, shape_sizes
+from .space import SPACE_MUTATORS, ConfigSpace, shape_sizes
 from .studies import Observation, Study, load_optuna
 from .tunables import discover, relevant, render, values_of
 
@@ -257,23 +257,9 @@ class GridMutator(ConfigSpace):
         for combo in self._grid:
             values = dict(zip((t.key for t in self.tunables), combo, strict=True))
             params = {"op": "grid", "values": values, "changed": self.changed_from_base(values)}
-            if config_key(params) in self.tried:
-                continue
-            self.tried.add(config_key(params))
-            if self.twins.twin(params) is not None:
-                continue  # the launches of a point proposed before
-            code = self.render(params)
-            if known and code_hash(code) in known:
-                continue
-            self.twins.add(params)
-            return Proposal(
-                mutator=self.name,
-                parent_id=self.base_id,
-                code=code,
-                prompt=self.describe(params),
-                params=params,
-                response=format_edits(make_edits(self.base_code, code)),
-            )
+            # Every point is judged, even one the space's learned domains would rule out.
+            if (p := self.proposal(params, known or set(), checked=False)) is not None:
+                return p
         return None
 
 

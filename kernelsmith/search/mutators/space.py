@@ -305,10 +305,11 @@ class ConfigSpace:
         first = {cell: i for i, cell in reversed(list(enumerate(self.cell_of)))}
         return [dict(lookup(table, self.sizes[first[c]], sizes2[first[c]])) for c in self.cells]
 
-    def proposal(self, params: dict, known: set[str], parent: dict | None = None) -> Proposal | None:
-        """The candidate for `params` (a parent's child, else the base's) unless invalid, tried or the
-        twin of a config proposed before; marks it tried."""
-        if not self.valid(params):
+    def proposal(self, params: dict, known: set[str], parent: dict | None = None,
+                 checked: bool = True) -> Proposal | None:
+        """The candidate for `params` (a parent's child, else the base's) unless invalid (`checked`),
+        tried or the twin of a config proposed before; marks it tried."""
+        if checked and not self.valid(params):
             return None
         k = config_key(params)
         if k in self.tried:
