@@ -9,7 +9,8 @@ parallel, when the evaluator starts.
 Every candidate gets the referee's full correctness and integrity checks; only the timing depth
 is staged (kernelsmith/referee/staging.py): a quick "screen" on a few representative shapes for
 all, on every shape for those near the best so far, then, in the same referee call, the full
-interleaved measurement with its A/A control for contenders (at least as fast as the best so far).
+interleaved measurement with its A/A control for contenders (at least as fast as the best so far;
+within 1% of it while the best loses a shape by its point estimate: FRAGILE_BAR).
 A candidate stopped after the representative shapes has a null geomean (archive timing "screen",
 verdict `details.timing_depth` "screen_subset") and counts as not faster (selection.fitness). Each
 verdict is written to the archive as soon as it exists, so a kill loses at most the evaluations in
@@ -28,6 +29,7 @@ from ..target.facts import shape_key
 from . import gpu_time
 from .archive import Archive
 from .candidate import Candidate
+from .evidence import fragile
 from .precompile import compile_timeout_verdict
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
@@ -43,6 +45,10 @@ POLL_S = 0.2
 STUCK_BUILD_S = 8.0
 STUCK_MIN_S = 3.0
 STUCK_OVER_TYPICAL = 3.0
+# While the best measured win is fragile (evidence.fragile: a shape below the winner rule's floor by
+# its point estimate), candidates screened within finish.SIMPLER_WITHIN of it are contenders too: the
+# finals may fail the best, and a near-tie measured in full is then the winner.
+FRAGILE_BAR = 0.99
 TAKE_POLL_S = 0.02  # how often an idle worker looks again for a candidate whose compile finished
 
 
@@ -349,6 +355,8 @@ class Evaluator:
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
             bar, shapes = contender_bar(self.best), self.best_shapes
+        if fragile(shapes):
+            bar *= FRAGILE_BAR
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
                                contender_shapes=shapes)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")

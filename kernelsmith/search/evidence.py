@@ -19,6 +19,12 @@ SLOWEST_SHAPE = 0.98  # a shape whose CI lies entirely below this disqualifies t
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
 
 
+def fragile(shape_speedups: dict[str, float] | None) -> bool:
+    """Whether a measured win is slower than SLOWEST_SHAPE on some shape by its point estimate: its CI
+    only just reached the bar there, and a re-measurement on new inputs fails it as often as not."""
+    return bool(shape_speedups) and min(shape_speedups.values()) < SLOWEST_SHAPE
+
+
 def _roof_ms(shape: dict) -> float:
     """The shape's roofline time, recovered from the verdict (pct_roofline = 100 * roof / cand)."""
     pct, cand = shape.get("pct_roofline"), shape.get("candidate_ms")

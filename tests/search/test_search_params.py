@@ -315,6 +315,37 @@ def test_a_second_level_only_where_one_buckets_optima_disagree():
     assert table is not None and "limits2" not in table["table"] and len(table["table"]["rows"]) == 2
 
 
+def test_a_table_repairs_the_shape_the_best_single_config_loses():
+    """SGLang fused_rmsnorm on the H200: the best single config was 1.12x overall but 0.96x at 1
+    token (0.93x re-measured), so the winner rule rejected it on re-measurement, and no table beat it by the margin.
+    Where the best single config is slower than SLOWEST_SHAPE on a shape (point estimate), the table
+    that serves that cell a row which is not slow there is proposed within the margin; where the
+    loss is within the floor, no table."""
+    from kernelsmith.search.evidence import SLOWEST_SHAPE
+
+    warps = "silu_and_mul:_silu_and_mul_kernel.num_warps"
+
+    def losing(at_one_token: float):
+        def speed(shape, cfg):  # block 1024 is best but for 1 token; block 64 is neutral there
+            big = (cfg[BLOCK], cfg[warps]) == (1024, 4)
+            if shape["tokens"] == 1:
+                return at_one_token if big else (1.0 if cfg[BLOCK] == 64 else 0.9)
+            return 2.0 if big else (1.0 if cfg[BLOCK] == 64 else 1.5)
+        return speed
+
+    space, table = _singles_table(losing(0.97), ci=0.04)  # 3% apart within CIs of ±4%: no split on noise
+    assert table is not None and table["table"]["limits2"][0] == 64  # 1 token: a row of its own
+    rows = space.cell_rows(table["table"])
+    one = space.cell_of[space.sizes2.index(1)]
+    for cell, row in zip(space.cells, rows, strict=True):
+        assert row[BLOCK] == (64 if cell == one else 1024)
+    top = 2.0 ** (3 / 4) * 0.97 ** (1 / 4)
+    assert top < table["predicted"] < top * 1.01  # not the margin: the repair proposed it
+    assert 0.97 < SLOWEST_SHAPE <= 0.985
+    _, table = _singles_table(losing(0.985), ci=0.04)  # within the floor: the single config can win
+    assert table is None
+
+
 def test_a_saturated_sampler_gets_fewer_asks_before_a_random_untried_config(monkeypatch):
     """Late in a run TPE keeps answering tried configs and every ask costs O(trials): once 3 of the
     last 10 global proposals had to be drawn at random, a proposal asks the sampler at most

@@ -16,6 +16,7 @@ from statistics import fmean
 from ..archive import code_hash
 from ..candidate import Candidate
 from ..edits import format_edits, make_edits
+from ..evidence import SLOWEST_SHAPE
 from . import Proposal
 from .buckets import buckets, cells, lookup
 from .sizekeys import SizeKey, grid_key, resolve, size_key
@@ -358,7 +359,13 @@ class ConfigSpace:
         """Each bucket's best config as a table, when it beats the best single config by the margin.
         A bucket is split by the second-level size only where its cells' best rows differ, serving
         them apart is predicted to beat its best single row by the same margin, and each cell served
-        apart is faster on its own row beyond both rows' 95% CIs (no split on noise)."""
+        apart is faster on its own row beyond both rows' 95% CIs (no split on noise).
+
+        A repair: where the best single config is slower than the winner rule's SLOWEST_SHAPE on
+        some shape (by its point estimate: a re-measurement then fails it more often than not), a
+        table that serves each such cell a row that is not slow there is proposed too when it is
+        predicted within the margin of the best single config. The winner rule would reject the
+        single config however fast its geomean (SGLang fused_rmsnorm: 1.12x, but 0.93x at 1 token)."""
         if len(self.cells) < 2 or not self.tabled or self.sizes is None:
             return None
         singles = [
@@ -367,7 +374,11 @@ class ConfigSpace:
             if rec.state == "ok" and rec.speed and not rec.params.get("table")
             and all(s is not None for s in rec.speed)
         ]
-        rows, total = [], 0.0
+        if not singles:
+            return None
+        top, top_rec = max(singles, key=lambda x: x[0])
+        repair = any(sp < SLOWEST_SHAPE for sp in top_rec.speed)
+        rows, total, cell_logs = [], 0.0, []  # cell_logs: each served cell's mean log speedup
         for b in range(len(self.limits)):
             idx = [i for i, x in enumerate(self.bucket_of) if x == b]
             whole = self._best_rows(idx)
@@ -381,16 +392,18 @@ class ConfigSpace:
             apart = sum(v * n for (_, v), n in zip(best, counts, strict=True)) / len(idx)
             clear = all(r == row or d[r][1] > d[row][2] for (r, _), d in zip(best, split, strict=True))
             if len({r for r, _ in best}) > 1 and apart >= value + math.log(TABLE_MARGIN) and clear:
-                rows += [json.loads(r) for r, _ in best]
-                total += apart * len(idx)
+                served = [r for r, _ in best]
             else:
-                rows += [json.loads(row)] * len(mine)
-                total += value * len(idx)
-        if not singles:
-            return None
-        top, top_rec = max(singles, key=lambda x: x[0])
+                served = [_unslowed(d, row, r) if repair else row
+                          for (r, _), d in zip(best, split, strict=True)]
+            rows += [json.loads(r) for r in served]
+            cell_logs += [d[r][0] for r, d in zip(served, split, strict=True)]
+            total += sum(d[r][0] * n for r, d, n in zip(served, split, counts, strict=True))
         predicted = total / len(self.sizes)
-        if predicted < top + math.log(TABLE_MARGIN) or all(r == rows[0] for r in rows):
+        # A repair needs only to come within the margin: the single config cannot win at all.
+        repaired = repair and min(cell_logs) >= math.log(SLOWEST_SHAPE)
+        needed = top + (-math.log(TABLE_MARGIN) if repaired else math.log(TABLE_MARGIN))
+        if predicted < needed or all(r == rows[0] for r in rows):
             return None
         return {
             "op": "table",
@@ -398,3 +411,10 @@ class ConfigSpace:
             "table": self.table_of(rows),
             "predicted": round(math.exp(predicted), 4),
         }
+
+
+def _unslowed(cell: dict[str, tuple[float, float, float]], row: str, own: str) -> str:
+    """The row to serve a cell: the bucket's `row`, or the cell's `own` best row where `row` is
+    slower than SLOWEST_SHAPE there (point estimate) and `own` is not."""
+    slow = math.log(SLOWEST_SHAPE)
+    return own if cell[row][0] < slow <= cell[own][0] else row
