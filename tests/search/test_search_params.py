@@ -317,7 +317,8 @@ def test_a_second_level_only_where_one_buckets_optima_disagree():
 
 def test_a_table_repairs_the_shape_the_best_single_config_loses():
     """SGLang fused_rmsnorm on the H200: the best single config was 1.12x overall but 0.96x at 1
-    token (0.93x re-measured), so the winner rule rejected it on re-measurement, and no table beat it by the margin.
+    token (0.93x re-measured), so the winner rule rejected it on re-measurement, and no table beat
+    it by the margin.
     Where the best single config is slower than SLOWEST_SHAPE on a shape (point estimate), the table
     that serves that cell a row which is not slow there is proposed within the margin; where the
     loss is within the floor, no table."""

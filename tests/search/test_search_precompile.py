@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kernelsmith.referee.verdict import Verdict
@@ -62,6 +63,40 @@ def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypat
     assert '"arch": 90' in next(cache.rglob("_silu_and_mul_kernel.json")).read_text()
     ttirs = [p.read_text() for p in cache.rglob("_silu_and_mul_kernel.ttir")]
     assert any("end = 1024" in t for t in ttirs)  # the candidate's BLOCK
+
+
+def _nice_of_group(pgid: int, module: str) -> list[int]:
+    """Niceness of the Python processes of group `pgid` running `module` (Linux /proc); the
+    sandbox's own wrapper processes, which only wait, are left out."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            argv = (stat.parent / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        python = Path(argv[0]).name.startswith("python")
+        if int(fields[2]) == pgid and python and argv[1:3] == ["-m", module]:  # pgrp 3rd, nice 17th
+            out.append(int(fields[16]))
+    return out
+
+
+def test_compile_processes_run_at_a_lower_priority_than_the_gpu_workers(tmp_path):
+    """A GPU worker's timing loop must enqueue each call inside its spin; compile processes (and the
+    ptxas they start) yield the cores to it."""
+    from kernelsmith.referee.compile_child import COMPILE_NICE
+
+    task = _demo_silu_task(tmp_path)
+    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    try:
+        pc.submit(7, task.base_code)
+        assert pc.futures[7].result(timeout=120)["ok"]
+        child = next(iter(pc.running.values()), None) if pc.running else None
+        procs = [c.proc for c in pc.children] + ([child[0].proc] if child else [])
+        nice = [n for p in procs for n in _nice_of_group(p.pid, "kernelsmith.referee.compile_child")]
+    finally:
+        pc.close()
+    assert nice and all(n == min(19, os.nice(0) + COMPILE_NICE) for n in nice)
 
 
 UTILS = """
