@@ -146,12 +146,12 @@ class JudgeTiming:
 
         for _ in range(BASE_TAKES):
             r = self._claims(fn, shape, si, cid, seed, mode, host)
-            if r.get("forged") or not base_disagrees(r["base"], r["judge_base_ms"]):
+            if r.get("forged"):
+                return ShapeTiming.refused(*r["forged"])
+            why = base_disagrees(r["base"], r["judge_base_ms"])
+            if not why:
                 break
-        if r.get("forged"):
-            return ShapeTiming.refused(*r["forged"])
-        why = base_disagrees(r["base"], r["judge_base_ms"])
-        if why:
+        else:
             return ShapeTiming.refused("forged_timing", why)
         set_bytes = sum(t.numel() * t.element_size() for t in C.tensors_of(r["originals"][0]).values())
         own_ms, host_ms = r["judge_base_ms"], r["judge_host_ms"]

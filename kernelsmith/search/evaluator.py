@@ -30,6 +30,7 @@ from . import gpu_time
 from .archive import Archive
 from .candidate import Candidate
 from .evidence import fragile
+from .finish import SIMPLER_WITHIN
 from .precompile import compile_timeout_verdict
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
@@ -46,9 +47,9 @@ STUCK_BUILD_S = 8.0
 STUCK_MIN_S = 3.0
 STUCK_OVER_TYPICAL = 3.0
 # While the best measured win is fragile (evidence.fragile: a shape below the winner rule's floor by
-# its point estimate), candidates screened within finish.SIMPLER_WITHIN of it are contenders too: the
-# finals may fail the best, and a near-tie measured in full is then the winner.
-FRAGILE_BAR = 0.99
+# its point estimate), candidates screened within the finals' SIMPLER_WITHIN of it are contenders
+# too: the finals may fail the best, and a near-tie measured in full is then the winner.
+FRAGILE_BAR = 1.0 - SIMPLER_WITHIN
 TAKE_POLL_S = 0.02  # how often an idle worker looks again for a candidate whose compile finished
 
 
