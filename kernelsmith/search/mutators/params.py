@@ -8,7 +8,8 @@ fixed `--seed` and the same visible rows give the same proposals and `--resume` 
 - one study per shape-size bucket, told the per-shape speedups of that bucket's shapes from every
   trial (single configs and tables alike), whose per-bucket optima make a per-shape table, keyed
   on what the launcher computes the knobs from (sizekeys.py: for LMDeploy's sampler the vocabulary
-  length), proposed only when it beats the best single config by TABLE_MARGIN. A table parent is
+  length), proposed only when it beats the best single config by TABLE_MARGIN (at most
+  UNCLEAR_SPLITS per run may split a bucket on rows whose CIs overlap). A table parent is
   refined one bucket at a time by asking that bucket's study.
 Never a config tried before, nor one launching the same kernels with the same arguments on every
 listed shape as a config proposed before (a twin, twins.py): the global study is told the twin's
@@ -116,6 +117,10 @@ class ParamsMutator(ConfigSpace):
         table = self.table_proposal()
         if table is not None and (p := self.proposal(table, known)) is not None:
             return p
+        if self.unclear_splits_left():
+            table = self.table_proposal(unclear=True)
+            if table is not None and (p := self.proposal(table, known)) is not None:
+                return p
         pparams = parent.get("params") or {}
         if pparams.get("table") and self.sizes is not None and self.tabled and rng.random() < BUCKET_ASK:
             p = self._bucket_ask(parent, rng, known)
