@@ -356,7 +356,7 @@ class Evaluator:
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
             bar, shapes = contender_bar(self.best), self.best_shapes
-        if fragile(shapes):
+        if shapes and fragile(shapes.values()):
             bar *= FRAGILE_BAR
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
                                contender_shapes=shapes)

@@ -16,7 +16,7 @@ from statistics import fmean
 from ..archive import code_hash
 from ..candidate import Candidate
 from ..edits import format_edits, make_edits
-from ..evidence import SLOWEST_SHAPE
+from ..evidence import SLOWEST_SHAPE, fragile
 from . import Proposal
 from .buckets import buckets, cells, lookup
 from .sizekeys import SizeKey, grid_key, resolve, size_key
@@ -387,7 +387,7 @@ class ConfigSpace:
         if not singles:
             return None
         top, top_rec = max(singles, key=lambda x: x[0])
-        repair = any(sp < SLOWEST_SHAPE for sp in top_rec.speed)
+        repair = fragile(top_rec.speed)
         rows, total, cell_logs = [], 0.0, []  # cell_logs: each served cell's mean log speedup
         unclear_used = False
         for b in range(len(self.limits)):
