@@ -387,9 +387,9 @@ class Evaluator:
         """A full measurement of `row` with new input seeds (the final check of the winner).
 
         It reuses the first GPU's referee (the first alive on a Ray cluster; new seeds per call), so
-        no second cold start is paid;
-        the candidate is compiled afresh from its source in an empty Triton cache, so no binary
-        planted in the shared cache (by a precompile child, say) can stand in for it.
+        no second cold start is paid; a Ray worker lost meanwhile is retired and the next alive one
+        measures it. The candidate is compiled afresh from its source in an empty Triton cache, so
+        no binary planted in the shared cache (by a precompile child, say) can stand in for it.
         """
         # The referee derives the listed shapes' inputs from (run seed, shape, trial) and caches them
         # per worker for the whole search (referee/input_cache.py): a final check on the search's
@@ -400,11 +400,21 @@ class Evaluator:
         row = Candidate.of(row)  # an archive row, or one built by hand (a code and an id)
         self.halt()
         timing = "full" if self.timed else "none"
-        alive = [r for r, st in zip(self.referees, self.stats, strict=True) if not st.get("lost")]
-        verdict = (alive or self.referees)[0].evaluate(
-            row.code, candidate_id=row.id, timing=timing, seed=seed, fresh_compile=True
-        )
-        return verdict.to_json()
+        for i, (ref, st) in enumerate(zip(self.referees, self.stats, strict=True)):
+            if st.get("lost"):
+                continue
+            try:
+                verdict = ref.evaluate(row.code, candidate_id=row.id, timing=timing, seed=seed,
+                                       fresh_compile=True)
+            except WorkerLost as e:  # its node died in the finals: nothing was measured, the next one
+                st["lost_why"] = str(e)
+                self._retire(i)
+                continue
+            return verdict.to_json()
+        from ..errors import KernelsmithError
+
+        raise KernelsmithError("every evaluation worker was lost (their Ray nodes died) before the final "
+                               f"re-measurement of #{row.id}: resume the run with --resume")
 
 
 def shape_speedups(verdict: dict) -> dict[str, float] | None:

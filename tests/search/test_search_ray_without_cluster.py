@@ -95,6 +95,32 @@ def test_every_worker_lost_stops_the_run_with_the_rows_pending(tmp_path):
         assert all(archive.get(r["id"])["status"] == "pending" for r in rows)
 
 
+def test_a_worker_lost_in_the_finals_hands_the_re_measurement_to_another(tmp_path):
+    """A node killed after the search but before the final re-measurement (CI saw it once in
+    test_search_ray.py::test_killed_node_loses_no_evaluation): the worker is retired and the next
+    alive one measures the finalist; with none left, a clear error that says to resume."""
+    from kernelsmith.search.seeds import FINAL_SEED_OFFSET
+
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    evaluated: list = []
+    with Archive(tmp_path / "a.sqlite") as archive:
+        row = _rows(archive, task, 1)[0]
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0}, evaluated))
+        try:
+            assert ev.remeasure(row, FINAL_SEED_OFFSET)["accepted"]
+        finally:
+            ev.close()
+        assert evaluated == [(1, row["id"])] and ev.stats[0]["lost"] and not ev.stats[1].get("lost")
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0, 1}, []))
+        try:
+            with pytest.raises(KernelsmithError, match="resume the run with --resume"):
+                ev.remeasure(row, FINAL_SEED_OFFSET)
+        finally:
+            ev.close()
+
+
 def _gated_referee(made: list, limit=20.0, precompile=True):
     """The model referee behind a CompileGate, called the way a Ray actor calls it (ray_pool.py)."""
     from kernelsmith.search.ray_pool import CompileGate
