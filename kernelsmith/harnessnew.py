@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 from .errors import ConfigError
+from .pysource import parse
 
 SCALARS = {"int": "8", "float": "1e-6", "bool": "False", "str": '""'}
 
@@ -18,7 +19,7 @@ SCALARS = {"int": "8", "float": "1e-6", "bool": "False", "str": '""'}
 def entry_arguments(source: str, entry: str, where: str) -> list[tuple[str, str | None, str | None]]:
     """(name, annotation, default) for each argument of the top-level function `entry`."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as e:
         raise ConfigError(where, f"does not parse: {e.msg} (line {e.lineno})") from None
     for node in tree.body:

@@ -21,6 +21,7 @@ import sys
 import types
 from pathlib import Path
 
+from .pysource import parse
 from .target.loader import register_packages
 
 
@@ -51,7 +52,7 @@ class LazyPackage(types.ModuleType):
 
 def reexports(init_file: Path, package: str) -> dict[str, tuple[str, str]]:
     """Names an `__init__.py` binds with relative `from .mod import name [as alias]` statements."""
-    tree = ast.parse(Path(init_file).read_text(), str(init_file))
+    tree = parse(Path(init_file).read_text(), str(init_file))
     names: dict[str, tuple[str, str]] = {}
     stack = list(tree.body)
     while stack:

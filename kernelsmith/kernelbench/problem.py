@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..pysource import parse
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -74,7 +75,7 @@ def read_problem(path: str | Path) -> Problem:
     except OSError as e:
         raise ConfigError(path, f"cannot read: {e}") from None
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, str(path))
     except SyntaxError as e:
         raise ConfigError(path, f"syntax error at line {e.lineno}: {e.msg}") from None
     defined: dict[str, ast.AST] = {}

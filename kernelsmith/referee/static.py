@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import functools
 
+from ..pysource import parse
+
 # (violation, description) by dotted-name prefix of a referenced name or attribute chain.
 _NAME_RULES: list[tuple[str, str, str]] = [
     ("torch.compile", "library_fallback", "torch.compile"),
@@ -187,7 +189,7 @@ class _Visitor(ast.NodeVisitor):
 def features(code: str) -> dict[str, tuple[str, str]]:
     """key -> (violation, description) for every flagged construct in `code` (SyntaxError propagates)."""
     v = _Visitor()
-    v.visit(ast.parse(code))
+    v.visit(parse(code))
     return v.features
 
 
@@ -199,7 +201,7 @@ def _base_features(base_code: str) -> dict[str, tuple[str, str]]:
 
 @functools.lru_cache(maxsize=4)
 def _base_dump(base_code: str) -> str:
-    return ast.dump(ast.parse(base_code))
+    return ast.dump(parse(base_code))
 
 
 def static_violations(code: str, base_code: str) -> list[tuple[str, str]]:
@@ -215,7 +217,7 @@ def static_violations(code: str, base_code: str) -> list[tuple[str, str]]:
 
 def defines(code: str, name: str) -> bool:
     """Whether module-level code defines `name` (def, class, assignment or import)."""
-    tree = ast.parse(code)
+    tree = parse(code)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True
@@ -233,6 +235,6 @@ def defines(code: str, name: str) -> bool:
 def same_program(code: str, base_code: str) -> bool:
     """Whether the candidate's AST equals the base's (only comments/whitespace changed)."""
     try:
-        return ast.dump(ast.parse(code)) == _base_dump(base_code)
+        return ast.dump(parse(code)) == _base_dump(base_code)
     except SyntaxError:
         return False

@@ -13,10 +13,11 @@ A full rewrite is accepted too: one fenced ```python block holding the whole fil
 
 from __future__ import annotations
 
-import ast
 import difflib
 import re
 from dataclasses import dataclass
+
+from ..pysource import parse
 
 _SEARCH = re.compile(r"^\s*<{5,9}\s*SEARCH\s*$")
 _DIVIDER = re.compile(r"^\s*={5,9}\s*$")
@@ -173,7 +174,7 @@ def parse_proposal(text: str, parent_code: str) -> tuple[str, str]:
 
 def _check_python(code: str) -> None:
     try:
-        ast.parse(code)
+        parse(code)
     except SyntaxError as e:
         raise EditError(f"the result is not valid Python: line {e.lineno}: {e.msg}") from None
 

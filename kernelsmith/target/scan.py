@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..pysource import reachable
+from ..pysource import parse, reachable
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .state import entry as state_entry
@@ -152,7 +152,7 @@ def _marked_functions(text: str, rel: str, warnings: list[str]) -> list[tuple[in
     if not marks:
         return []
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except SyntaxError as e:
         warnings.append(f"{rel}: cannot parse ({e.msg} at line {e.lineno}); its marks are skipped")
         return []
@@ -201,7 +201,7 @@ def find_hotspots(root: Path, warnings: list[str] | None = None) -> list[tuple[s
 
 
 def _has_entry(code: str, entry: str) -> bool:
-    tree = ast.parse(code)
+    tree = parse(code)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
             return True
@@ -216,7 +216,7 @@ def _has_entry(code: str, entry: str) -> bool:
 def check_harness_static(path: Path) -> None:
     """The harness file's required names, read from its syntax tree without running it (ConfigError)."""
     try:
-        tree = ast.parse(Path(path).read_text(), filename=str(path))
+        tree = parse(Path(path).read_text(), filename=str(path))
     except FileNotFoundError:
         raise ConfigError(path, "harness file not found") from None
     except SyntaxError as e:

@@ -11,24 +11,22 @@ from __future__ import annotations
 import ast
 import functools
 import math
-import threading
 
 import torch
 
+from kernelsmith.pysource import parse
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.mutators.tunables import discover
 
 CALLS: list[dict] = []
 SMS = 132
-# Evaluator threads parse candidates concurrently; CPython 3.11 before 3.11.8 can fail building the
-# AST of two parses at once ("AST constructor recursion depth mismatch"): parse each code once, alone.
-_PARSE = threading.Lock()
 
 
 @functools.lru_cache(maxsize=512)
 def _parsed(code: str) -> ast.Module:
-    with _PARSE:
-        return ast.parse(code)
+    # Evaluator threads parse candidates while the search loop parses proposals: kernelsmith's
+    # parse takes the process-wide lock that CPython 3.11 needs (pysource.py).
+    return parse(code)
 
 
 @functools.lru_cache(maxsize=512)
@@ -42,8 +40,7 @@ def config_of(code: str) -> list[tuple[int | None | tuple, dict]]:
                 (limit, {"BLOCK": cfg["BLOCK"], "num_warps": cfg["num_warps"]})
                 for limit, cfg in ast.literal_eval(node.value)
             ]
-    with _PARSE:
-        found = discover(code)
+    found = discover(code)
     vals = {t.key.split(":")[-1].split(".")[-1]: t.base for t in found}
     return [(None, {"BLOCK": vals.get("BLOCK", 64), "num_warps": vals.get("num_warps", 1)})]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ...pysource import parse
 from .launch_syntax import _call_name, jit_functions, line_offsets
 from .launch_values import (
     MAX_PATHS,
@@ -53,7 +54,7 @@ class LaunchEvaluator:
     """The launch signature of `entry` in `code` for knob values; see the module docstring."""
 
     def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True):
-        tree = ast.parse(code)
+        tree = parse(code)
         self.cuda = cuda  # which platform switches are decided (launch_values.platform)
         funcs = [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
         named = [f for f in funcs if f.name == entry]

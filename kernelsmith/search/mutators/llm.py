@@ -15,6 +15,7 @@ import ast
 import random
 import time
 
+from ...pysource import parse
 from ..edits import EditError, parse_proposal
 from ..prompt import build_messages, render_prompt, retry_message
 from . import Proposal
@@ -24,7 +25,7 @@ MAX_DEAD_CALLS = 3  # consecutive requests that fail after every retry: the mode
 
 
 def _defines(code: str, name: str) -> bool:
-    tree = ast.parse(code)
+    tree = parse(code)
     # A class counts too: a KernelBench task's entry is the ModelNew class.
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
                for n in tree.body)

@@ -19,6 +19,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...pysource import parse
 from ..archive import code_hash
 from ..edits import format_edits, make_edits
 from . import Proposal
@@ -228,7 +229,7 @@ def knob_literals(code: str, names) -> dict[str, int]:
     """The integer each of `names` is assigned in `code` (`NAME = 8` statements), where all its
     assignments agree; names assigned otherwise or not at all are left out."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except (SyntaxError, ValueError):
         return {}
     seen: dict[str, set] = {}

@@ -21,6 +21,7 @@ import ast
 import math
 from dataclasses import dataclass
 
+from ...pysource import parse
 from .launch_syntax import _KNOB, Tunable, jit_functions
 
 Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("rows", arg): numel // shape[-1] | ("value", arg)
@@ -298,7 +299,7 @@ def _usage_atoms(t: Tunable, fn, lc: _Launcher, kernels: dict) -> set:
 
 def size_key(code: str, tunables: list[Tunable], entry: str) -> SizeKey | None:
     """The sizes the entry's per-call tunables depend on; None when they live elsewhere or read none."""
-    tree = ast.parse(code)
+    tree = parse(code)
     funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     jit = jit_functions(tree)
     kernels = {k: funcs[k] for k in jit if k in funcs}
@@ -358,7 +359,7 @@ def resolve(harness, shapes: list[dict], key: SizeKey) -> tuple[SizeKey, list[in
 def grid_key(code: str, tunables: list[Tunable], entry: str, first: SizeKey) -> SizeKey | None:
     """The second level of a table's key: the sizes of the launch grid's other axes (the token or
     batch count: how many programs a block choice leaves), where `first` does not already read them."""
-    tree = ast.parse(code)
+    tree = parse(code)
     funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if entry not in funcs:
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from ...pysource import reachable
+from ...pysource import parse, reachable
 from .launch_syntax import Tunable, is_int, kernel_loops, line_offsets
 from .launchers import find
 
@@ -107,12 +107,12 @@ def _allowed(value: int, rules: list) -> bool:
 
 def has_loops(code: str) -> bool:
     """True when a kernel has a loop (only then can num_stages pipeline anything)."""
-    return any(kernel_loops(ast.parse(code)).values())
+    return any(kernel_loops(parse(code)).values())
 
 
 def discover(code: str) -> list[Tunable]:
     """Every tunable of `code`, in source order, with its domain (raises SyntaxError on bad code)."""
-    tree = ast.parse(code)
+    tree = parse(code)
     found, loops = find(tree, code)
     rules = _constraints(tree)
     for t in found:
@@ -181,7 +181,7 @@ def render_table(
     if len(set(names.values())) < len(names):
         names = {t.key: t.key for t in per_call}
     data = code.encode()
-    tree = ast.parse(code)
+    tree = parse(code)
     offsets = line_offsets(data)
     funcs = _function_nodes(tree)
     edits: list[tuple[int, int, str]] = []

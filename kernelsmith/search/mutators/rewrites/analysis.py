@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ....pysource import reachable
+from ....pysource import parse, reachable
 from ..launchers import jit_functions, line_offsets
 
 PID_CALLS = ("program_id", "num_programs")
@@ -178,7 +178,7 @@ def _starts_line(code_lines: list[str], st: ast.stmt) -> bool:
 
 def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
     """(the launch sites a rewrite may transform, why each other kernel launch is declined)."""
-    tree = ast.parse(code)
+    tree = parse(code)
     jit = jit_functions(tree)
     funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     reach = reachable(code, entry)

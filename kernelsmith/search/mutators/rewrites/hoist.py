@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 
+from ....pysource import parse
 from . import MARK, Rewrite
 from .analysis import Decline, Site, call_name
 from .explain import sentence
@@ -200,7 +201,7 @@ def _tidy(code: str, inserts: list, uses: list) -> str:
         tidy = apply(code, inserts + bare)
     except Decline:
         return plain
-    return tidy if ast.dump(ast.parse(tidy)) == ast.dump(ast.parse(plain)) else plain
+    return tidy if ast.dump(parse(tidy)) == ast.dump(parse(plain)) else plain
 
 
 def hoist(site: Site) -> Rewrite:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from ....pysource import parse
 from .analysis import PID_CALLS, Decline, Site, call_name, pid_calls
 
 WIDTH = 100
@@ -53,7 +54,7 @@ def cdiv(site: Site, a: str, b: str) -> str:
 def paren(text: str) -> str:
     """`text` safe as an operand of * and //."""
     try:
-        node = ast.parse(text, mode="eval").body
+        node = parse(text, mode="eval").body
     except SyntaxError:
         return f"({text})"
     atom = isinstance(node, (ast.Name, ast.Call, ast.Attribute, ast.Constant, ast.Subscript))
@@ -215,7 +216,7 @@ def apply(code: str, edits: list[tuple[int, int, str]]) -> str:
     for s, e, text in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
         data = data[:s] + text.encode() + data[e:]
     out = data.decode()
-    ast.parse(out)  # a rewrite never proposes code that does not parse
+    parse(out)  # a rewrite never proposes code that does not parse
     return out
 
 
