@@ -16,6 +16,7 @@ nothing here imports it at module level.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -39,11 +40,19 @@ def require_ray():
     return ray
 
 
+def quiet_driver() -> None:
+    """Keep Ray from replacing this process's builtin `print` (its tqdm does on the first worker
+    message or node error it relays, unless RAY_TQDM_PATCH_PRINT=0): the bot's own output, and
+    any code that compares callbacks with `print`, must not change because a node died."""
+    os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at `address` ("auto": the one this machine runs) as its driver."""
     ray = require_ray()
     if ray.is_initialized():
         return
+    quiet_driver()
     try:
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     except (ConnectionError, RuntimeError, ValueError) as e:

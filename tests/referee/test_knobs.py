@@ -22,6 +22,11 @@ from kernelsmith.referee.static import static_violations
 knobs = triton.knobs
 
 
+# A callback that is a builtin (a class-level function would bind as a method) and that nothing
+# replaces: `print` is not one, once Ray's tqdm has patched it in this process.
+listener = ascii
+
+
 def _changes(change, undo) -> list[str]:
     snap = settings.GlobalSettings()
     try:
@@ -67,11 +72,11 @@ def test_triton_knobs_changes_are_named():
     with knobs.runtime.scope(), knobs.autotuning.scope():
         snap = settings.GlobalSettings()
         knobs.runtime.debug = True
-        knobs.autotuning.listener = print
+        knobs.autotuning.listener = listener
         changed = snap.changes()
     assert "triton.knobs.runtime.debug: False -> True" in changed
     if hasattr(knobs.autotuning, "listener"):  # triton 3.6 has no autotuning listener
-        assert "triton.knobs.autotuning.listener: None -> print" in changed
+        assert "triton.knobs.autotuning.listener: None -> ascii" in changed
     assert settings.GlobalSettings().changes() == []
 
 
@@ -95,7 +100,7 @@ def test_a_setting_put_back_is_no_change():
     with knobs.compilation.scope():
         snap = settings.GlobalSettings()
         previous = knobs.compilation.listener  # a class-level None until set
-        knobs.compilation.listener = print
+        knobs.compilation.listener = listener
         knobs.compilation.listener = previous
         assert snap.changes() == []
 
@@ -203,11 +208,11 @@ def test_a_class_level_callback_is_shadowed_only_during_the_launch():
     monitor.current = Record()
     cls = type(knobs.compilation)
     with knobs.compilation.scope():
-        cls.listener = print
+        cls.listener = listener
         try:
             with monitor._callbacks_recorded(object()):
                 assert "listener" in vars(knobs.compilation)
-            assert "listener" not in vars(knobs.compilation) and knobs.compilation.listener is print
+            assert "listener" not in vars(knobs.compilation) and knobs.compilation.listener is listener
         finally:
             cls.listener = None
 
@@ -216,7 +221,7 @@ def test_a_callback_replaced_during_the_launch_is_left_alone():
     monitor = Monitor("interpret", [])
     monitor.current = Record()
     with knobs.compilation.scope():
-        knobs.compilation.listener = print
+        knobs.compilation.listener = listener
         with monitor._callbacks_recorded(object()):
             knobs.compilation.listener = repr
         assert knobs.compilation.listener is repr  # the settings check reports it; no silent undo
@@ -225,9 +230,9 @@ def test_a_callback_replaced_during_the_launch_is_left_alone():
 def test_nothing_is_wrapped_outside_a_watched_block():
     monitor = Monitor("interpret", [])
     with knobs.compilation.scope():
-        knobs.compilation.listener = print
+        knobs.compilation.listener = listener
         with monitor._callbacks_recorded(object()):
-            assert knobs.compilation.listener is print
+            assert knobs.compilation.listener is listener
 
 
 # -- static rules -----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ with kill -9 resumes. Skipped where ray is not installed (pip install 'kernelsmi
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import model_referee  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from kernelsmith.commands.run import optimize  # noqa: E402
+from kernelsmith.search import ray_pool  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
 from kernelsmith.search.loop import SearchConfig  # noqa: E402
 from kernelsmith.target.task import load_task  # noqa: E402
@@ -27,6 +29,7 @@ from kernelsmith.target.task import load_task  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 LOG_ENV = "KS_RAY_TEST_LOG"
+PRINT = builtins.print  # before any Ray driver ran in this process
 
 
 class SlowNodeReferee(model_referee.ModelReferee):
@@ -59,7 +62,7 @@ def cluster(tmp_path_factory):
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False, logging_level="WARNING")
+    ray_pool.connect(c.address)
     yield c, log
     ray.shutdown()
     c.shutdown()
@@ -162,6 +165,8 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
         own = model_referee.ModelReferee(task, device="interpret").evaluate(by_id[cid]["code"], timing="none")
         got = by_id[cid]["verdict"]
         assert (got["accepted"], got["reason"]) == (own.accepted, own.reason), (cid, got["reason"])
+    # The node's death was relayed to this driver; Ray's tqdm would have replaced `print` then.
+    assert builtins.print is PRINT
 
 
 def test_driver_killed_then_resumed(cluster, tmp_path):

@@ -186,3 +186,18 @@ def test_the_compile_gate_stands_aside_without_a_limit_and_for_fresh_compiles():
     assert verdict.accepted and gate.precompiler.jobs == [(0, "calibrate", None)]
     verdict = gate.evaluate(referee, slow, {"candidate_id": 3, "timing": "none"})
     assert not verdict.accepted and verdict.reason == "timeout"
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_ray_driver_leaves_the_builtin_print_alone(quiet):
+    """Ray's tqdm replaces `print` in the driver on the first worker message or node error it
+    relays (tqdm_ray.instance()); ray_pool.connect asks it not to (quiet_driver). Without that,
+    the same call replaces it: the check below is not vacuous."""
+    pytest.importorskip("ray")
+    code = ("import builtins, os; os.environ.pop('RAY_TQDM_PATCH_PRINT', None); p = builtins.print\n"
+            "from kernelsmith.search import ray_pool\n"
+            + ("ray_pool.quiet_driver()\n" if quiet else "")
+            + "from ray.experimental import tqdm_ray; tqdm_ray.instance()\n"
+            "raise SystemExit(0 if builtins.print is p else 3)")
+    rc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode
+    assert rc == (0 if quiet else 3)
