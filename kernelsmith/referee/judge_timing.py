@@ -61,9 +61,10 @@ def _times(value, n: int | None, what: str) -> list[float]:
     return [float(x) for x in value]
 
 
-def claimed_times(reply: dict, mode: str) -> dict:
-    """The runner's timing reply, validated, with the A/A ratio and noise recomputed here."""
-    from .timing import AA_LIMIT, FULL, RETAKES, SCREEN
+def claimed_times(reply: dict, mode: str, seed: int = 0) -> dict:
+    """The runner's timing reply, validated, with the A/A ratio, its CI (bootstrap `seed`) and
+    noise recomputed here."""
+    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_strayed
 
     cfg = FULL if mode == "full" else SCREEN
     reps, attempts = reply.get("reps"), reply.get("attempts")
@@ -76,12 +77,12 @@ def claimed_times(reply: dict, mode: str) -> dict:
     if not (isinstance(probe, list) and len(probe) == 2):
         raise RunnerFailed("protocol", "the runner's probe times are malformed")
     r["probe"] = [_times(p, None, "probe") for p in probe]
-    r["aa_ratio"] = None
+    r["aa_ratio"] = r["aa_ci95"] = None
     if mode == "full":
         aa = _times(reply.get("aa"), reps, "A/A")
         r["aa"] = aa
-        r["aa_ratio"] = _median(r["base"]) / _median(aa)
-    r["noisy"] = bool(r["aa_ratio"] is not None and abs(r["aa_ratio"] - 1) > AA_LIMIT)
+        r["aa_ratio"], r["aa_ci95"] = aa_control(r["base"], aa, seed)
+    r["noisy"] = aa_strayed(r["aa_ratio"], r["aa_ci95"])
     for key in ("host_base", "host_cand"):
         if reply.get(key) is not None:
             r[key] = _times([reply[key]], 1, "host")[0]
@@ -174,7 +175,7 @@ class JudgeTiming:
                                        reply_bytes=room_for(made[0][1]),
                                        pin=[t for o in originals for t in C.tensors_of(o).values()])
         wall_ms = (time.perf_counter() - start) * 1e3
-        r = claimed_times(reply, mode)
+        r = claimed_times(reply, mode, C.derive_seed(seed, cid, si, "aa"))
         cfg = FULL if mode == "full" else SCREEN
         why = sum_exceeds_wall(r, wall_ms, cfg["host_calls"] if host else 0)
         if why:

@@ -15,7 +15,12 @@ of its timing is staged, in the spirit of successive halving:
 2. "screen": the remaining shapes are screened too; the all-shape screen geomean is compared with
    the bar exactly as before this stage existed.
 3. "full": contenders (all-shape screen geomean >= bar) get the full interleaved measurement with
-   its A/A control on every shape.
+   its A/A control on every shape. A candidate whose screen already loses a shape (slower than
+   the winner rule's SLOWEST_SHAPE beyond the screen's own CI: `lost_shapes`) is no contender
+   however fast its geomean: it cannot be the winner, and its full measurement would be spent on a
+   number no decision reads (its per-shape screen still serves tables and the params studies).
+   On SGLang fused_rmsnorm most launch configs lose the 1-token shape by 5-15%; in session 11's
+   runs such full measurements took 1-6 of the 8-17 referee GPU-seconds a params run spent.
 
 The depth reached is the verdict's `timing.mode` and `details.timing_depth`. A candidate stopped
 after the subset keeps its measured shapes (their per-shape speedups) and the subset geomean in
@@ -33,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .timing import geomean
-from .verdict import is_contender
+from .verdict import is_contender, lost_shapes
 
 SUBSET_SIZE = 3
 SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there
@@ -93,6 +98,10 @@ def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, 
     mark("screen_timing")
     g = out["geomean_speedup"]
     if out["violations"] or not is_contender(g, contender_at):
+        return _depth(out, "screen")
+    lost = lost_shapes(out["shapes"])
+    if lost:
+        out["details"]["screen_lost_shapes"] = lost
         return _depth(out, "screen")
     out["details"]["screen_geomean"] = g
     timer("full", None, False)

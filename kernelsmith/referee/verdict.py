@@ -20,6 +20,9 @@ NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity 
 # A candidate is a contender (gets the full measurement) when its all-shape screen geomean is at
 # least this share of the best measured win so far.
 CONTENDER_MARGIN = 1.0
+# The winner rule's floor (search/evidence.py): a shape whose speedup CI lies entirely below it is
+# lost, and a candidate with a lost shape cannot be the winner however fast its geomean.
+SLOWEST_SHAPE = 0.98
 
 
 # The rules below are the only place the search, export, chart and report read "may this number be
@@ -55,7 +58,8 @@ def _depth(timed: bool, timing: dict | None, details: dict | None) -> str:
 
 
 def is_noisy(verdict) -> bool:
-    """The A/A control strayed past ±1%: the measurement is no evidence either way (a Verdict or its JSON)."""
+    """The A/A control strayed (timing.aa_strayed): the measurement is no evidence either way
+    (a Verdict or its JSON)."""
     if isinstance(verdict, Verdict):
         return verdict.noisy
     return _noisy((verdict or {}).get("timing"))
@@ -87,6 +91,12 @@ def contender_bar(best: float) -> float:
 def is_contender(screen_geomean: float | None, bar: float | None) -> bool:
     """Whether an all-shape screen geomean earns the full measurement (no bar: nobody does)."""
     return screen_geomean is not None and bar is not None and screen_geomean >= bar
+
+
+def lost_shapes(shapes: list[dict]) -> list[int]:
+    """Indices of the verdict's shape entries slower than SLOWEST_SHAPE beyond their own 95% CI."""
+    return [i for i, s in enumerate(shapes) if (s.get("ci95") or [None, None])[1] is not None
+            and s["ci95"][1] < SLOWEST_SHAPE]
 
 
 def timing_depth(verdict) -> str:
@@ -144,14 +154,14 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
                         host_ms: float | None, base_host_ms: float | None, roof_ms: float | None,
                         aa_ratio: float | None, reps: int, attempts: int,
                         base_samples: list[float], cand_samples: list[float],
-                        judge_base_ms: float | None = None) -> dict:
+                        judge_base_ms: float | None = None, aa_ci95: list[float] | None = None) -> dict:
     """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
     return {
         "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
         "device_ms": cand_ms, "base_device_ms": base_ms, "host_ms": host_ms, "base_host_ms": base_host_ms,
         "pct_roofline": (100.0 * roof_ms / cand_ms) if roof_ms else None,
         "floored": roof_ms is not None and cand_ms < roof_ms,
-        "aa_ratio": aa_ratio, "reps": reps, "attempts": attempts,
+        "aa_ratio": aa_ratio, "aa_ci95": aa_ci95, "reps": reps, "attempts": attempts,
         # The judge's own median of the base (judge_timing.py, check b); None in one process.
         "judge_base_ms": judge_base_ms,
         # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
@@ -181,7 +191,7 @@ class Verdict:
     # -- the rules (module functions above), read off this verdict --------------------------------
     @property
     def noisy(self) -> bool:
-        """The A/A control strayed past ±1%."""
+        """The A/A control strayed past ±1% beyond its own CI (timing.aa_strayed)."""
         return _noisy(self.timing)
 
     @property
@@ -272,6 +282,10 @@ class Verdict:
                 lines.append(f"geomean speedup vs base ({metric} time): "
                              + (f"{gm:.3f}x" if gm is not None else "n/a")
                              + (" [NOISY measurement, not a win]" if self.noisy else ""))
+            lost = (self.details or {}).get("screen_lost_shapes")
+            if lost:
+                lines.append(f"slower than {SLOWEST_SHAPE}x beyond the screen's CI on {len(lost)} shape(s) "
+                             "(below): it cannot be the winner, so it was not fully measured")
             for s in self.shapes:
                 if s.get("candidate_ms") is None:
                     continue

@@ -105,7 +105,7 @@ class Candidate(Mapping):
 
     @property
     def noisy(self) -> bool:
-        """Its measurement's A/A control strayed past ±1% (no evidence either way)."""
+        """Its measurement's A/A control strayed (referee/timing.py aa_strayed): no evidence either way."""
         return is_noisy(self.verdict)
 
     @property

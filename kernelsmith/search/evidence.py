@@ -13,9 +13,9 @@ import hashlib
 
 import numpy as np
 
-from ..referee.verdict import is_noisy
+from ..referee.verdict import SLOWEST_SHAPE, is_noisy, lost_shapes
 
-SLOWEST_SHAPE = 0.98  # a shape whose CI lies entirely below this disqualifies the candidate
+__all__ = ["SLOWEST_SHAPE", "fragile", "geomean_ci", "ci_seed", "judge"]
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
 
 
@@ -71,7 +71,7 @@ def judge(verdict: dict, seed: int) -> dict:
         out["reason"] = f"rejected on re-measurement ({verdict.get('reason')})"
         return out
     if is_noisy(verdict):
-        out["reason"] = "the A/A control strayed past ±1% (noisy measurement)"
+        out["reason"] = "the A/A control strayed past ±1% beyond its own CI (noisy measurement)"
         return out
     if g is None:
         out["reason"] = "no timing"
@@ -86,8 +86,7 @@ def judge(verdict: dict, seed: int) -> dict:
         out["reason"] = (f"geomean {g:.3f}x, 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]: the interval does not "
                          "lie above 1.0")
         return out
-    slow = [s for s in shapes if (s.get("ci95") or [None, None])[1] is not None
-            and s["ci95"][1] < SLOWEST_SHAPE]
+    slow = [shapes[i] for i in lost_shapes(shapes)]
     if slow:
         s = min(slow, key=lambda s: s["ci95"][1])
         out["reason"] = (f"{len(slow)} shape(s) slower than {SLOWEST_SHAPE}x beyond the CI, e.g. "

@@ -219,3 +219,25 @@ def test_a_malformed_timing_reply_is_a_protocol_failure(bad):
     with pytest.raises(RunnerFailed) as e:
         _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=bad))
     assert e.value.reason == "protocol"
+
+
+def test_the_judge_recomputes_the_aa_control_and_its_ci_from_the_raw_times():
+    """The runner's own "noisy" and "aa_ratio" are never read: a steady 3% A/A offset is noisy
+    whatever the reply says, and a 1.2% offset inside a jittery kernel's sampling noise is not."""
+    import random
+
+    rng = random.Random(0)
+    reps = timing.FULL["min_reps"]
+    steady = {"reps": reps, "attempts": 1, "probe": [[0.01], [0.01]], "noisy": False, "aa_ratio": 1.0,
+              "base": [0.0103] * reps, "cand": [0.01] * reps, "aa": [0.01] * reps}
+    r = J.claimed_times(steady, "full", seed=1)
+    assert r["noisy"] is True and r["aa_ratio"] == pytest.approx(1.03) and r["aa_ci95"][0] > 1.0
+
+    def jittery(scale):
+        return [0.005 * scale * (1 + 0.3 * rng.random()) for _ in range(reps)]
+
+    noisy_looking = {**steady, "base": jittery(1.012), "cand": jittery(1.0), "aa": jittery(1.0),
+                     "noisy": True}
+    r = J.claimed_times(noisy_looking, "full", seed=1)
+    lo, hi = r["aa_ci95"]
+    assert lo <= 1.0 <= hi and r["noisy"] is False

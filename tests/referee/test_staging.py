@@ -22,8 +22,10 @@ def test_representative_shapes_span_the_sizes_deterministically():
 class StubTimer:
     """Fills `out` as timing.time_candidate does, from fixed per-shape speedups per mode."""
 
-    def __init__(self, out: dict, screen: list[float], full: list[float] | None = None):
+    def __init__(self, out: dict, screen: list[float], full: list[float] | None = None,
+                 ci: list[tuple[float, float]] | None = None):
         self.out, self.speed = out, {"screen": screen, "full": full or screen}
+        self.ci = ci  # the screen's per-shape 95% CIs (None: none recorded)
         self.calls: list[tuple[str, list[int]]] = []
 
     def __call__(self, mode, indices, host):
@@ -31,7 +33,8 @@ class StubTimer:
         self.calls.append((mode, idx))
         for i in idx:
             self.out["shapes"][i].update({"speedup": self.speed[mode][i],
-                                          "aa_ratio": 1.001 if mode == "full" else None})
+                                          "aa_ratio": 1.001 if mode == "full" else None,
+                                          "ci95": list(self.ci[i]) if self.ci and mode == "screen" else None})
         timing.conclude(self.out, mode)
         return True
 
@@ -79,6 +82,29 @@ def test_an_all_shape_screen_below_the_bar_is_a_plain_screen():
     assert staging.run_staged(timer, out, SIZES, contender_at=1.2) == "screen"
     assert out["geomean_speedup"] == pytest.approx((1.2 ** 3 * 0.25) ** 0.2)
     assert timing_depth({"timed": True, **out}) == "screen" and len(timer.calls) == 2
+
+
+def test_a_screen_that_loses_a_shape_beyond_its_ci_is_no_contender_however_fast():
+    # SGLang fused_rmsnorm's launch configs: 1.3-1.4x on large shapes, 0.86x at one token, which
+    # the winner rule (no shape below SLOWEST_SHAPE beyond its CI) fails whatever the geomean.
+    out = _out(5)
+    ci = [(1.2, 1.4), (1.4, 1.6), (1.2, 1.4), (1.4, 1.6), (0.78, 0.93)]
+    timer = StubTimer(out, [1.3, 1.5, 1.3, 1.5, 0.86], ci=ci)
+    assert staging.run_staged(timer, out, SIZES, contender_at=1.0) == "screen"
+    assert [m for m, _ in timer.calls] == ["screen", "screen"]  # no full measurement
+    assert out["details"]["screen_lost_shapes"] == [4] and out["geomean_speedup"] > 1.2
+    v = Verdict(accepted=True, correct=True, shapes=out["shapes"], timed=True, timing=out["timing"],
+                details=out["details"]).finalize()
+    assert "cannot be the winner" in v.feedback() and timing_depth(v.to_json()) == "screen"
+
+
+def test_a_slow_looking_shape_whose_screen_ci_reaches_the_floor_still_earns_the_full_measurement():
+    # A screen has 8-12 repetitions: 0.95x at one token with a CI up to 1.05 may well be 1.0x.
+    out = _out(5)
+    ci = [(1.2, 1.4), (1.4, 1.6), (1.2, 1.4), (1.4, 1.6), (0.86, 1.05)]
+    timer = StubTimer(out, [1.3, 1.5, 1.3, 1.5, 0.95], full=[1.3] * 5, ci=ci)
+    assert staging.run_staged(timer, out, SIZES, contender_at=1.0) == "full"
+    assert "screen_lost_shapes" not in out["details"]
 
 
 @pytest.mark.parametrize("n, bar", [(3, 2.0), (5, None)])

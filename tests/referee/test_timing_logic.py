@@ -19,8 +19,10 @@ class FakeBackend(Backend):
 
     timed = True
 
-    def __init__(self, ms: list[float], bandwidth_gbs: float = 1e9, aa_drift: list[float] = ()):
+    def __init__(self, ms: list[float], bandwidth_gbs: float = 1e9, aa_drift: list[float] = (),
+                 jitter: float = 0.001):
         self.ms, self.bw, self.drift, self.calls = ms, bandwidth_gbs, list(aa_drift), 0
+        self.jitter = jitter  # per-call noise: uniform in [0, jitter) of the time
 
     def time_calls(self, fns, reps, order_seed):
         rng = random.Random(order_seed)
@@ -33,7 +35,7 @@ class FakeBackend(Backend):
                 f(r)
                 self.calls += 1
                 scale = drift if i == 2 else 1.0
-                out[i].append(self.ms[i] * scale * (1 + 0.001 * rng.random()))
+                out[i].append(self.ms[i] * scale * (1 + self.jitter * rng.random()))
         return out
 
     def host_time(self, fn, calls):
@@ -124,6 +126,32 @@ def test_aa_drift_is_retaken_then_reported_noisy():
     out = _verdict_dict(noisy)
     timing.time_candidate(noisy, _rms, cid=1, seed=0, mode="full", out=out)
     assert out["timing"]["noisy"] is True and out["shapes"][0]["attempts"] == timing.RETAKES + 1
+
+
+def test_aa_strayed_needs_the_deviation_and_a_ci_that_excludes_one():
+    assert not timing.aa_strayed(None, None) and not timing.aa_strayed(1.009, [1.005, 1.013])
+    assert timing.aa_strayed(1.0128, [1.006, 1.02])  # past 1%, and 1.0 is outside its CI
+    assert not timing.aa_strayed(1.0128, [1.0, 1.0325])  # fused_rmsnorm at 1 token: sampling noise
+    assert timing.aa_strayed(0.97, None)  # no CI recorded: the plain ±1% rule
+
+
+def test_a_jittery_tiny_kernels_aa_within_its_sampling_noise_is_not_noisy():
+    # Kernels of a few microseconds jitter ~10% per call: a 1.2% A/A offset is inside the A/A
+    # ratio's own CI, and re-taking it would not change that. No jitter: the same offset strays.
+    jittery = FakeSession(FakeBackend([0.005, 0.005, 0.005], aa_drift=[1.012] * 10, jitter=0.3))
+    out = _verdict_dict(jittery)
+    timing.time_candidate(jittery, _rms, cid=1, seed=0, mode="full", out=out)
+    past = [sh for sh in out["shapes"] if abs(sh["aa_ratio"] - 1) > timing.AA_LIMIT]
+    assert past and all(sh["aa_ci95"][0] <= 1.0 <= sh["aa_ci95"][1] for sh in past)
+    assert out["timing"]["noisy"] is False and all(sh["attempts"] == 1 for sh in out["shapes"])
+    steady = FakeSession(FakeBackend([0.005, 0.005, 0.005], aa_drift=[1.012] * 10))
+    out = _verdict_dict(steady)
+    timing.time_candidate(steady, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is True and out["shapes"][0]["attempts"] == timing.RETAKES + 1
+    far = FakeSession(FakeBackend([0.005, 0.005, 0.005], aa_drift=[1.3] * 10, jitter=0.3))
+    out = _verdict_dict(far)
+    timing.time_candidate(far, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is True  # a drift beyond the noise is still caught
 
 
 def test_screen_mode_has_no_aa_control():
@@ -272,6 +300,6 @@ def test_time_shape_returns_a_shape_timing_serialised_in_the_verdicts_key_order(
     timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
     assert list(out["shapes"][0]) == [
         "shape", "baseline_ms", "candidate_ms", "speedup", "ci95", "device_ms", "base_device_ms", "host_ms",
-        "base_host_ms", "pct_roofline", "floored", "aa_ratio", "reps", "attempts", "judge_base_ms",
+        "base_host_ms", "pct_roofline", "floored", "aa_ratio", "aa_ci95", "reps", "attempts", "judge_base_ms",
         "samples_ms"]
     assert list(out["timing"]) == ["metric", "aa_ratio", "noisy", "mode", "method"]
