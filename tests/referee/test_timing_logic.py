@@ -143,6 +143,7 @@ def test_a_jittery_tiny_kernels_aa_within_its_sampling_noise_is_not_noisy():
     timing.time_candidate(jittery, _rms, cid=1, seed=0, mode="full", out=out)
     past = [sh for sh in out["shapes"] if abs(sh["aa_ratio"] - 1) > timing.AA_LIMIT]
     assert past and all(sh["aa_ci95"][0] <= 1.0 <= sh["aa_ci95"][1] for sh in past)
+    assert all(sh["aa_ci95"] is None for sh in out["shapes"] if sh not in past)  # no bootstrap needed
     assert out["timing"]["noisy"] is False and all(sh["attempts"] == 1 for sh in out["shapes"])
     steady = FakeSession(FakeBackend([0.005, 0.005, 0.005], aa_drift=[1.012] * 10))
     out = _verdict_dict(steady)
