@@ -217,11 +217,25 @@ class Search:
 
         raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
 
-    def _best(self) -> float | None:
-        rows = self.archive.where("accepted=1 AND mutator!='base'")
+    def _best(self, upto: int | None = None) -> float | None:
+        """The best trusted speedup of the accepted candidates (untimed: distinct accepted codes),
+        of generations up to `upto` only when given."""
+        if upto is None:
+            rows = self.archive.where("accepted=1 AND mutator!='base'")
+        else:
+            rows = self.archive.where("accepted=1 AND mutator!='base' AND generation<=?", (upto,))
         if not self.timed:
             return float(len({c["code_hash"] for c in rows}))  # progress = new distinct accepted code
         return max(filter(None, (c.trusted_speedup for c in rows)), default=None)
+
+    def _tally(self, done_gen: int, made: int, best: float | None, since: int) -> tuple[float | None, int]:
+        """The best so far and the stagnation count (proposals since it last improved) once
+        generation `done_gen` (`made` proposals) is judged. Only generations up to done_gen count:
+        a later one's verdicts already in (the pipeline judges them at once) would credit its
+        improvement to done_gen or not by timing, and the count, kept for a resume, would differ."""
+        new_best = self._best(upto=done_gen)
+        improved = new_best is not None and (best is None or new_best > best * (1.002 if self.timed else 1))
+        return (new_best, 0) if improved else (best, since + made)
 
     def _should_stop(self, evaluator, since: int) -> str | None:
         """Why no further generation is proposed, or None."""
@@ -308,12 +322,7 @@ class Search:
                 continue
             for cid, to in self.population.migrate(done_gen):
                 self.archive.add_migration(done_gen, cid, to)
-            new_best = self._best()
-            improved = new_best is not None and (
-                best is None or new_best > best * (1.002 if self.timed else 1)
-            )
-            since = 0 if improved else since + made
-            best = new_best if improved else best
+            best, since = self._tally(done_gen, made, best, since)
             self.archive.set_meta("since_best", since)
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 

@@ -15,7 +15,7 @@ import math
 import torch
 
 from kernelsmith.pysource import parse
-from kernelsmith.referee.verdict import Verdict
+from kernelsmith.referee.verdict import Verdict, lost_shapes
 from kernelsmith.search.mutators.tunables import discover
 
 CALLS: list[dict] = []
@@ -92,6 +92,10 @@ class ModelReferee:
                                    fresh_compile=fresh_compile)
             g = screen.geomean_speedup
             if not screen.accepted or g is None or contender_at is None or g < contender_at:
+                return screen
+            lost = lost_shapes(screen.shapes)
+            if lost:  # it cannot be the winner (referee/staging.py)
+                screen.details = {**(screen.details or {}), "screen_lost_shapes": lost}
                 return screen
             full = self.evaluate(code, candidate_id=candidate_id, timing="full", seed=seed,
                                  fresh_compile=fresh_compile)

@@ -354,3 +354,25 @@ def test_a_budget_spent_before_the_bases_verdict_still_judges_the_base(tmp_path,
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         base = a.base()
     assert base["status"] == "evaluated" and base["accepted"]
+
+
+def test_the_stagnation_count_credits_each_generation_with_its_own_verdicts_only(tmp_path, fake_gpu):
+    """With generations in flight, a later generation's better verdict can be in when an earlier one
+    is tallied. It must not count for the earlier one (whether it is in yet is timing): a run killed
+    and resumed then kept another stagnation count than the same run uninterrupted (a CI flake of
+    test_a_run_killed_before_the_bases_verdict_resumes_as_one_run)."""
+    search = Search(_config(tmp_path, fake_gpu, pipeline=3))
+    full = {"accepted": True, "timed": True, "timing": {"aa_ratio": 1.0, "noisy": False}}
+    try:
+        a = search.archive
+        a.set_verdict(a.add(search.task.base_code, mutator="base"), {**full, "geomean_speedup": 1.0}, "")
+        for gen, speed in ((1, 1.2), (2, 1.5)):
+            cid = a.add(f"# generation {gen}\n" + search.task.base_code, mutator="params", generation=gen)
+            a.set_verdict(cid, {**full, "geomean_speedup": speed}, "", timing="full")
+        # Generation 1 is tallied with generation 2's 1.5x already in: it improved on nothing to 1.2x.
+        best, since = search._tally(1, 2, None, 7)
+        assert (best, since) == (1.2, 0)
+        assert search._tally(2, 2, best, since) == (1.5, 0)  # generation 2 gets its own improvement
+        assert search._tally(3, 2, 1.5, 0) == (1.5, 2)  # nothing better in generation 3: two more
+    finally:
+        search.archive.close()
