@@ -220,10 +220,10 @@ class Search:
     def _best(self, upto: int | None = None) -> float | None:
         """The best trusted speedup of the accepted candidates (untimed: distinct accepted codes),
         of generations up to `upto` only when given."""
-        if upto is None:
-            rows = self.archive.where("accepted=1 AND mutator!='base'")
-        else:
-            rows = self.archive.where("accepted=1 AND mutator!='base' AND generation<=?", (upto,))
+        clause, args = "accepted=1 AND mutator!='base'", ()
+        if upto is not None:
+            clause, args = clause + " AND generation<=?", (upto,)
+        rows = self.archive.where(clause, args)
         if not self.timed:
             return float(len({c["code_hash"] for c in rows}))  # progress = new distinct accepted code
         return max(filter(None, (c.trusted_speedup for c in rows)), default=None)
