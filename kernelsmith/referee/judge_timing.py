@@ -61,10 +61,10 @@ def _times(value, n: int | None, what: str) -> list[float]:
     return [float(x) for x in value]
 
 
-def claimed_times(reply: dict, mode: str, seed: int = 0) -> dict:
-    """The runner's timing reply, validated, with the A/A ratio, its CI (bootstrap `seed`) and
-    noise recomputed here."""
-    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_strayed
+def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) -> dict:
+    """The runner's timing reply, validated, with the A/A ratio, its CI and noise recomputed here;
+    `at`: (seed, candidate id, shape index), which seed the CI's bootstrap as the runner's own."""
+    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_seed, aa_strayed
 
     cfg = FULL if mode == "full" else SCREEN
     reps, attempts = reply.get("reps"), reply.get("attempts")
@@ -81,7 +81,7 @@ def claimed_times(reply: dict, mode: str, seed: int = 0) -> dict:
     if mode == "full":
         aa = _times(reply.get("aa"), reps, "A/A")
         r["aa"] = aa
-        r["aa_ratio"], r["aa_ci95"] = aa_control(r["base"], aa, seed)
+        r["aa_ratio"], r["aa_ci95"] = aa_control(r["base"], aa, aa_seed(*at, attempts - 1))
     r["noisy"] = aa_strayed(r["aa_ratio"], r["aa_ci95"])
     for key in ("host_base", "host_cand"):
         if reply.get(key) is not None:
@@ -175,7 +175,7 @@ class JudgeTiming:
                                        reply_bytes=room_for(made[0][1]),
                                        pin=[t for o in originals for t in C.tensors_of(o).values()])
         wall_ms = (time.perf_counter() - start) * 1e3
-        r = claimed_times(reply, mode, C.derive_seed(seed, cid, si, "aa"))
+        r = claimed_times(reply, mode, (seed, cid, si))
         cfg = FULL if mode == "full" else SCREEN
         why = sum_exceeds_wall(r, wall_ms, cfg["host_calls"] if host else 0)
         if why:

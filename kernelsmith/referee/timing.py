@@ -49,6 +49,12 @@ def aa_control(base: list[float], aa: list[float], seed: int) -> tuple[float, li
     return ratio, (bootstrap_ci(base, aa, seed) if abs(ratio - 1) > AA_LIMIT else None)
 
 
+def aa_seed(seed: int, cid: int, si: int, attempt: int) -> int:
+    """The A/A bootstrap's seed for one take (0-based) of one shape: the runner deciding a retake and
+    the judge recomputing the last take draw the same resamples, so they cannot disagree."""
+    return C.derive_seed(seed, cid, si, "aa", attempt)
+
+
 def aa_strayed(ratio: float | None, ci: list[float] | None) -> bool:
     """Whether an A/A control is evidence of a biased measurement: past AA_LIMIT, and (when its CI
     is known) with 1.0 outside its CI, so sampling noise alone does not explain it."""
@@ -175,7 +181,7 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
     attempts = 0
     while True:
         times = backend.time_calls(fns, reps, C.derive_seed(seed, cid, si, "order", attempts))
-        aa, aa_ci = (aa_control(times[0], times[2], C.derive_seed(seed, cid, si, "aa", attempts))
+        aa, aa_ci = (aa_control(times[0], times[2], aa_seed(seed, cid, si, attempts))
                      if mode == "full" else (None, None))
         attempts += 1
         if not aa_strayed(aa, aa_ci) or attempts > RETAKES:

@@ -230,7 +230,7 @@ def test_the_judge_recomputes_the_aa_control_and_its_ci_from_the_raw_times():
     reps = timing.FULL["min_reps"]
     steady = {"reps": reps, "attempts": 1, "probe": [[0.01], [0.01]], "noisy": False, "aa_ratio": 1.0,
               "base": [0.0103] * reps, "cand": [0.01] * reps, "aa": [0.01] * reps}
-    r = J.claimed_times(steady, "full", seed=1)
+    r = J.claimed_times(steady, "full", (1, 0, 0))
     assert r["noisy"] is True and r["aa_ratio"] == pytest.approx(1.03) and r["aa_ci95"][0] > 1.0
 
     def jittery(scale):
@@ -238,6 +238,19 @@ def test_the_judge_recomputes_the_aa_control_and_its_ci_from_the_raw_times():
 
     noisy_looking = {**steady, "base": jittery(1.012), "cand": jittery(1.0), "aa": jittery(1.0),
                      "noisy": True}
-    r = J.claimed_times(noisy_looking, "full", seed=1)
+    r = J.claimed_times(noisy_looking, "full", (1, 0, 0))
     lo, hi = r["aa_ci95"]
     assert abs(r["aa_ratio"] - 1) > timing.AA_LIMIT and lo <= 1.0 <= hi and r["noisy"] is False
+
+
+def test_the_judge_draws_the_runners_aa_resamples_so_their_calls_agree():
+    """The runner retakes while its A/A control strays; the judge recomputes the last take with the
+    same bootstrap seed (timing.aa_seed), so a take the runner kept is never flagged by a luckier
+    or unluckier resample on the judge's side."""
+    s = FakeSession(FakeBackend([0.005, 0.005, 0.005], aa_drift=[1.02] * 10, jitter=0.3))
+    shape = s.harness.shapes_for("interpret")[1]
+    r = timing.time_loop(s, _rms, [o for o, _ in s.timing_sets(shape, 0, timing.INPUT_SETS)], 1, 7, 0, "full")
+    assert r["aa_ci95"] is not None  # past 1%: the CI decided
+    judged = J.claimed_times({k: r[k] for k in ("base", "cand", "aa", "reps", "attempts", "probe")}, "full",
+                             (0, 7, 1))
+    assert judged["aa_ci95"] == r["aa_ci95"] and judged["noisy"] == r["noisy"]
