@@ -20,6 +20,13 @@ MAX_PIPELINE = 12  # deeper, and a generation sees too little of what came befor
 # its builds, so one per process left the sampler's GPU idle on builds 27% of its span on the H200;
 # two (pipeline 12): 362 evaluations in 3 minutes against 287, GPU busy 84% against 72% (2026-12-02).
 IN_FLIGHT_PER_PROCESS = 2
+# A model-based search learns only from the verdicts a generation may see: with `pipeline`
+# generations of a batch in flight, each proposal is blind to the last pipeline x batch candidates.
+# On a small space that window is much of the space: LMDeploy's router (78 launch configs) ran with 24
+# in flight, and in 45 s on the H200 all 19 candidates judged were proposed blind (7 of them wrong
+# answers the learned edges would have ruled out). So the params mutator keeps at most this share of
+# its space in flight (never fewer than PIPELINE generations); the sampler's 432 are unaffected.
+BLIND_SHARE = 0.1
 
 
 def resolve_run(config):
@@ -102,7 +109,7 @@ def resolve_run(config):
     run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
     run["stagnation"] = config.stagnation  # None: from the budget
     # Generations in flight: what a generation may see depends on it, so it is part of the layout.
-    run["pipeline"] = config.pipeline or default_pipeline(config, device, gpus)
+    run["pipeline"] = config.pipeline or default_pipeline(config, device, gpus, _learned_points(config, task))
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
@@ -110,16 +117,32 @@ def resolve_run(config):
     return task, out.resolve(), run, device, gpus
 
 
-def default_pipeline(config, device: str, gpus: list) -> int:
+def default_pipeline(config, device: str, gpus: list, points: int | None = None) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
-    with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
+    with compiling ahead on the CPU), else two (one evaluating, the next proposed); with `points`
+    (the size of a space a model learns), no more than BLIND_SHARE of it in flight."""
     from .precompile import compile_processes, device_facts
     from .run_config import PIPELINE
 
     if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
         return PIPELINE
     batch = config.batch or max(2, len(gpus))
-    return max(PIPELINE, min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch))
+    depth = min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch)
+    if points is not None:
+        depth = min(depth, int(points * BLIND_SHARE) // batch)
+    return max(PIPELINE, depth)
+
+
+def _learned_points(config, task) -> int | None:
+    """The launch configs the params mutator's model learns over, when the run uses it (else None:
+    a sweep or a replay learns nothing, a model writing code has no countable space)."""
+    from .mutators import members
+
+    if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
+        return None
+    from .mutators.tunables import space_points
+
+    return space_points(task.base_code, task.operator.entry)
 
 
 def _default_islands(budget: int | None) -> int:

@@ -15,13 +15,15 @@
 #   SVS_OVERHEAD_S (default 60 s per run: start, base calibration, final re-measurement), in steps of
 #   0.25 min. 5 operators: 1 GPU 0.25 min (too short to mean much: use SVS_OPS for fewer operators),
 #   2 GPUs 0.75 min, 4 GPUs 2 min, 8 GPUs 3.5 min; one operator on 2 GPUs 8 min.
+# SVS_DIR: the results folder under $OUT (default sweep-vs-search; another name keeps an earlier
+#   invocation's results, e.g. operators with different SVS_MINUTES in one device call).
 # SVS_SEEDS: the --seed of each pair of runs (default "0"). With more than one, every operator runs
 #   once per seed (run names end in -s<seed>) and seeds.md tabulates GPU-seconds to 95% per seed and
 #   their medians: on a space of a few distinct launches one pair of runs is an order's luck.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
-D="$OUT/sweep-vs-search"
+D="$OUT/${SVS_DIR:-sweep-vs-search}"
 rm -rf "$D"
 mkdir -p "$D"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -10,6 +10,7 @@ import random
 from types import SimpleNamespace
 
 import model_referee
+import pytest
 import torch
 from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
 
@@ -403,3 +404,29 @@ def test_a_saturated_sampler_gets_fewer_asks_before_a_random_untried_config(monk
     monkeypatch.setattr(params_mod.ParamsMutator, "table_proposal", lambda self: None)
     p = mutator._global_ask(random.Random(0), set())
     assert p is not None and 1 <= len(asks) <= params_mod.SATURATED_ASKS
+
+
+def _screened_on_a_subset(verdict: dict, geomean: float) -> dict:
+    """`verdict` as the staged referee leaves a candidate it stopped after the representative shapes."""
+    out = dict(verdict, geomean_speedup=None, timing={**verdict["timing"], "mode": "screen_subset"})
+    out["details"] = {**verdict.get("details", {}), "timing_depth": "screen_subset",
+                      "subset_geomean": geomean, "subset_shapes": [0]}
+    return out
+
+
+def test_the_study_ranks_a_config_screened_on_a_few_shapes_by_its_geomean_there():
+    """A config the staged referee stopped after the representative shapes has no all-shape geomean;
+    the global study is told its geomean there (0.25x, 1.7x), not the base's 1.0x for both."""
+    task = _task()
+    referee = model_referee.ModelReferee(task)
+    mutator = ParamsMutator(task, device="cuda")
+    rows = _drive(mutator, referee, 2, seed=0)
+    slow, near = rows[1], rows[2]
+    slow["verdict"] = _screened_on_a_subset(slow["verdict"], 0.25)
+    near["verdict"] = _screened_on_a_subset(near["verdict"], 1.7)
+    slow["speedup"] = near["speedup"] = None
+    mutator.sync(rows)
+    told = sorted(t.value for t in mutator._global_study().study.trials)
+    assert told == pytest.approx(sorted([math.log(0.25), math.log(1.7), math.log(rows[0]["speedup"])]))
+    # The per-shape records stay what was measured: no all-shape geomean for either.
+    assert mutator.records[slow["id"]].geomean is None and mutator.records[near["id"]].geomean is None

@@ -63,6 +63,29 @@ def test_default_pipeline_fills_the_compile_processes_only_where_they_run(tmp_pa
     assert resolve.default_pipeline(cfg, "cuda", [0]) == 2
 
 
+def test_a_small_space_the_model_learns_keeps_a_tenth_of_it_in_flight(tmp_path, monkeypatch):
+    """On the H200 host the compile processes would take 12 generations of 2 (24 candidates); the
+    params mutator's model sees none of their verdicts, so a 78-config space (LMDeploy's router)
+    keeps 3 generations (6 candidates, <= 10%) in flight; the sampler's 432 keep 12; a sweep, which
+    learns nothing, keeps them all."""
+    monkeypatch.setattr(precompile.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(precompile, "device_facts", lambda: H200)
+    cfg = SearchConfig(target="demo", op="silu_and_mul")
+    assert resolve.default_pipeline(cfg, "cuda", [0], points=78) == 3
+    assert resolve.default_pipeline(cfg, "cuda", [0], points=432) == 12
+    assert resolve.default_pipeline(cfg, "cuda", [0], points=11) == 2  # never below PIPELINE
+    # What a new run records: the demo's 66 configs (the params mutator's), all of them for a sweep.
+    monkeypatch.setattr("kernelsmith.referee.backend.cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for command, mutator, name, depth in (("optimize", "params", "opt", 3), ("optimize", "all", "all", 3),
+                                           ("sweep", "grid", "sweep", 12)):
+        cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / name), mutator=mutator,
+                           device="cuda", gpus=[0], targets=str(ROOT / "targets"), command=command)
+        run = resolve.resolve_run(cfg)[2]
+        assert run["pipeline"] == depth, (command, mutator)
+        assert json.loads((tmp_path / name / "run.json").read_text())["pipeline"] == depth
+
+
 def test_pipeline_is_recorded_kept_on_resume_and_hides_that_many_generations(tmp_path, fake_gpu):
     result = optimize(_config(tmp_path, fake_gpu, pipeline=3))
     run = json.loads((tmp_path / "run" / "run.json").read_text())

@@ -3,8 +3,9 @@
 The space (space.py) is the tunables found from the syntax tree, each over its allowed values.
 Proposals come from Optuna studies (studies.py) rebuilt from the archive on every `sync`, so a
 fixed `--seed` and the same visible rows give the same proposals and `--resume` continues:
-- one study over every knob, told each single config's geomean speedup (log), its rejections
-  as infeasible trials; the base is a known point. Its TPE sampler makes the joint moves.
+- one study over every knob, told each single config's geomean speedup (log; a config screened on
+  a few shapes only, its geomean there), its rejections as infeasible trials; the base is a known
+  point. Its TPE sampler makes the joint moves.
 - one study per shape-size bucket, told the per-shape speedups of that bucket's shapes from every
   trial (single configs and tables alike), whose per-bucket optima make a per-shape table, keyed
   on what the launcher computes the knobs from (sizekeys.py: for LMDeploy's sampler the vocabulary
@@ -76,7 +77,7 @@ class ParamsMutator(ConfigSpace):
         if "global" not in self.studies:
             singles = [r for r in self.records.values() if not r.params.get("table")]
             obs = [
-                Observation(r.values, r.state, math.log(r.geomean) if r.geomean else 0.0)
+                Observation(r.values, r.state, math.log(r.score) if r.score else 0.0)
                 for r in singles + self.table_failures  # a table's failure singled out to one row
             ]
             allowed = {t.key: self.allowed(t.key) for t in self.tunables}
@@ -154,7 +155,7 @@ class ParamsMutator(ConfigSpace):
         if rec is None or rec.state == "running":  # proposed this generation or still being judged
             study.add(Observation(values, "running"))
         else:
-            study.add(Observation(values, rec.state, math.log(rec.geomean) if rec.geomean else 0.0))
+            study.add(Observation(values, rec.state, math.log(rec.score) if rec.score else 0.0))
 
     def _untried(self, study: Study, rng: random.Random, known: set[str]) -> Proposal | None:
         """A random config no one tried (the sampler kept answering tried ones); None when none is left."""

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from ...referee.verdict import subset_geomean
 from ..archive import code_hash
 from ..candidate import Candidate
 from ..edits import format_edits, make_edits
@@ -67,6 +68,10 @@ class Record:
     geomean: float | None = None
     speed: list[float | None] = field(default_factory=list)  # per harness shape, when measured
     ci: list[tuple[float, float] | None] = field(default_factory=list)  # its 95% CI, per shape
+    # What a study ranks it by: its geomean, or where it was screened on a few shapes only, its
+    # geomean there (a 0.24x screen told as "no number", i.e. the base's 1.0x, hid from the router's
+    # study that big blocks are 4x slower; the study ranks, it decides nothing a number must back).
+    score: float | None = None
     edge: bool = False  # a failure that says a value is out of the kernel's or device's reach
 
 
@@ -173,7 +178,8 @@ class ConfigSpace:
                     speed[i] = float(s["speedup"])
                     lo, hi = (s.get("ci95") or [None, None])[:2]
                     ci[i] = (float(lo), float(hi)) if lo and hi else (speed[i], speed[i])
-        return Record(c.id, params, values, "ok", c.speedup, speed, ci)
+        score = c.speedup if c.speedup is not None else subset_geomean(v)
+        return Record(c.id, params, values, "ok", c.speedup, speed, ci, score=score)
 
     def _learn_edges(self) -> None:
         """A value is an edge when failures at or beyond it (away from the base) reach EDGE_EVIDENCE

@@ -10,6 +10,7 @@ only where the launched kernel has a loop to pipeline; which of them an entry re
 from __future__ import annotations
 
 import ast
+import math
 from collections import defaultdict
 
 from ...pysource import parse, reachable
@@ -129,6 +130,11 @@ def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
     """The tunables that can affect `entry`: in functions it reaches, or module-level ones it may read."""
     reach = reachable(code, entry)
     return [t for t in tunables if t.scope in reach or t.scope is None and (not t.users or t.users & reach)]
+
+
+def space_points(code: str, entry: str) -> int:
+    """How many launch configurations the tunables `entry` reaches make (the product of their domains)."""
+    return math.prod(len(t.domain) for t in relevant(discover(code), code, entry))
 
 
 def values_of(tunables: list[Tunable]) -> dict[str, int]:
