@@ -15,8 +15,11 @@ import math
 import torch
 
 from kernelsmith.pysource import parse
-from kernelsmith.referee.verdict import Verdict, lost_shapes
+from kernelsmith.referee.staging import run_staged
+from kernelsmith.referee.timing import conclude
+from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.mutators.tunables import discover
+from kernelsmith.target.facts import shape_key
 
 CALLS: list[dict] = []
 SMS = 132
@@ -87,20 +90,8 @@ class ModelReferee:
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
                  contender_at=None, contender_shapes=None):
-        if timing == "staged":  # as the worker does it: a screen, then full for a contender
-            screen = self.evaluate(code, candidate_id=candidate_id, timing="screen", seed=seed,
-                                   fresh_compile=fresh_compile)
-            g = screen.geomean_speedup
-            if not screen.accepted or g is None or contender_at is None or g < contender_at:
-                return screen
-            lost = lost_shapes(screen.shapes)
-            if lost:  # it cannot be the winner (referee/staging.py)
-                screen.details = {**(screen.details or {}), "screen_lost_shapes": lost}
-                return screen
-            full = self.evaluate(code, candidate_id=candidate_id, timing="full", seed=seed,
-                                 fresh_compile=fresh_compile)
-            full.eval_s = screen.eval_s + 2.0  # one load and correctness pass, both timings
-            return full
+        if timing == "staged":  # the worker's stages, over the model's timings
+            return self._staged(code, candidate_id, seed, fresh_compile, contender_at, contender_shapes)
         seed = self.seed if seed is None else seed
         CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu,
                       "fresh_compile": fresh_compile})
@@ -124,6 +115,7 @@ class ModelReferee:
                     "candidate_ms": cand,
                     "speedup": sp,
                     "ci95": [sp * 0.99, sp * 1.01],
+                    "aa_ratio": 1.001 if timing == "full" else None,
                     "device_ms": cand,
                     "host_ms": None,
                     "bitwise_identical": True,
@@ -150,6 +142,33 @@ class ModelReferee:
             },
         )
         v.eval_s = 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)  # modelled referee seconds
+        return v.finalize()
+
+    def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes):
+        """The worker's staged timing (referee/staging.run_staged, the same function) fed by the
+        model: representative shapes, the rest, then the full measurement for a contender."""
+        kw = dict(candidate_id=cid, seed=seed, fresh_compile=fresh_compile)
+        screen = self.evaluate(code, timing="screen", **kw)
+        if not screen.accepted:
+            return screen
+        out = screen.to_json()
+        out.update(shapes=[{"shape": s["shape"], "max_abs_err": 0.0} for s in screen.shapes],
+                   details={"messages": []}, geomean_speedup=None)
+        taken = {"screen": screen}
+
+        def timer(mode, indices, host):
+            if mode not in taken:
+                taken[mode] = self.evaluate(code, timing=mode, **kw)
+            for i in range(len(out["shapes"])) if indices is None else indices:
+                out["shapes"][i] = dict(taken[mode].shapes[i])
+            conclude(out, mode)
+            return True
+
+        sizes = [s["tokens"] * s["d"] for s in self.shapes]
+        best = [(contender_shapes or {}).get(shape_key(s)) for s in self.shapes]
+        run_staged(timer, out, sizes, contender_at, best_shapes=best)
+        v = Verdict.from_json(out)
+        v.eval_s = screen.eval_s + (2.0 if "full" in taken else 0.0)  # one load and correctness pass
         return v.finalize()
 
     def close(self):
