@@ -205,6 +205,8 @@ class Search:
                         accepted=False,
                         best=None,
                     )
+        if made:  # until it is tallied: a resume takes the generation back into its window
+            self.archive.set_meta("made", {**self.archive.get_meta("made", {}), str(generation): made})
         return made
 
     def check_base(self) -> None:
@@ -237,6 +239,19 @@ class Search:
         improved = new_best is not None and (best is None or new_best > best * (1.002 if self.timed else 1))
         return (new_best, 0) if improved else (best, since + made)
 
+    def _save_tally(self, generation: int, best: float | None, since: int) -> None:
+        """Keep the tally after `generation` in the archive: a resume goes on from exactly there."""
+        made = self.archive.get_meta("made", {})
+        made.pop(str(generation), None)
+        self.archive.set_meta("made", made)
+        self.archive.set_meta("since_best", since)
+        self.archive.set_meta("tally", {"generation": generation, "best": best})
+
+    def untallied(self) -> list[Candidate]:
+        """The rows of generations proposed but not tallied (a killed run's window), judged or not."""
+        gens = {int(g) for g in self.archive.get_meta("made", {})}
+        return [c for c in self.archive.all() if c.generation in gens and not c.is_base]
+
     def _should_stop(self, evaluator, since: int) -> str | None:
         """Why no further generation is proposed, or None."""
         proposals = self.archive.proposals()
@@ -258,14 +273,25 @@ class Search:
             if self.minutes is not None:
                 evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
 
-        best, since = self._best(), int(self.archive.get_meta("since_best", 0))
+        # The running best of the tally (it moves only by 0.2%), not the best of every verdict in:
+        # a killed run's window holds verdicts its tally had not reached (an older archive: the latter).
+        tally = self.archive.get_meta("tally")
+        best = tally["best"] if tally is not None else self._best()
+        since = int(self.archive.get_meta("since_best", 0))
+        made_of = self.archive.get_meta("made", {})
         generation = self.archive.max_generation()
         # (generation, candidate ids, proposals made)
         by_generation: dict[int, list[int]] = {}
         for c in in_flight_at_start or []:
             by_generation.setdefault(c.generation, []).append(c.id)
         in_flight: list[tuple[int, list[int], int]] = [
-            (g, ids, len(ids) if g else 0) for g, ids in sorted(by_generation.items())]
+            (g, ids, int(made_of.get(str(g), len(ids) if g else 0)))
+            for g, ids in sorted(by_generation.items())]
+        if in_flight and in_flight[0][0] > 0:
+            # A killed run's window: its first tally may migrate island elites before anything is
+            # proposed here, from the islands as the newest generation's proposals saw them.
+            rows = [c for c in self.archive.all() if c.generation < generation]
+            self.population.rebuild(self._visible(rows, generation), self.archive.migrations())
         # The base is judged whatever the budget (everything is compared with it, as when it was
         # judged before the search began): the deadline applies once its verdict is in.
         if not (in_flight and in_flight[0][0] == 0):
@@ -323,7 +349,7 @@ class Search:
             for cid, to in self.population.migrate(done_gen):
                 self.archive.add_migration(done_gen, cid, to)
             best, since = self._tally(done_gen, made, best, since)
-            self.archive.set_meta("since_best", since)
+            self._save_tally(done_gen, best, since)
             self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
@@ -387,10 +413,17 @@ def optimize(config: SearchConfig) -> SearchResult:
             evaluator.submit(pending)
             in_flight_at_start = pending
         else:
-            if pending:
-                progress.note(f"evaluating {len(pending)} pending candidate(s) first")
-                evaluator.run(pending)
+            # A killed run's window goes back in flight (the loop tallies it in order); anything
+            # else pending (an archive older than the tally) is judged first.
+            window = search.untallied()
+            rest = [c for c in pending if c.id not in {w.id for w in window}]
+            if rest:
+                progress.note(f"evaluating {len(rest)} pending candidate(s) first")
+                evaluator.run(rest)
             search.check_base()
+            if window:
+                evaluator.submit([c for c in window if c.status == "pending" or c["awaiting_full"]])
+                in_flight_at_start = window
         rows = search.archive.all()
         progress.set_counts(
             search.archive.proposals(),

@@ -243,6 +243,38 @@ def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake
     assert resumed.data["proposals"] == whole.data["proposals"] == 10
 
 
+@pytest.mark.parametrize("tallied, window", [(4, [5, 6]), (5, [6, 7, 8])])
+def test_a_run_killed_with_generations_in_flight_resumes_as_one_run(tmp_path, fake_gpu, tallied, window):
+    """Killed with generations proposed but not yet tallied (one judged, the rest not): the resume
+    takes them back into its window, so their proposals count toward stagnation, the best and the
+    islands' migrations (every 3rd generation) move on in the order one uninterrupted run's did, and
+    it proposes the same. With a full window the first thing it does is tally generation 6, whose
+    migration needs the islands as the last proposal saw them."""
+    from kernelsmith.search.archive import Archive
+
+    kw = dict(pipeline=3, islands=2, stagnation=8)
+    whole = optimize(_config(tmp_path, fake_gpu, name="whole", budget=24, **kw))
+    optimize(_config(tmp_path, fake_gpu, name="killed", budget=2 * tallied, **kw))
+    search = Search(_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
+    try:  # what the killed run had done next: the window proposed, its first candidate judged
+        assert all(search._propose(g, search.batch) == 2 for g in window)
+        first = search.archive.where("generation=?", (window[0],))[0]
+        verdict = fake_gpu.ModelReferee(search.task).evaluate(first["code"], timing="staged")
+        search.archive.set_verdict(first["id"], verdict.to_json(), "fb", timing=verdict.depth)
+    finally:
+        search.archive.close()
+    resumed = optimize(_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
+
+    def trail(name):
+        with Archive(tmp_path / name / "archive.sqlite") as a:
+            rows = [(r["id"], r["generation"], r["parent_id"], r["code"]) for r in a.all()]
+            return rows, a.migrations(), a.get_meta("since_best", 0), a.get_meta("made")
+
+    assert trail("killed") == trail("whole")
+    assert resumed.data["proposals"] == whole.data["proposals"]
+    assert resumed.data["stop_reason"] == whole.data["stop_reason"]
+
+
 def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
         tmp_path, fake_gpu, monkeypatch):
     """On the H200 a sampler config at the 20 s compile limit held the window: no generation could be
