@@ -206,7 +206,7 @@ class Search:
                         best=None,
                     )
         if made:  # until it is tallied: a resume takes the generation back into its window
-            self.archive.set_meta("made", {**self.archive.get_meta("made", {}), str(generation): made})
+            self._set_made({**self._made(), generation: made})
         return made
 
     def check_base(self) -> None:
@@ -241,15 +241,25 @@ class Search:
 
     def _save_tally(self, generation: int, best: float | None, since: int) -> None:
         """Keep the tally after `generation` in the archive: a resume goes on from exactly there."""
-        made = self.archive.get_meta("made", {})
-        made.pop(str(generation), None)
-        self.archive.set_meta("made", made)
+        made = self._made()
+        made.pop(generation, None)
+        self._set_made(made)
         self.archive.set_meta("since_best", since)
         self.archive.set_meta("tally", {"generation": generation, "best": best})
 
+    def _made(self) -> dict[int, int]:
+        """Proposals per generation not yet tallied (archive meta `made`; malformed entries ignored)."""
+        made = self.archive.get_meta("made", {})
+        if not isinstance(made, dict):
+            return {}
+        return {int(g): n for g, n in made.items() if str(g).isdigit() and isinstance(n, int) and n > 0}
+
+    def _set_made(self, made: dict[int, int]) -> None:
+        self.archive.set_meta("made", {str(g): n for g, n in sorted(made.items())})
+
     def untallied(self) -> list[Candidate]:
         """The rows of generations proposed but not tallied (a killed run's window), judged or not."""
-        gens = {int(g) for g in self.archive.get_meta("made", {})}
+        gens = self._made()
         return [c for c in self.archive.all() if c.generation in gens and not c.is_base]
 
     def _should_stop(self, evaluator, since: int) -> str | None:
@@ -276,16 +286,17 @@ class Search:
         # The running best of the tally (it moves only by 0.2%), not the best of every verdict in:
         # a killed run's window holds verdicts its tally had not reached (an older archive: the latter).
         tally = self.archive.get_meta("tally")
-        best = tally["best"] if tally is not None else self._best()
+        known = isinstance(tally, dict) and isinstance(tally.get("best"), (int, float, type(None)))
+        best = tally["best"] if known else self._best()
         since = int(self.archive.get_meta("since_best", 0))
-        made_of = self.archive.get_meta("made", {})
+        made_of = self._made()
         generation = self.archive.max_generation()
         # (generation, candidate ids, proposals made)
         by_generation: dict[int, list[int]] = {}
         for c in in_flight_at_start or []:
             by_generation.setdefault(c.generation, []).append(c.id)
         in_flight: list[tuple[int, list[int], int]] = [
-            (g, ids, int(made_of.get(str(g), len(ids) if g else 0)))
+            (g, ids, made_of.get(g, len(ids) if g else 0))
             for g, ids in sorted(by_generation.items())]
         if in_flight and in_flight[0][0] > 0:
             # A killed run's window: its first tally may migrate island elites before anything is
