@@ -247,6 +247,14 @@ class Search:
         self.archive.set_meta("since_best", since)
         self.archive.set_meta("tally", {"generation": generation, "best": best})
 
+    def _tallied_best(self) -> float | None:
+        """The running best of the last tally (it moves by 0.2% steps only), not the best of every
+        verdict in: a killed run's window holds verdicts its tally had not reached. An archive
+        without the meta: the latter."""
+        tally = self.archive.get_meta("tally")
+        best = tally.get("best", "") if isinstance(tally, dict) else ""
+        return best if best is None or isinstance(best, (int, float)) else self._best()
+
     def _made(self) -> dict[int, int]:
         """Proposals per generation not yet tallied (archive meta `made`; malformed entries ignored)."""
         made = self.archive.get_meta("made", {})
@@ -283,11 +291,7 @@ class Search:
             if self.minutes is not None:
                 evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
 
-        # The running best of the tally (it moves only by 0.2%), not the best of every verdict in:
-        # a killed run's window holds verdicts its tally had not reached (an older archive: the latter).
-        tally = self.archive.get_meta("tally")
-        known = isinstance(tally, dict) and isinstance(tally.get("best"), (int, float, type(None)))
-        best = tally["best"] if known else self._best()
+        best = self._tallied_best()
         since = int(self.archive.get_meta("since_best", 0))
         made_of = self._made()
         generation = self.archive.max_generation()
@@ -433,6 +437,8 @@ def optimize(config: SearchConfig) -> SearchResult:
                 evaluator.run(rest)
             search.check_base()
             if window:
+                gens = sorted({c.generation for c in window})
+                progress.note(f"generation(s) {', '.join(map(str, gens))} were in flight: back in the window")
                 evaluator.submit([c for c in window if c.status == "pending" or c["awaiting_full"]])
                 in_flight_at_start = window
         rows = search.archive.all()
