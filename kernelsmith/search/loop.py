@@ -143,6 +143,12 @@ class Search:
             out.append(c)
         return out
 
+    def _seen_by(self, generation: int) -> list[Candidate]:
+        """The rows generation `generation` sees (earlier generations only), the islands rebuilt from them."""
+        rows = self._visible([c for c in self.archive.all() if c.generation < generation], generation)
+        self.population.rebuild(rows, self.archive.migrations())
+        return rows
+
     def _island(self, generation: int, slot: int) -> int:
         """The island a slot works for: every island gets turns, however small the batch."""
         return (generation * self.batch + slot) % self.population.n_islands
@@ -151,8 +157,7 @@ class Search:
         """Make one generation of proposals and record them in slot order (model calls run in parallel)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        rows = self._visible(self.archive.all(), generation)
-        self.population.rebuild(rows, self.archive.migrations())
+        rows = self._seen_by(generation)
         for m in self.mutators:
             m.sync(rows)
         known = self.archive.known_hashes()
@@ -245,14 +250,13 @@ class Search:
         made.pop(generation, None)
         self._set_made(made)
         self.archive.set_meta("since_best", since)
-        self.archive.set_meta("tally", {"generation": generation, "best": best})
+        self.archive.set_meta("tally_best", best)
 
     def _tallied_best(self) -> float | None:
         """The running best of the last tally (it moves by 0.2% steps only), not the best of every
         verdict in: a killed run's window holds verdicts its tally had not reached. An archive
         without the meta: the latter."""
-        tally = self.archive.get_meta("tally")
-        best = tally.get("best", "") if isinstance(tally, dict) else ""
+        best = self.archive.get_meta("tally_best", "")
         return best if best is None or isinstance(best, (int, float)) else self._best()
 
     def _made(self) -> dict[int, int]:
@@ -305,8 +309,7 @@ class Search:
         if in_flight and in_flight[0][0] > 0:
             # A killed run's window: its first tally may migrate island elites before anything is
             # proposed here, from the islands as the newest generation's proposals saw them.
-            rows = [c for c in self.archive.all() if c.generation < generation]
-            self.population.rebuild(self._visible(rows, generation), self.archive.migrations())
+            self._seen_by(generation)
         # The base is judged whatever the budget (everything is compared with it, as when it was
         # judged before the search began): the deadline applies once its verdict is in.
         if not (in_flight and in_flight[0][0] == 0):
@@ -431,7 +434,8 @@ def optimize(config: SearchConfig) -> SearchResult:
             # A killed run's window goes back in flight (the loop tallies it in order); anything
             # else pending (an archive older than the tally) is judged first.
             window = search.untallied()
-            rest = [c for c in pending if c.id not in {w.id for w in window}]
+            ids = {c.id for c in window}
+            rest = [c for c in pending if c.id not in ids]
             if rest:
                 progress.note(f"evaluating {len(rest)} pending candidate(s) first")
                 evaluator.run(rest)
@@ -439,7 +443,7 @@ def optimize(config: SearchConfig) -> SearchResult:
             if window:
                 gens = sorted({c.generation for c in window})
                 progress.note(f"generation(s) {', '.join(map(str, gens))} were in flight: back in the window")
-                evaluator.submit([c for c in window if c.status == "pending" or c["awaiting_full"]])
+                evaluator.submit([c for c in pending if c.id in ids])
                 in_flight_at_start = window
         rows = search.archive.all()
         progress.set_counts(

@@ -140,9 +140,9 @@ def _learned_points(config, task) -> int | None:
 
     if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
         return None
-    from .mutators.tunables import space_points
+    from .mutators.tunables import discover, relevant, space_points
 
-    return space_points(task.base_code, task.operator.entry)
+    return space_points(relevant(discover(task.base_code), task.base_code, task.operator.entry))
 
 
 def _default_islands(budget: int | None) -> int:

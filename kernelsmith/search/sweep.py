@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
 from statistics import geometric_mean
 
 from .candidate import Candidate
 from .mutators import Proposal
 from .mutators.params import GridMutator
-from .mutators.tunables import label
+from .mutators.tunables import label, space_points
 from .mutators.twins import COUNT_CAP
 
 GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
@@ -41,7 +40,7 @@ class SweepGrid(GridMutator):
     def __init__(self, task, *, device: str, seed: int, budget_hint: int = 40, cap: int = GRID_CAP):
         super().__init__(task, device=device, budget_hint=budget_hint)
         self.domains = [list(t.domain) for t in self.tunables]
-        self.size = math.prod(len(d) for d in self.domains)
+        self.size = space_points(self.tunables)
         self.cap = cap
         self._grid = self._points(random.Random(f"sweep/{seed}"))
         self._counted: tuple[int, int] | None | bool = False  # not counted yet

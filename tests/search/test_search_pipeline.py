@@ -276,16 +276,16 @@ def test_a_run_killed_with_generations_in_flight_resumes_as_one_run(tmp_path, fa
 
 
 def test_a_malformed_window_in_the_archive_is_ignored_not_a_crash(tmp_path, fake_gpu):
-    """The archive sits in the run directory: meta `made` / `tally` that are not what the loop writes
+    """The archive sits in the run directory: meta `made` / `tally_best` that are not what the loop writes
     count for nothing (the resume falls back to judging pending rows first and the verdicts' best)."""
     optimize(_config(tmp_path, fake_gpu, budget=4))
     search = Search(_config(tmp_path, fake_gpu, budget=6, resume=True))
     try:
         search.archive.set_meta("made", {"x": 2, "3": "two", "4": 2, "5": -1})
-        search.archive.set_meta("tally", ["not", "a", "tally"])
+        search.archive.set_meta("tally_best", ["not", "a", "number"])
         assert search._made() == {4: 2} and search._tallied_best() == search._best()
         search.archive.set_meta("made", "junk")
-        search.archive.set_meta("tally", {"generation": 2})
+        search.archive.set_meta("tally_best", {"generation": 2})
         assert search._made() == {} and search.untallied() == [] and search._tallied_best() == search._best()
     finally:
         search.archive.close()

@@ -132,9 +132,9 @@ def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
     return [t for t in tunables if t.scope in reach or t.scope is None and (not t.users or t.users & reach)]
 
 
-def space_points(code: str, entry: str) -> int:
-    """How many launch configurations the tunables `entry` reaches make (the product of their domains)."""
-    return math.prod(len(t.domain) for t in relevant(discover(code), code, entry))
+def space_points(tunables: list[Tunable]) -> int:
+    """How many launch configurations `tunables` make (the product of their domains)."""
+    return math.prod(len(t.domain) for t in tunables)
 
 
 def values_of(tunables: list[Tunable]) -> dict[str, int]:
