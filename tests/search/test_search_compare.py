@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.compare import compare_runs, main
+from kernelsmith.search.compare import compare_runs, main, render
 
 
 def shapes(speeds: list[float]) -> list[dict]:
@@ -73,6 +73,10 @@ def test_gpu_seconds_to_fractions_of_the_sweeps_per_shape_best(tmp_path):
     assert p["kind"] == "optimize --mutator params" and p["gpu_s_to"] == {"50%": 2.0, "90%": 2.0, "95%": 3.0}
     assert p["final_geomean"] is None and p["held_gpu_s"] == 120.0 and p["evals_per_held_gpu_minute"] == 2.0
     assert p["search_best"] == 5.8 and p["gpu_s"] == 4.0
+    # The issue's bar: 95% within at most half the sweep's GPU-seconds (3 of 10: 30%); a run that
+    # never got there has no share.
+    assert p["share_of_sweep_gpu_s"] == 0.3 and s["share_of_sweep_gpu_s"] is None
+    assert data["sweep_complete"] is None  # this synthetic sweep says nothing of its grid
     # Best reached at fractions of the sweep's 10 GPU-seconds.
     assert data["reference_gpu_s"] == 10.0
     assert [(r["gpu_s"], r[str(sweep)], r[str(search)]) for r in data["speedup_vs_gpu_s"]] == [
@@ -85,11 +89,12 @@ def test_the_cli_prints_the_tables_and_refuses_unfinished_runs(tmp_path, capsys)
     text = capsys.readouterr().out
     assert text.startswith("Reference: 6.000x (per-shape best of sweep ")
     assert "a run's best counts measured wins; \"to 95%\": GPU-seconds until its best held 95% of the " \
-        "reference's gain over the base (5.750x)." in text
-    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 5.800x | no winner "
-           "| 4 | 2.0 |")
+        "reference's gain over the base (5.750x); \"of sweep\": that time over the sweep's GPU-seconds " \
+        "(the sweep's result does not say how much of its grid it judged)." in text
+    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 30% | 5.800x "
+           "| no winner | 4 | 2.0 |")
     assert row in text
-    assert "| sweep | sweep | 1 | 10.0 | 30.0 | 8.0 | never | never | 5.000x | 4.900 | 5 | 10.0 |" in text
+    assert "| sweep | sweep | 1 | 10.0 | 30.0 | 8.0 | never | never | - | 5.000x | 4.900 | 5 | 10.0 |" in text
     assert "| 5.0 | 3.000x | 5.800x |" in text
     assert main([str(sweep), str(search), "--json", "--reference", "5.0"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -127,6 +132,26 @@ def test_the_reference_is_the_sweeps_target(tmp_path):
     data = compare_runs([run])
     assert data["reference"] == 6.0 and "a per-shape table pays" in data["reference_source"]
     assert data["runs"][0]["gpu_s_to"]["95%"] is None
+
+
+def test_the_share_of_the_sweeps_gpu_seconds_says_whether_the_sweep_was_complete(tmp_path):
+    """The issue's bar compares a search's time to 95% with the sweep's GPU-seconds: the whole
+    grid's where the sweep judged it all (said so), a partial grid's otherwise (said too)."""
+    sweep = {"per_shape_best_geomean": 5.0, "best_single_geomean": 5.0, "target_geomean": 5.0,
+             "grid_size": 4, "evaluated": 4, "complete": True}
+    run = make_run(tmp_path / "sweep", [(2.0, 1.5, "full"), (2.0, 5.0, "full"), (2.0, 0.5, "full"),
+                                        (2.0, 2.0, "full")], command="sweep", mutator="grid", wall_s=10.0,
+                   gpus=[0], sweep=sweep, final=5.0)
+    search = make_run(tmp_path / "params", [(1.0, 5.0, "full")], command="optimize", mutator="params",
+                      wall_s=5.0, gpus=[0], final=5.0)
+    data = compare_runs([run, search])
+    assert data["sweep_complete"] is True and data["reference_gpu_s"] == 8.0
+    assert [r["share_of_sweep_gpu_s"] for r in data["runs"]] == [0.5, 0.125]
+    assert "(the complete grid, 4 of 4 configs judged)" in render(data)
+    sweep.update(complete=False, grid_size=9)
+    run = make_run(tmp_path / "sweep2", [(2.0, 5.0, "full")], command="sweep", mutator="grid", wall_s=5.0,
+                   gpus=[0], sweep=sweep, final=5.0)
+    assert "(a partial grid, 4 of 9 configs judged)" in render(compare_runs([run, search]))
 
 
 
