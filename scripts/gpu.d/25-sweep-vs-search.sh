@@ -169,14 +169,20 @@ by_op = defaultdict(dict)
 for f in sorted(Path(sys.argv[1]).glob("*-s*-compare.json")):
     op, seed = f.name[: -len("-compare.json")].rsplit("-s", 1)
     runs = {r["kind"].split()[0]: r for r in json.loads(f.read_text())["runs"]}
-    by_op[op][int(seed)] = {k: (runs[k]["gpu_s_to"] or {}).get("95%") for k in ("sweep", "optimize") if k in runs}
+    row = {k: (runs[k]["gpu_s_to"] or {}).get("95%") for k in ("sweep", "optimize") if k in runs}
+    row["total"] = runs["sweep"]["gpu_s"] if "sweep" in runs else None
+    row["share"] = runs["optimize"].get("share_of_sweep_gpu_s") if "optimize" in runs else None
+    by_op[op][int(seed)] = row
 for op, seeds in by_op.items():
     print(f"## {op}: referee GPU-seconds to 95% of each seed's sweep reference\n")
-    print("| seed | sweep | params |\n|---:|---:|---:|")
+    print("| seed | sweep | params | sweep's GPU-s | params' share of them |\n|---:|---:|---:|---:|---:|")
     for seed, v in sorted(seeds.items()):
-        print(f"| {seed} | {v.get('sweep') or 'never'} | {v.get('optimize') or 'never'} |")
-    med = {k: statistics.median([v.get(k) or math.inf for v in seeds.values()]) for k in ("sweep", "optimize")}
-    print(f"| median | {med['sweep']} | {med['optimize']} |\n")
+        share = f"{100 * v['share']:.0f}%" if v.get("share") is not None else "-"
+        print(f"| {seed} | {v.get('sweep') or 'never'} | {v.get('optimize') or 'never'} | {v.get('total')} | {share} |")
+    med = {k: statistics.median([v.get(k) or math.inf for v in seeds.values()])
+           for k in ("sweep", "optimize", "share")}
+    mshare = f"{100 * med['share']:.0f}%" if math.isfinite(med["share"]) else "never"
+    print(f"| median | {med['sweep']} | {med['optimize']} | | {mshare} |\n")
 PY
   cat "$D/seeds.md" >> "$SUMMARY"
 fi
