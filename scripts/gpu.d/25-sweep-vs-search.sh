@@ -17,6 +17,8 @@
 #   2 GPUs 0.75 min, 4 GPUs 2 min, 8 GPUs 3.5 min; one operator on 2 GPUs 8 min.
 # SVS_DIR: the results folder under $OUT (default sweep-vs-search; another name keeps an earlier
 #   invocation's results, e.g. operators with different SVS_MINUTES in one device call).
+# SVS_KINDS: "sweep params" (default), or one of them: e.g. more search seeds against a complete sweep
+#   measured earlier (its run directory then goes to `python -m kernelsmith.search.compare` by hand).
 # SVS_SEEDS: the --seed of each pair of runs (default "0"). With more than one, every operator runs
 #   once per seed (run names end in -s<seed>) and seeds.md tabulates GPU-seconds to 95% per seed and
 #   their medians: on a space of a few distinct launches one pair of runs is an order's luck.
@@ -33,6 +35,7 @@ OPS=${SVS_OPS:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router
 TOTAL=${SVS_TOTAL_S:-540}
 OVERHEAD=${SVS_OVERHEAD_S:-60}
 SEEDS=${SVS_SEEDS:-0}
+KINDS=${SVS_KINDS:-"sweep params"}
 SUMMARY="$D/summary.md"
 status=0
 start=$SECONDS
@@ -59,7 +62,7 @@ lanes=$((gpus / 2))
 paired=1
 [ "$lanes" -ge 1 ] || { lanes=1; paired=0; }
 rounds=$(((${#todo[@]} + lanes - 1) / lanes))
-runs_per_round=$((paired ? 1 : 2))  # runs one after the other in a lane per operator
+runs_per_round=$((paired ? 1 : $(echo $KINDS | wc -w)))  # runs one after the other in a lane per operator
 MIN=${SVS_MINUTES:-$(python3 -c "
 import math, sys
 total, overhead, rounds, serial = map(float, sys.argv[1:])
@@ -104,16 +107,16 @@ operator() {  # target:op@seed lane
   local sweep=(${KS} sweep "$target" "$op" --checkout "$co" --seed "$seed")
   local search=(${KS} optimize "$target" "$op" --checkout "$co" --mutator params --seed "$seed")
   [ -n "${SVS_STAGNATION:-}" ] && search+=(--stagnation "$SVS_STAGNATION")
-  if [ "$paired" = 1 ]; then
+  if [ "$paired" = 1 ] && [ "$KINDS" = "sweep params" ]; then
     one "$tag-sweep" "$g0" "${sweep[@]}" &
     one "$tag-params" "$g1" "${search[@]}" &
     wait
   else
-    one "$tag-sweep" "$g0" "${sweep[@]}"
-    one "$tag-params" "$g1" "${search[@]}"
+    case " $KINDS " in *" sweep "*) one "$tag-sweep" "$g0" "${sweep[@]}" ;; esac
+    case " $KINDS " in *" params "*) one "$tag-params" "$g1" "${search[@]}" ;; esac
   fi
   local runs=()
-  for kind in sweep params; do
+  for kind in $KINDS; do
     [ -f "$D/$tag-$kind/result.json" ] && runs+=("$D/$tag-$kind")
     [ "$(cat "$D/$tag-$kind.rc" 2>/dev/null)" -le 1 ] 2>/dev/null || echo "FAILED" > "$D/$tag.failed"
   done
