@@ -27,6 +27,11 @@ TIMINGS = ("full", "screen", "staged", "none")
 INIT_TIMEOUT_S = 300.0
 DEFAULT_TIMEOUT_S = {"cuda": 300.0, "interpret": 600.0}
 BASE_SEED_LIMIT = 64 << 20  # bytes of base binaries handed from worker to worker (more: compile)
+# Rejections that say a candidate computed wrong numbers or did not build, nothing about what it did
+# to the worker (which the judge checks after every evaluation whatever the verdict: its cached
+# inputs' fingerprints, process-global settings, processes left running). See `_keeps_worker`.
+HONEST_FAILURES = frozenset({"compile_error", "incorrect", "wrong_on_fresh_shape", "shape_mismatch",
+                             "dtype_mismatch", "unwritten_output"})
 
 
 class RefereeError(KernelsmithError):
@@ -207,7 +212,7 @@ class Referee:
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
                  seed: int | None = None, fresh_compile: bool = False,
                  contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None) -> Verdict:
+                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
@@ -220,6 +225,8 @@ class Referee:
         (staging.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
         speedup per listed shape (keyed by the shape's sorted JSON), which scales the bar to the
         representative shapes' screen.
+        `rendered`: kernelsmith wrote `code` from the base's own by setting launch values (the params
+        mutator, the sweep), no model did; its honest failure keeps the worker (`_keeps_worker`).
         """
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
@@ -230,11 +237,22 @@ class Referee:
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
         verdict.finalize()
-        # Whatever the candidate did to the worker dies with it; a malformed proposal never reached
-        # the worker, which stays (a replacement costs a fork, a CUDA context and base compiles).
-        if not verdict.accepted and verdict.reason != "malformed_proposal":
+        # Whatever the candidate did to the worker dies with it, unless `_keeps_worker` says it did
+        # nothing (a replacement costs a fork, a CUDA context and the base loaded again).
+        if not verdict.accepted and not self._keeps_worker(verdict, rendered):
             self._recycle()
         return verdict
+
+    def _keeps_worker(self, verdict: Verdict, rendered: bool) -> bool:
+        """Whether the worker judges the next candidate after this rejection: a malformed proposal
+        never reached it; a rendered candidate (the base's code, launch values set by kernelsmith)
+        whose violations are all HONEST_FAILURES leaves it as an accepted candidate does, once no
+        pinned task file changed. On the H200 a replacement took 3.5-4 s: 90 of the 120 GPU-s of
+        LMDeploy's router sweep, whose 24 blocks below its 192 experts give wrong answers."""
+        if verdict.reason == "malformed_proposal":
+            return True
+        honest = bool(verdict.violations) and set(verdict.violations) <= HONEST_FAILURES
+        return rendered and honest and self._worker is not None and not self.pinned.restore()
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
                   contender_at: float | None = None, contender_shapes: dict | None = None) -> Verdict:

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from ..referee.verdict import Verdict, is_noisy, shape_timings_usable, speedup_to_trust
 
 MALFORMED = "malformed_proposal"
+# Mutators whose code kernelsmith renders from the base's own by setting its launch values (one
+# config, or a per-shape table of them): no model writes it (the referee keeps its worker after
+# such a candidate's honest failure, referee.HONEST_FAILURES).
+RENDERED_MUTATORS = ("params", "grid")
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +91,12 @@ class Candidate(Mapping):
     def is_base(self) -> bool:
         """The base's own row (evaluated against itself)."""
         return self.mutator == "base"
+
+    @property
+    def rendered(self) -> bool:
+        """Kernelsmith wrote its code from the base's by setting launch values (RENDERED_MUTATORS);
+        a params retune of a model's rewrite (params "on") is that model's code."""
+        return self.mutator in RENDERED_MUTATORS and not (self.params or {}).get("on")
 
     @property
     def evaluated(self) -> bool:

@@ -340,7 +340,8 @@ class Evaluator:
             if self._stopped():
                 return False
         if not self.timed:
-            self._store(row, ref.evaluate(code, candidate_id=row.id, timing="none"), "none")
+            verdict = ref.evaluate(code, candidate_id=row.id, timing="none", rendered=row.rendered)
+            self._store(row, verdict, "none")
             return True
         if base:
             # The base against itself: baseline times, roofline and the A/A noise floor.
@@ -359,7 +360,7 @@ class Evaluator:
         if shapes and fragile(shapes.values()):
             bar *= FRAGILE_BAR
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
-                               contender_shapes=shapes)
+                               contender_shapes=shapes, rendered=row.rendered)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")
         return True
 

@@ -82,3 +82,29 @@ def test_evaluate_command_exit_codes(capsys, tmp_path):
     assert "REJECTED" in out and "unwritten_output" in out and "No timing was done" in out
     assert cli_main([*argv, "--candidate", str(tmp_path / "missing.py")]) == 2
     assert cli_main(["evaluate", "demo", "no_such_op", "--checkout", str(MINISERVE)]) == 2
+
+
+def test_a_rendered_candidates_wrong_answer_keeps_the_worker_a_models_does_not():
+    """The params mutator's and the sweep's candidates are the base with launch values set by
+    kernelsmith (`rendered`): a wrong answer among them (the router's blocks below its expert count)
+    says nothing about the worker, which the judge checked after it as after every evaluation, so
+    the next candidate is judged in the same worker (a replacement took 3.5-4 s on the H200). The
+    same wrong code from a model, or a rendered candidate that crashed, gets a fresh worker."""
+    base = (MINISERVE / "miniserve" / "kernels" / "silu_and_mul.py").read_text()
+    wrong = base.replace("* up\n", "* up * 1.5\n")
+    assert wrong != base
+    honest = (CORPUS / "honest" / "silu_and_mul__block_warps.py").read_text()
+    with Referee(demo_task("silu_and_mul"), device="interpret", timeout_s=60) as ref:
+        verdict = ref.evaluate(wrong, candidate_id=1, rendered=True)
+        assert verdict.reason == "incorrect" and verdict.violations == ["incorrect"]
+        worker = ref._worker
+        assert worker is not None
+        assert ref.evaluate(honest, candidate_id=2, rendered=True).accepted
+        assert ref._worker is worker  # judged in the same worker, and judged right
+        assert ref.evaluate(wrong, candidate_id=3).reason == "incorrect"  # a model's: recycled
+        assert ref._worker is None
+        assert ref.evaluate(honest, candidate_id=4, rendered=True).accepted
+        crash = base.replace("    d = x.shape[-1] // 2\n", "    raise RuntimeError('boom')\n")
+        assert crash != base
+        assert ref.evaluate(crash, candidate_id=5, rendered=True).reason == "crash"
+        assert ref._worker is None

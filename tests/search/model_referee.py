@@ -89,12 +89,13 @@ class ModelReferee:
         self.shapes = task.harness.shapes_for(device)
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None):
+                 contender_at=None, contender_shapes=None, rendered=False):
         if timing == "staged":  # the worker's stages, over the model's timings
-            return self._staged(code, candidate_id, seed, fresh_compile, contender_at, contender_shapes)
+            return self._staged(code, candidate_id, seed, fresh_compile, contender_at, contender_shapes,
+                                rendered)
         seed = self.seed if seed is None else seed
         CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu,
-                      "fresh_compile": fresh_compile})
+                      "fresh_compile": fresh_compile, "rendered": rendered})
         code = code if code is not None else self.task.base_code
         rows = config_of(code)
         if any(cfg["BLOCK"] > 8192 for _, cfg in rows):
@@ -144,10 +145,10 @@ class ModelReferee:
         v.eval_s = 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)  # modelled referee seconds
         return v.finalize()
 
-    def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes):
+    def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes, rendered=False):
         """The worker's staged timing (referee/staging.run_staged, the same function) fed by the
         model: representative shapes, the rest, then the full measurement for a contender."""
-        kw = dict(candidate_id=cid, seed=seed, fresh_compile=fresh_compile)
+        kw = dict(candidate_id=cid, seed=seed, fresh_compile=fresh_compile, rendered=rendered)
         screen = self.evaluate(code, timing="screen", **kw)
         if not screen.accepted:
             return screen
@@ -164,12 +165,16 @@ class ModelReferee:
             conclude(out, mode)
             return True
 
-        sizes = [s["tokens"] * s["d"] for s in self.shapes]
+        sizes = self.sizes()
         best = [(contender_shapes or {}).get(shape_key(s)) for s in self.shapes]
         run_staged(timer, out, sizes, contender_at, best_shapes=best)
         v = Verdict.from_json(out)
         v.eval_s = screen.eval_s + (2.0 if "full" in taken else 0.0)  # one load and correctness pass
         return v.finalize()
+
+    def sizes(self) -> list[int]:
+        """Each listed shape's size, the staged screen's representative-shape pick."""
+        return [s["tokens"] * s["d"] for s in self.shapes]
 
     def close(self):
         pass

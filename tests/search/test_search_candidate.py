@@ -76,3 +76,15 @@ def test_with_columns_keeps_fields_and_view_in_step_and_candidates_pickle(archiv
     assert Candidate.of(c) is c and Candidate.of(dict(c)) == c
     with pytest.raises(TypeError):
         {c}  # noqa: B018 - like the dict it stands for, a row is not hashable
+
+
+def test_only_code_kernelsmith_rendered_from_the_base_counts_as_rendered(archive):
+    """The referee keeps its worker after a rendered candidate's honest failure: the params
+    mutator's and the sweep's configs are; a model's rewrite is not, nor a params retune of it."""
+    base = archive.add("base = 1\n", mutator="base")
+    params = archive.add("x = 2\n", mutator="params", parent_id=base, params={"values": {"BLOCK": 64}})
+    grid = archive.add("x = 3\n", mutator="grid", parent_id=base, params={"values": {"BLOCK": 32}})
+    llm = archive.add("x = 4\n", mutator="llm", parent_id=base, params={"kind": "rewrite"})
+    retune = archive.add("x = 5\n", mutator="params", parent_id=llm, params={"on": llm, "values": {"B": 8}})
+    assert [archive.get(i).rendered for i in (base, params, grid, llm, retune)] == [
+        False, True, True, False, False]

@@ -134,7 +134,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
     """The model referee taking real time, a different amount per GPU and candidate."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None):
+                 contender_at=None, contender_shapes=None, rendered=False):
         import random
         import time
 

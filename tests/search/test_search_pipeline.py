@@ -11,6 +11,7 @@ from stub_compiler import StubCompiler
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
+from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import Search, SearchConfig, optimize
 from kernelsmith.search.precompile import compile_processes
 
@@ -123,6 +124,19 @@ def test_the_flag_reaches_the_run(tmp_path, fake_gpu):
           "--budget", "4", "--device", "cuda", "--out", str(out), "--no-progress", "--pipeline", "4"])
     assert json.loads((out / "run.json").read_text())["pipeline"] == 4
     assert main(["optimize", "demo", "silu_and_mul", "--pipeline", "0"]) == 2
+
+
+def test_the_referee_is_told_which_candidates_kernelsmith_rendered(tmp_path, fake_gpu):
+    """The params mutator's candidates go to the referee as rendered (its worker survives their
+    wrong answers); the base and the final re-measurement are judged as before."""
+    result = optimize(_config(tmp_path, fake_gpu, budget=6))
+    with Archive(result.run_dir / "archive.sqlite") as a:
+        base = a.base().id
+        rendered = {c.id for c in a.all() if c.rendered}
+    searched = [c for c in fake_gpu.CALLS if c["cid"] != base and not c["fresh_compile"]]
+    assert len(rendered) == 6 and {c["cid"] for c in searched} == rendered
+    assert all(c["rendered"] for c in searched)
+    assert not any(c["rendered"] for c in fake_gpu.CALLS if c["cid"] == base or c["fresh_compile"])
 
 
 def test_the_first_generation_is_proposed_and_compiled_while_the_base_is_judged(tmp_path, fake_gpu):

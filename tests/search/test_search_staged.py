@@ -29,7 +29,7 @@ class StagedModelReferee(model_referee.ModelReferee):
     """The model referee whose "staged" timing runs the worker's staging logic on its numbers."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None):
+                 contender_at=None, contender_shapes=None, rendered=False):
         if timing != "staged":
             return super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
                                     fresh_compile=fresh_compile, contender_at=contender_at,

@@ -15,7 +15,7 @@ from statistics import fmean
 
 from ...referee.verdict import subset_geomean
 from ..archive import code_hash
-from ..candidate import Candidate
+from ..candidate import RENDERED_MUTATORS, Candidate
 from ..edits import format_edits, make_edits
 from ..evidence import SLOWEST_SHAPE, fragile
 from . import Proposal
@@ -33,7 +33,7 @@ UNCLEAR_SPLITS = 2
 
 # Rejections that say a value is outside what the kernel or the device can take.
 EDGE_REASONS = {"compile_error", "crash", "timeout", "incorrect", "wrong_on_fresh_shape"}
-SPACE_MUTATORS = ("base", "params", "grid")
+SPACE_MUTATORS = ("base", *RENDERED_MUTATORS)
 EDGE_EVIDENCE = 2  # failures at or beyond a value (with no success there) that make it an edge
 
 

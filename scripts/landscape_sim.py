@@ -1,0 +1,205 @@
+"""Replay a measured sweep as a landscape and run the search against it on the CPU, many seeds.
+
+    python scripts/landscape_sim.py --target lmdeploy --op fused_single_group_router \
+        --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid]
+
+Every launch config a sweep (or any run) judged on the H200 is a point of the landscape: its
+verdict (a rejection, or per-shape speedups, untimed shapes filled with the config's geomean) and
+its referee seconds. The real search loop (Search, its pipeline, staging and mutators) then runs
+with a referee that looks configs up instead of timing them, so a change to how the params mutator
+proposes can be compared over twenty seeds in minutes, without the device. It prints, per seed,
+the evaluations and the landscape's referee seconds until the first accepted candidate whose
+measured geomean holds 95% of the landscape's best gain, and their medians. A config the
+landscape lacks (or a per-shape table) counts as rejected and is reported: measure a complete sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
+
+import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
+
+from kernelsmith.referee.verdict import Verdict  # noqa: E402
+from kernelsmith.search.archive import Archive  # noqa: E402
+from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
+from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
+from kernelsmith.search.mutators.tunables import discover  # noqa: E402
+
+SHARE = 0.95  # of the best gain over the base: the issue's bar
+
+
+def load_landscape(archives: list[str]) -> dict[str, dict]:
+    """{config json: {"reason" | "speeds", "eval_s"}} from the single-config rows of run archives."""
+    land: dict[str, dict] = {}
+    for path in archives:
+        con = sqlite3.connect(path)
+        con.row_factory = sqlite3.Row
+        for row in con.execute("select params, verdict, eval_s from candidates where verdict is not null"):
+            params = json.loads(row["params"] or "{}")
+            if not params.get("values") or params.get("table"):
+                continue
+            v = json.loads(row["verdict"])
+            key = json.dumps(params["values"], sort_keys=True)
+            point = {"eval_s": float(row["eval_s"] or v.get("eval_s") or 0.0)}
+            if not v["accepted"]:
+                point["reason"] = v.get("reason") or "rejected"
+            else:
+                speeds = [s.get("speedup") for s in v.get("shapes", [])]
+                known = [s for s in speeds if s]
+                if not known:
+                    continue
+                g = math.exp(statistics.fmean(math.log(s) for s in known))
+                point["speeds"] = [s or g for s in speeds]
+                point["geomean"] = v.get("geomean_speedup") or g
+            if key not in land or "geomean" in point and v.get("geomean_speedup"):
+                land[key] = point  # a full measurement outranks a screen of the same config
+        con.close()
+    return land
+
+
+class LandscapeReferee(model_referee.ModelReferee):
+    """The model referee's staging over a measured landscape instead of a cost model."""
+
+    LAND: dict[str, dict] = {}
+    MISSES: list[str] = []
+    ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
+    space: ConfigSpace | None = None
+
+    def sizes(self) -> list[int]:
+        """Shapes ordered as listed (the harness's order is by size for the targets measured)."""
+        return list(range(1, len(self.shapes) + 1))
+
+    def evaluate(self, code, *, timing="full", **kw):
+        if timing == "staged":
+            return self._staged(code, kw.get("candidate_id", 0), kw.get("seed"), False,
+                                kw.get("contender_at"), kw.get("contender_shapes"))
+        code = code if code is not None else self.task.base_code
+        point = self.point_of(code, kw.get("candidate_id", 0))
+        if point is None:
+            return Verdict.rejected("compile_error", "not in the landscape").finalize()
+        if "reason" in point:
+            v = Verdict.rejected(point["reason"], "from the landscape")
+            v.eval_s = point["eval_s"]
+            return v.finalize()
+        shapes = []
+        for s, sp in zip(self.shapes, point["speeds"], strict=False):
+            shapes.append({"shape": s, "max_abs_err": 0.0, "baseline_ms": 1.0, "candidate_ms": 1.0 / sp,
+                           "speedup": sp, "ci95": [sp * 0.995, sp * 1.005],
+                           "aa_ratio": 1.001 if timing == "full" else None, "device_ms": 1.0 / sp,
+                           "host_ms": None, "bitwise_identical": True, "pct_roofline": None,
+                           "samples_ms": {"base": [0.99, 1.0, 1.01], "candidate": [1 / sp] * 3}})
+        timed = timing != "none"
+        g = math.exp(statistics.fmean(math.log(x) for x in point["speeds"]))
+        v = Verdict(accepted=True, correct=True,
+                    device={"name": "landscape", "driver": "0", "torch": "x", "triton": "y"},
+                    shapes=shapes, geomean_speedup=g if timed else None, timed=timed,
+                    timing={"metric": "device", "aa_ratio": 1.001 if timing == "full" else None,
+                            "noisy": False if timing == "full" else None})
+        v.eval_s = point["eval_s"] if timing == "screen" else 0.0
+        return v.finalize()
+
+    def point_of(self, code: str, cid: int) -> dict | None:
+        """The landscape's point for a candidate: a per-shape table's from its rows' points, shape by
+        shape (the table's params read from the run's archive); None (noted) where one is missing."""
+        if "_KS_CONFIGS" not in code:
+            key = json.dumps({t.key: t.base for t in discover(code)}, sort_keys=True)
+            if key == self.base_key():
+                return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}
+            if key not in self.LAND:
+                self.MISSES.append(key)
+            return self.LAND.get(key)
+        if self.space is None:
+            self.space = ConfigSpace(self.task, device="cuda")
+        params = Archive(self.ARCHIVE).get(cid).params
+        configs = self.space.shape_configs(Record(cid, params, params["values"], "running"))
+        points = [self.LAND.get(json.dumps(c, sort_keys=True)) for c in configs]
+        if any(p is None for p in points):
+            self.MISSES.append("a per-shape table row")
+            return None
+        failed = next((p for p in points if "reason" in p), None)
+        if failed is not None:
+            return failed
+        return {"speeds": [p["speeds"][i] for i, p in enumerate(points)],
+                "eval_s": statistics.fmean(p["eval_s"] for p in points)}
+
+    def base_key(self) -> str:
+        """The base's config as the landscape keys it."""
+        return json.dumps({t.key: t.base for t in discover(self.task.base_code)}, sort_keys=True)
+
+
+def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int | None, float | None, int]:
+    """(evaluations to the target or None, landscape referee seconds to it, evaluations in all)."""
+    cfg = SearchConfig(target=args.target, op=args.op, checkout=args.checkout, out=str(workdir / f"s{seed}"),
+                       budget=args.budget, mutator=args.mutator, device="cuda", gpus=[0], progress=False,
+                       precompile=False, seed=seed, pipeline=args.pipeline, stagnation=10**6,
+                       referee_factory=LandscapeReferee, argv=["kernelsmith", "optimize"],
+                       command="sweep" if args.mutator == "grid" else "optimize")
+    LandscapeReferee.ARCHIVE = workdir / f"s{seed}" / "archive.sqlite"
+    result = optimize(cfg)
+    rows = [c for c in Archive(Path(result.run_dir) / "archive.sqlite").all() if c.mutator != "base"]
+    spent = 0.0
+    for n, c in enumerate((c for c in rows if c.verdict is not None), start=1):
+        spent += c.verdict.eval_s  # the landscape's seconds, and 2 s where the run measured it in full
+        if c.accepted and (c.speedup or 0.0) >= target_speedup:
+            return n, spent, len(rows)
+    return None, None, len(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--op", required=True)
+    ap.add_argument("--checkout", default=None)
+    ap.add_argument("--archive", action="append", required=True)
+    ap.add_argument("--seeds", default="0-9")
+    ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--pipeline", type=int, default=3)
+    ap.add_argument("--mutator", default="params")
+    args = ap.parse_args()
+    lo, _, hi = args.seeds.partition("-")
+    seeds = range(int(lo), int(hi or lo) + 1)
+
+    import kernelsmith.referee.backend as backend
+
+    backend.cuda_available = lambda: True  # the referee is the landscape: nothing runs on a GPU
+    torch.cuda.device_count = lambda: 1
+    LandscapeReferee.LAND = load_landscape(args.archive)
+    best = max(p.get("geomean", 0.0) for p in LandscapeReferee.LAND.values())
+    target = 1.0 + SHARE * (best - 1.0)
+    total_s = sum(p["eval_s"] for p in LandscapeReferee.LAND.values())
+    print(f"landscape: {len(LandscapeReferee.LAND)} configs, best {best:.3f}x, target {target:.3f}x, "
+          f"{total_s:.1f} referee-s for all of them")
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            n, spent, judged = run_seed(args, seed, target, Path(tmp))
+            found.append((n, spent))
+            said = f"{n} evaluations, {spent:.1f} referee-s" if n else f"never in {judged}"
+            print(f"seed {seed}: {said}", flush=True)
+    hits = [f for f in found if f[0] is not None]
+    never = len(found) - len(hits)
+    big = 10**9  # a miss ranks after every hit in the medians
+    med_n = statistics.median([f[0] or big for f in found])
+    med_s = statistics.median([f[1] if f[1] is not None else big for f in found])
+    print(f"median to target: {med_n if med_n < big else 'never'} evaluations, "
+          f"{f'{med_s:.1f}' if med_s < big else 'never'} referee-s; missed at {never} of {len(found)} seeds")
+    if LandscapeReferee.MISSES:
+        print(f"{len(LandscapeReferee.MISSES)} proposals outside the landscape (judged rejected), e.g. "
+              f"{LandscapeReferee.MISSES[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
