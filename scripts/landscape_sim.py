@@ -72,6 +72,7 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
 class LandscapeReferee(model_referee.ModelReferee):
     """The model referee's staging over a measured landscape instead of a cost model."""
 
+    FULL_S = 0.0  # a point's seconds are what the run that judged it spent, full measurement or not
     LAND: dict[str, dict] = {}
     MISSES: list[str] = []
     ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
@@ -151,7 +152,7 @@ def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int
     rows = [c for c in Archive(Path(result.run_dir) / "archive.sqlite").all() if c.mutator != "base"]
     spent = 0.0
     for n, c in enumerate((c for c in rows if c.verdict is not None), start=1):
-        spent += c.verdict.eval_s  # the landscape's seconds, and 2 s where the run measured it in full
+        spent += c.verdict.eval_s  # the landscape's seconds for that config
         if c.accepted and (c.speedup or 0.0) >= target_speedup:
             return n, spent, len(rows)
     return None, None, len(rows)

@@ -84,6 +84,8 @@ def model_ms(tokens: int, d: int, block: int, warps: int) -> float:
 class ModelReferee:
     """Referee-shaped (context manager, evaluate, close, gpu, seed) with modelled timings."""
 
+    FULL_S = 2.0  # modelled referee seconds a full measurement adds to a screen
+
     def __init__(self, task, *, device="cuda", gpu=None, seed=0, **kw):
         self.task, self.device, self.gpu, self.seed = task, device, gpu, seed
         self.shapes = task.harness.shapes_for(device)
@@ -169,7 +171,7 @@ class ModelReferee:
         best = [(contender_shapes or {}).get(shape_key(s)) for s in self.shapes]
         run_staged(timer, out, sizes, contender_at, best_shapes=best)
         v = Verdict.from_json(out)
-        v.eval_s = screen.eval_s + (2.0 if "full" in taken else 0.0)  # one load and correctness pass
+        v.eval_s = screen.eval_s + (self.FULL_S if "full" in taken else 0.0)  # one load and correctness pass
         return v.finalize()
 
     def sizes(self) -> list[int]:
