@@ -14,8 +14,9 @@ rule a winner must pass, so a fast candidate that loses a shape counts for nothi
 every full, non-noisy one) reached 50/90/95% of the reference's gain over the base (1 + f x (reference
 - 1): never below f x reference, and meaningful where the headroom is small: for a 1.03x reference,
 95% of the geomean is 0.98x, which the base itself has), its final (re-measured winner's)
-geomean, evaluations, and evaluations per held GPU-minute; then the best speedup each run had
-reached at fractions of the sweep's GPU-seconds. GPU-seconds are referee seconds summed in
+geomean, evaluations, evaluations per held GPU-minute, and its time to 95% as a share of the
+sweep's GPU-seconds (the issue's bar: at most half; the header says whether the sweep judged its
+whole grid); then the best speedup each run had reached at fractions of the sweep's GPU-seconds. GPU-seconds are referee seconds summed in
 evaluation order (efficiency.py); held GPU time is wall time times GPUs.
 """
 
