@@ -16,8 +16,9 @@ every full, non-noisy one) reached 50/90/95% of the reference's gain over the ba
 95% of the geomean is 0.98x, which the base itself has), its final (re-measured winner's)
 geomean, evaluations, evaluations per held GPU-minute, and its time to 95% as a share of the
 sweep's GPU-seconds (the issue's bar: at most half; the header says whether the sweep judged its
-whole grid); then the best speedup each run had reached at fractions of the sweep's GPU-seconds. GPU-seconds are referee seconds summed in
-evaluation order (efficiency.py); held GPU time is wall time times GPUs.
+whole grid); then the best speedup each run had reached at fractions of the sweep's GPU-seconds.
+GPU-seconds are referee seconds summed in evaluation order (efficiency.py); held GPU time is wall
+time times GPUs.
 """
 
 from __future__ import annotations
