@@ -128,6 +128,7 @@ def compare_runs(run_dirs: list[Path], reference: float | None = None, wins_only
     return {"reference": round(reference, 4), "reference_source": source, "runs": runs,
             "has_sweep": bool(sweeps), "sweep_complete": grid.get("complete"),
             "sweep_evaluated": grid.get("evaluated"), "sweep_grid_size": grid.get("grid_size"),
+            "sweep_distinct_launches": grid.get("distinct_launches"),
             "counted": "measured wins" if wins_only else "every full, non-noisy measurement",
             "reference_gpu_s": horizon, "speedup_vs_gpu_s": table}
 
@@ -147,7 +148,9 @@ def _coverage(data: dict) -> str:
     if data.get("sweep_grid_size") is None:
         return "the sweep's result does not say how much of its grid it judged"
     done = "the complete grid" if data.get("sweep_complete") else "a partial grid"
-    return f"{done}, {data.get('sweep_evaluated')} of {data['sweep_grid_size']} configs judged"
+    distinct = data.get("sweep_distinct_launches")
+    of = f" ({distinct} distinct launches)" if distinct and distinct != data["sweep_grid_size"] else ""
+    return f"{done}, {data.get('sweep_evaluated')} of {data['sweep_grid_size']} configs{of} judged"
 
 
 def render(data: dict) -> str:

@@ -152,6 +152,12 @@ def test_the_share_of_the_sweeps_gpu_seconds_says_whether_the_sweep_was_complete
     run = make_run(tmp_path / "sweep2", [(2.0, 5.0, "full")], command="sweep", mutator="grid", wall_s=5.0,
                    gpus=[0], sweep=sweep, final=5.0)
     assert "(a partial grid, 4 of 9 configs judged)" in render(compare_runs([run, search]))
+    # Configs launching what an earlier one launched are not swept: all 4 distinct ones is the grid.
+    sweep.update(complete=True, grid_size=360, distinct_launches=4)
+    run = make_run(tmp_path / "sweep3", [(2.0, 5.0, "full")], command="sweep", mutator="grid", wall_s=5.0,
+                   gpus=[0], sweep=sweep, final=5.0)
+    assert "(the complete grid, 4 of 360 configs (4 distinct launches) judged)" in render(
+        compare_runs([run, search]))
 
 
 
