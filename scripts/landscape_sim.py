@@ -77,6 +77,7 @@ class LandscapeReferee(model_referee.ModelReferee):
     MISSES: list[str] = []
     ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
     space: ConfigSpace | None = None
+    _base_key: str | None = None
 
     def sizes(self) -> list[int]:
         """Shapes ordered as listed (the harness's order is by size for the targets measured)."""
@@ -115,19 +116,13 @@ class LandscapeReferee(model_referee.ModelReferee):
         """The landscape's point for a candidate: a per-shape table's from its rows' points, shape by
         shape (the table's params read from the run's archive); None (noted) where one is missing."""
         if "_KS_CONFIGS" not in code:
-            key = json.dumps({t.key: t.base for t in discover(code)}, sort_keys=True)
-            if key == self.base_key():
-                return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}
-            if key not in self.LAND:
-                self.MISSES.append(key)
-            return self.LAND.get(key)
+            return self.point(json.dumps({t.key: t.base for t in discover(code)}, sort_keys=True))
         if self.space is None:
             self.space = ConfigSpace(self.task, device="cuda")
         params = Archive(self.ARCHIVE).get(cid).params
         configs = self.space.shape_configs(Record(cid, params, params["values"], "running"))
-        points = [self.LAND.get(json.dumps(c, sort_keys=True)) for c in configs]
+        points = [self.point(json.dumps(c, sort_keys=True)) for c in configs]
         if any(p is None for p in points):
-            self.MISSES.append("a per-shape table row")
             return None
         failed = next((p for p in points if "reason" in p), None)
         if failed is not None:
@@ -135,9 +130,20 @@ class LandscapeReferee(model_referee.ModelReferee):
         return {"speeds": [p["speeds"][i] for i, p in enumerate(points)],
                 "eval_s": statistics.fmean(p["eval_s"] for p in points)}
 
+    def point(self, key: str) -> dict | None:
+        """One config's point (the base's: 1.0x on every shape); None, noted, when it has none."""
+        if key == self.base_key():
+            return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}
+        if key not in self.LAND:
+            self.MISSES.append(key)
+        return self.LAND.get(key)
+
     def base_key(self) -> str:
-        """The base's config as the landscape keys it."""
-        return json.dumps({t.key: t.base for t in discover(self.task.base_code)}, sort_keys=True)
+        """The base's config as the landscape keys it (found once)."""
+        if self._base_key is None:
+            values = {t.key: t.base for t in discover(self.task.base_code)}
+            self._base_key = json.dumps(values, sort_keys=True)
+        return self._base_key
 
 
 def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int | None, float | None, int]:
