@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import sqlite3
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from statistics import geometric_mean
 
 import torch
 
@@ -44,28 +43,27 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
     """{config json: {"reason" | "speeds", "eval_s"}} from the single-config rows of run archives."""
     land: dict[str, dict] = {}
     for path in archives:
-        con = sqlite3.connect(path)
-        con.row_factory = sqlite3.Row
-        for row in con.execute("select params, verdict, eval_s from candidates where verdict is not null"):
-            params = json.loads(row["params"] or "{}")
-            if not params.get("values") or params.get("table"):
+        with Archive(path) as archive:
+            rows = archive.all()
+        for c in rows:
+            values = (c.params or {}).get("values")
+            if c.verdict is None or not values or c.params.get("table"):
                 continue
-            v = json.loads(row["verdict"])
-            key = json.dumps(params["values"], sort_keys=True)
-            point = {"eval_s": float(row["eval_s"] or v.get("eval_s") or 0.0)}
-            if not v["accepted"]:
-                point["reason"] = v.get("reason") or "rejected"
+            v = c.verdict
+            point = {"eval_s": float(v.eval_s or 0.0)}
+            if not v.accepted:
+                point["reason"] = v.reason or "rejected"
             else:
-                speeds = [s.get("speedup") for s in v.get("shapes", [])]
+                speeds = [s.get("speedup") for s in v.shapes or []]
                 known = [s for s in speeds if s]
                 if not known:
                     continue
-                g = math.exp(statistics.fmean(math.log(s) for s in known))
+                g = geometric_mean(known)
                 point["speeds"] = [s or g for s in speeds]
-                point["geomean"] = v.get("geomean_speedup") or g
-            if key not in land or "geomean" in point and v.get("geomean_speedup"):
+                point["geomean"] = c.speedup or g
+            key = json.dumps(values, sort_keys=True)
+            if key not in land or "geomean" in point and c.speedup:
                 land[key] = point  # a full measurement outranks a screen of the same config
-        con.close()
     return land
 
 
@@ -103,7 +101,7 @@ class LandscapeReferee(model_referee.ModelReferee):
                            "host_ms": None, "bitwise_identical": True, "pct_roofline": None,
                            "samples_ms": {"base": [0.99, 1.0, 1.01], "candidate": [1 / sp] * 3}})
         timed = timing != "none"
-        g = math.exp(statistics.fmean(math.log(x) for x in point["speeds"]))
+        g = geometric_mean(point["speeds"])
         v = Verdict(accepted=True, correct=True,
                     device={"name": "landscape", "driver": "0", "torch": "x", "triton": "y"},
                     shapes=shapes, geomean_speedup=g if timed else None, timed=timed,
