@@ -17,6 +17,7 @@ from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
 from .compile_cache import read_folder
+from .phase_clock import PhaseClock
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ, scrubbed_env
 from .verdict import NO_TIMING_LINE, Verdict
@@ -112,12 +113,25 @@ class Referee:
 
     def _spawn(self) -> tuple[WorkerProcess, str]:
         """Start a worker and send its init request (answered later, see _ready)."""
+        clock = PhaseClock()
         if self.use_zygote and (self._zygote is None or not self._zygote.alive()):
             if self._zygote is not None:
                 self._zygote.close()
             self._zygote = Zygote(self._env(), self.workdir, log=self.workdir / "zygote.log")
+            try:
+                self._zygote.wait_ready()  # a Python with torch and Triton imported, in the sandbox
+            except OSError:
+                pass  # the fork below fails too and falls back to a plain worker
+            clock.mark("zygote_start")
+            # Its imports, each a phase; "zygote_start" keeps the rest (the interpreter, the sandbox).
+            imports = {f"import {k}": v for k, v in self._zygote.import_s.items()}
+            rest = clock.phases["zygote_start"] - sum(imports.values())
+            clock.phases["zygote_start"] = round(max(0.0, rest), 4)
+            clock.phases.update(imports)
         self.pinned.restore()  # a rejected candidate's rewrite of them must not reach this worker
         worker = WorkerProcess(self._env(), self.workdir, zygote=self._zygote)
+        clock.mark("fork" if worker.forked else "worker_process")
+        worker.spawn_phases = clock
         self.workers_started += 1
         try:
             nonce = worker.send({"op": "init", "fd": worker.fd_in_child, "spec": self._spec()})
@@ -150,7 +164,14 @@ class Referee:
             return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
         self.last_seeded = int(reply.get("seeded") or 0)  # base binaries the worker loaded, not compiled
-        self.boot_phases = self.boot_phases or reply.get("boot_phases")  # the first worker's, in seconds
+        if self.boot_phases is None:  # the first worker's, in seconds: this side's, then the worker's own
+            clock = getattr(worker, "spawn_phases", None) or PhaseClock()
+            clock.mark("init_answer")
+            inside = reply.get("boot_phases") or {}
+            # What the init answer took beyond the worker's own phases: imports, the runner's fork.
+            rest = clock.phases["init_answer"] - sum(inside.values())
+            clock.phases["init_answer"] = round(max(0.0, rest), 4)
+            self.boot_phases = {**clock.phases, **inside}
         self._base_profiles = reply.get("base_profiles") or self._base_profiles
         if self._base_seed is None and worker.base_cache and self.device != "interpret":
             # Now, before this worker has seen any candidate, its private folder holds base

@@ -51,16 +51,25 @@ class Zygote:
         child_sock.close()
         self.sock = parent_sock
         self.ready = False
+        self.import_s: dict[str, float] = {}  # the zygote's seconds per import (its ready message)
         self.inner_pids: dict[int, int] = {}  # our pid of a worker -> the zygote's pid of it
 
-    def _call(self, payload: dict, fds: list[int] = (), timeout: float = 30.0, creds: bool = False) -> dict:
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait for the zygote's first message (sent once torch and Triton are imported)."""
+        if self.ready:
+            return
         self.sock.settimeout(timeout)
-        if not self.ready:
-            self.sock.settimeout(max(timeout, 300.0))  # the first answer waits for torch to import
-            if json.loads(self.sock.recv(4096) or b"{}").get("ready") is not True:
-                raise OSError("the zygote did not start")
-            self.ready = True
-            self.sock.settimeout(timeout)
+        hello = json.loads(self.sock.recv(4096) or b"{}")
+        if hello.get("ready") is not True:
+            raise OSError("the zygote did not start")
+        self.ready = True
+        took = hello.get("import_s")
+        if isinstance(took, dict):
+            self.import_s = {str(k): float(v) for k, v in took.items() if isinstance(v, (int, float))}
+
+    def _call(self, payload: dict, fds: list[int] = (), timeout: float = 30.0, creds: bool = False) -> dict:
+        self.wait_ready(max(timeout, 300.0))
+        self.sock.settimeout(timeout)
         socket.send_fds(self.sock, [json.dumps(payload).encode()], list(fds))
         reply, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
         if not reply:

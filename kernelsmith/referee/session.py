@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
@@ -29,23 +28,9 @@ from .input_cache import InputCache, default_budget, fresh_copy
 from .judge import RemoteFn, RunnerLink, holds_capabilities
 from .judge_timing import JudgeTiming
 from .link_errors import CandidateError, RunnerFailed
+from .phase_clock import PhaseClock
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from .verdict import REJECTIONS, in_progress
-
-
-class PhaseClock:
-    """Seconds spent per named phase, in order (where an evaluation's or a boot's time went)."""
-
-    def __init__(self):
-        self.phases: dict[str, float] = {}
-        self._last = time.monotonic()
-
-    def mark(self, name: str) -> None:
-        """Charge the time since the previous mark to `name`."""
-        now = time.monotonic()
-        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._last, 4)
-        self._last = now
-
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 

@@ -11,10 +11,12 @@ exit status on request.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
 import sys
+import time
 import traceback
 
 WORKER_RESULT_FD = 3
@@ -73,15 +75,17 @@ def main() -> int:
     """Preload, then serve fork and status requests until the parent closes the socket."""
     sock = socket.socket(fileno=int(sys.argv[1]))
     pidns = "--pidns" in sys.argv[2:]
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401 - the first dispatch mode imports it; do it once here
-    import triton  # noqa: F401
-
+    took: dict[str, float] = {}  # seconds per import, told to the parent (its boot phases)
+    clock = time.monotonic()
+    # torch._dynamo: the first dispatch mode imports it; do it once here.
+    for name in ("numpy", "torch", "torch._dynamo", "triton", "kernelsmith.referee.worker"):
+        importlib.import_module(name)
+        took[name], clock = round(time.monotonic() - clock, 4), time.monotonic()
     from . import channel, judge, judge_timing, runner, session, timing, worker  # noqa: F401
 
+    took["kernelsmith.referee"] = round(time.monotonic() - clock, 4)
     statuses: dict[int, int] = {}
-    sock.send(b'{"ready": true}')
+    sock.send(json.dumps({"ready": True, "import_s": took}).encode())
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 65536, 3)

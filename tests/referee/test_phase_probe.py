@@ -29,3 +29,17 @@ def test_profile_prints_each_evaluation_then_the_judges_and_the_runners_function
             assert f"## {who}, by {key} (1 evaluations)" in out.stdout
     runner = out.stdout.split("## runner, by cumulative")[1]
     assert "runner.py" in runner  # the runner's own functions: the child wrote its profile
+
+
+def test_the_boot_phases_account_for_the_whole_boot_zygote_imports_included():
+    out = _probe("--candidates", "1")
+    assert out.returncode == 0, out.stderr
+    boot = json.loads(out.stdout.splitlines()[0])
+    phases = boot["boot_phases"]
+    # The parent's side first (the fork server's start and each of its imports, the fork, the wait
+    # for the init answer beyond the worker's own phases), then the worker's own phases.
+    assert list(phases)[:2] == ["zygote_start", "import numpy"]
+    parent = {"import torch", "import triton", "fork", "init_answer"}
+    assert parent | {"device_init", "input_cache"} <= set(phases)
+    assert phases["import torch"] > 0.1  # a real import, timed in the zygote
+    assert 0.9 * boot["boot_s"] - 0.05 <= sum(phases.values()) <= boot["boot_s"] + 0.01
