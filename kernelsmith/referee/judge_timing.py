@@ -103,8 +103,11 @@ def base_disagrees(reported: list[float], own_ms: float) -> str | None:
     """Check (b): a message when the runner's base median is above the judge's own beyond tolerance."""
     med = _median(reported)
     if med > own_ms * BASE_TOLERANCE + BASE_SLACK_MS:
+        # Not only forgery: a candidate that slows whatever runs next to it (their calls alternate)
+        # gives the same reply; the H200 saw two launch configs kernelsmith rendered do it.
         return (f"the runner reports the base at {med:.4f} ms per call; the judge measures it at "
-                f"{own_ms:.4f} ms (tolerance x{BASE_TOLERANCE})")
+                f"{own_ms:.4f} ms (tolerance x{BASE_TOLERANCE}): the runner's times are false, or "
+                "this candidate slows the base timed in turn with it; either way they cannot be used")
     return None
 
 
