@@ -63,6 +63,12 @@ def fill_garbage(t: torch.Tensor, value: float) -> None:
 
 
 class _OpRecorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: torch would wrap __torch_dispatch__ in Dynamo's `disable`, which imports torch._dynamo
+        at the first op (5 s on the H200, once per fork server); nothing here is ever compiled."""
+        return False
+
     def __init__(self, monitor: Monitor, garbage: float | None):
         super().__init__()
         self.monitor = monitor
@@ -111,7 +117,9 @@ class Monitor:
         self._hook_threads()
         self._hook_torch_files()
         with _OpRecorder(self, None):
-            torch.zeros(1).add_(1)  # the first dispatched op imports torch._dynamo, which re-wraps torch
+            # A torch without _should_skip_dynamo imports torch._dynamo at the first dispatched op, and
+            # that import re-wraps torch: done here, before anything is snapshot (the zygote did it).
+            torch.zeros(1).add_(1)
 
         sys.addaudithook(self._audit)
 

@@ -71,14 +71,24 @@ def _child(sock: socket.socket, fds: list[int], pidns: bool) -> None:
         os._exit(code)
 
 
+def _dispatch_modes_skip_dynamo() -> bool:
+    """Whether a dispatch mode can opt out of torch._dynamo (integrity._OpRecorder does). An older
+    torch imports it at a mode's first op, and the import re-wraps torch (5 s on the H200): the
+    zygote then imports it once, before any worker snapshots torch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return "_should_skip_dynamo" in vars(TorchDispatchMode)
+
+
 def main() -> int:
     """Preload, then serve fork and status requests until the parent closes the socket."""
     sock = socket.socket(fileno=int(sys.argv[1]))
     pidns = "--pidns" in sys.argv[2:]
     took: dict[str, float] = {}  # seconds per import, told to the parent (its boot phases)
     clock = time.monotonic()
-    # torch._dynamo: the first dispatch mode imports it; do it once here.
     for name in ("numpy", "torch", "torch._dynamo", "triton", "kernelsmith.referee.worker"):
+        if name == "torch._dynamo" and _dispatch_modes_skip_dynamo():
+            continue
         importlib.import_module(name)
         took[name], clock = round(time.monotonic() - clock, 4), time.monotonic()
     from . import channel, judge, judge_timing, runner, session, timing, worker  # noqa: F401

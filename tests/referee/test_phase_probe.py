@@ -42,4 +42,18 @@ def test_the_boot_phases_account_for_the_whole_boot_zygote_imports_included():
     parent = {"import torch", "import triton", "fork", "init_answer"}
     assert parent | {"device_init", "input_cache"} <= set(phases)
     assert phases["import torch"] > 0.1  # a real import, timed in the zygote
+    # The monitor's dispatch mode opts out of Dynamo, whose import took 5 s on the H200.
+    assert "import torch._dynamo" not in phases
     assert 0.9 * boot["boot_s"] - 0.05 <= sum(phases.values()) <= boot["boot_s"] + 0.01
+
+
+def test_the_monitors_dispatch_mode_does_not_import_dynamo():
+    code = ("import sys, torch\n"
+            "from kernelsmith.referee.integrity import Monitor, _OpRecorder\n"
+            "with _OpRecorder(Monitor('cpu', []), None):\n"
+            "    torch.ones(3).add_(1).sum()\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
