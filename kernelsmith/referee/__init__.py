@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
 from .backend import cuda_available, device_info, resolve_device
-from .compile_cache import read_folder
+from .compile_cache import BASE_SEED_LIMIT, read_folder
 from .phase_clock import PhaseClock
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ, scrubbed_env
@@ -27,7 +27,6 @@ __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"
 TIMINGS = ("full", "screen", "staged", "none")
 INIT_TIMEOUT_S = 300.0
 DEFAULT_TIMEOUT_S = {"cuda": 300.0, "interpret": 600.0}
-BASE_SEED_LIMIT = 64 << 20  # bytes of base binaries handed from worker to worker (more: compile)
 # Rejections that say a candidate computed wrong numbers or did not build, nothing about what it did
 # to the worker (which the judge checks after every evaluation whatever the verdict: its cached
 # inputs' fingerprints, process-global settings, processes left running). See `_keeps_worker`.

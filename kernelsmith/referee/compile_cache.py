@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - a Triton without knobs reads the envir
     _knobs = None
 
 ENV = "TRITON_CACHE_DIR"
+BASE_SEED_LIMIT = 64 << 20  # bytes of base binaries handed from worker to worker (more: compile)
 
 
 def cache_dir() -> str:

@@ -23,7 +23,7 @@ from ..target.loader import load_operator_module
 from . import correctness as C
 from . import static
 from .backend import get_backend
-from .compile_cache import CompileCaches, make_private
+from .compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from .input_cache import InputCache, default_budget, fresh_copy
 from .judge import RemoteFn, RunnerLink, holds_capabilities
 from .judge_timing import JudgeTiming
@@ -71,21 +71,32 @@ class Session(ShapeTrials, JudgeTiming):
         # or handed over by the parent from an earlier worker's start; never read from a file.
         self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
         clock.mark("calibration")
+        self._profile_seed = int(spec.get("seed", 0))
+        # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
+        budget = spec.get("input_cache_bytes")
+        self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
+        runner_seed = spec.get("base_cache_seed") or {}
+        if self.backend.compiles and not self.seeded:
+            # The run's first worker: the judge compiles the base for every listed shape now, before
+            # any candidate, and its runner starts with those binaries instead of compiling again.
+            for shape in self.harness.shapes_for(self.device):
+                originals = self.listed(shape, self._profile_seed, 0).originals
+                self.call(self.base_fn, fresh_copy(originals), float("nan"), None)
+            files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
+            runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
+            clock.mark("base_compile")
         # The runner boots beside the judge (its own device context, monitor, base and A/A), with
         # the judge's device numbers (two processes calibrating at once would disturb both).
         self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
         reply, _ = link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
-                                                        "calibration": self.calibration}})
+                                                        "calibration": self.calibration,
+                                                        "base_cache_seed": runner_seed}})
         if not reply.get("own_userns") and holds_capabilities():
             raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
                                "judge holds capabilities it could use against the judge; refusing to run")
         # Tensors cross through buffers shared once (CUDA IPC on the GPU), else message files.
         self.regions_off = link.probe_regions(self.dev)
         clock.mark("runner_start")
-        self._profile_seed = int(spec.get("seed", 0))
-        # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
-        budget = spec.get("input_cache_bytes")
-        self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
             # The runner's pinned copies of cached inputs, as many bytes as the cache. Not on CUDA:
             # there a device copy per request is cheap, while a pin doubles the cache's device

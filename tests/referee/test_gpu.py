@@ -158,3 +158,16 @@ def test_replacement_worker_loads_the_base_binaries_of_the_first(tmp_path):
     for a, b in zip(first.shapes, again.shapes, strict=True):
         ratio = a["baseline_ms"] / b["baseline_ms"]
         assert 0.8 < ratio < 1.25, (a["shape"], a["baseline_ms"], b["baseline_ms"])
+
+
+def test_the_first_workers_runner_starts_with_the_judges_base_binaries():
+    from kernelsmith.referee.compile_cache import read_folder
+
+    with Referee(demo_task("silu_and_mul"), device="cuda", seed=17) as ref:
+        ref.start()
+        assert "base_compile" in ref.boot_phases  # the judge compiled, then seeded its runner
+        judge = read_folder(ref._worker.base_cache, 1 << 30)
+        runner = read_folder(ref._worker.runner_cache, 1 << 30)
+        assert judge and all(runner.get(k) == v for k, v in judge.items())
+        v = ref.evaluate(None, timing="full")  # the base, timed against itself, from those binaries
+        assert v.accepted and v.timed and 0.9 < v.geomean_speedup < 1.1
