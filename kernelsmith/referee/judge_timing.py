@@ -64,7 +64,7 @@ def _times(value, n: int | None, what: str) -> list[float]:
 def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) -> dict:
     """The runner's timing reply, validated, with the A/A ratio, its CI and noise recomputed here;
     `at`: (seed, candidate id, shape index), which seed the CI's bootstrap as the runner's own."""
-    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_seed, aa_strayed
+    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_seed, aa_strayed, planned_reps, precise
 
     cfg = FULL if mode == "full" else SCREEN
     reps, attempts = reply.get("reps"), reply.get("attempts")
@@ -83,6 +83,13 @@ def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) 
         r["aa"] = aa
         r["aa_ratio"], r["aa_ci95"] = aa_control(r["base"], aa, aa_seed(*at, attempts - 1))
     r["noisy"] = aa_strayed(r["aa_ratio"], r["aa_ci95"])
+    series = [r["base"], r["cand"]] + ([r["aa"]] if mode == "full" else [])
+    short = cfg["precision"] and reps < planned_reps(r["probe"], len(series), cfg)
+    if short and not precise(series, cfg["precision"]):
+        # Stopping is allowed only where the times themselves show the ratios known (timing.precise):
+        # a runner cannot stop a measurement at a moment that happens to favour the candidate.
+        raise RunnerFailed("protocol", "the runner stopped timing short of its repetition budget "
+                                       "without the precision that allows it")
     for key in ("host_base", "host_cand"):
         if reply.get(key) is not None:
             r[key] = _times([reply[key]], 1, "host")[0]
