@@ -8,6 +8,10 @@ verdict's eval_s, details.phase_s, timing depth and input-cache counters as JSON
 Uses only Referee/load_task calls that predate the input cache, so with PYTHONPATH pointing at an
 older checkout it measures the "before" side of a comparison with the same command.
 
+`--steps`: the judge in this process as with `--profile`, with device-synchronised timers around the
+correctness steps (runner calls, comparisons, bit checks, copies, the cache's fingerprints): seconds
+per evaluation by step, so time the device spends on the judge's own tensors lands where it is spent.
+
 `--profile`: by function instead. The worker's judge runs in this process (its runner forked as in
 a worker), the base is evaluated as candidates below the bar (screen only), and after `--warmup`
 evaluations cProfile records the judge and, from its next candidate load on, the runner. Prints the
@@ -43,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="profile the judge and its runner instead")
+    p.add_argument("--steps", action="store_true", help="time the judge's correctness steps instead")
     p.add_argument("--warmup", type=int, default=2, help="--profile: evaluations before profiling")
     p.add_argument("--top", type=int, default=40, help="--profile: functions listed per table")
     args = p.parse_args(argv)
-    if args.profile:
+    if args.profile or args.steps:
         return profile(args)
     task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
     with Referee(task, device=args.device, seed=args.seed) as ref:
@@ -72,7 +77,9 @@ def profile(args) -> int:
     from kernelsmith.referee.session import Session
 
     runner_stats = Path(tempfile.mkdtemp(prefix="ks-runner-prof-")) / "runner.prof"
-    _profile_runner(runner_stats, args.warmup)
+    totals = _step_timers() if args.steps else None
+    if not args.steps:
+        _profile_runner(runner_stats, args.warmup)
     link = RunnerLink()  # forked before anything here touches CUDA, as in a worker
     task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
     with Referee(task, device=args.device) as ref:
@@ -84,8 +91,10 @@ def profile(args) -> int:
         try:
             for i in range(args.warmup + args.candidates):
                 profiled = i >= args.warmup
-                if profiled:
+                if profiled and totals is None:
                     prof.enable()
+                if totals is not None:
+                    totals.clear()
                 t = time.monotonic()
                 v = session.evaluate(task.base_code, None, i + 2, "staged", args.seed, contender_at=1000.0)
                 wall = time.monotonic() - t
@@ -94,11 +103,15 @@ def profile(args) -> int:
                 d = v.get("details") or {}
                 print(json.dumps({"candidate": i + 2, "profiled": profiled, "wall_s": round(wall, 4),
                                   "accepted": v.get("accepted"), "reason": v.get("reason"),
-                                  "phase_s": d.get("phase_s"), "channel": d.get("channel")}))
+                                  "phase_s": d.get("phase_s"), "channel": d.get("channel"),
+                                  **({"steps_s": {k: round(v, 4) for k, v in totals.items()}}
+                                     if totals is not None else {})}))
                 sys.stdout.flush()
         finally:
             session.caches.remove()
             link.close()
+    if totals is not None:
+        return 0
     for who, stats in (("judge", prof), ("runner", str(runner_stats))):
         if who == "runner" and not runner_stats.exists():
             print("## runner: no profile written")
@@ -109,6 +122,41 @@ def profile(args) -> int:
             print(f"## {who}, by {key} ({args.candidates} evaluations)")
             print(out.getvalue())
     return 0
+
+
+def _step_timers() -> dict[str, float]:
+    """Wrap the judge's correctness steps with device-synchronised timers; returns the live totals
+    (seconds by step, nested steps counted in each)."""
+    import torch
+
+    from kernelsmith.referee import correctness, input_cache, judge, shape_trials
+
+    totals: dict[str, float] = {}
+
+    def sync():  # asking for CUDA before the runner forks would break the runner
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            sync()
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                sync()
+                totals[name] = totals.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    for owner, name in ((correctness, "compare"), (correctness, "same_bits"),
+                        (correctness, "precision_downgrade"), (shape_trials, "fresh_copy"),
+                        (shape_trials, "in_arena"), (input_cache, "fingerprints")):
+        setattr(owner, name, timed(name, getattr(owner, name)))
+    for cls, name in ((judge.RunnerLink, "call"), (judge.RunnerLink, "request"),
+                      (shape_trials.ShapeTrials, "check_shape"), (shape_trials.ShapeTrials, "check_fresh"),
+                      (input_cache.InputCache, "verify")):
+        setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))
+    return totals
 
 
 def _profile_runner(path: Path, warmup: int) -> None:

@@ -73,7 +73,7 @@ def _tensors(value) -> list[torch.Tensor]:
 def _checksum(t: torch.Tensor) -> torch.Tensor:
     """The device-side checksum of `t`'s bits, as int64: a layout tag, then for 64 words or more
     the total, the 64 column sums and the position-weighted row sums, else the words themselves;
-    then the last 0-3 bytes. One pass, small temporaries, no host copy."""
+    then the last 0-3 bytes. Two passes, small temporaries, no host copy."""
     flat = C._flat(t)
     if flat.numel() == 0:
         return torch.zeros(1, dtype=torch.int64, device=t.device)
@@ -90,9 +90,11 @@ def _checksum(t: torch.Tensor) -> torch.Tensor:
         return torch.cat([tag, ints.to(torch.int64), tail])
     block = ints[:n].view(-1, 64)
     rows = block.sum(1, dtype=torch.int64)
+    cols = block.sum(0, dtype=torch.int64)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
-    return torch.cat([tag, ints.sum(dtype=torch.int64).view(1), block.sum(0, dtype=torch.int64),
-                      (rows * weights).sum().view(1), tail])
+    # The total from the column sums and the last words (not a third pass over all of them).
+    total = cols.sum() + ints[n:].sum(dtype=torch.int64)
+    return torch.cat([tag, total.view(1), cols, (rows * weights).sum().view(1), tail])
 
 
 def fingerprints(tensors: list[torch.Tensor]) -> list[tuple]:
@@ -127,6 +129,8 @@ class Entry:
     expected: tuple | None = None
     base_outs: tuple | None = None
     base_err: list | None = None
+    base_checks: list | None = None  # the base outputs' Checks against the reference (None: no yardstick)
+    base_precision: list | None = None  # precision_downgrade's answer for each base output (lazily)
     prints: list = field(default_factory=list)  # (tensor, fingerprint) of everything cached
 
     def seal(self, value) -> None:
@@ -198,12 +202,14 @@ class InputCache:
             self._refit(entry)
         return entry.expected
 
-    def base(self, entry: Entry, run_base: Callable[[dict], tuple], error: Callable[[tuple], list | None]):
-        """(outputs, error per output) of the trusted base on `entry` (computed once, on a copy)."""
+    def base(self, entry: Entry, run_base: Callable[[dict], tuple], check: Callable[[tuple], list | None]):
+        """(outputs, mean error per output) of the trusted base on `entry` (computed once, on a copy);
+        `check(outputs)`: their Checks against the reference, or None where there is no yardstick."""
         if entry.base_outs is None:
             self.stats["base"] += 1
             entry.base_outs = tuple(run_base(fresh_copy(entry.originals)))
-            entry.base_err = error(entry.base_outs)
+            checks = entry.base_checks = check(entry.base_outs)
+            entry.base_err = None if checks is None else [c.mean_abs_err for c in checks]
             entry.seal(entry.base_outs)
             self._refit(entry)
         return entry.base_outs, entry.base_err
@@ -257,20 +263,42 @@ class ListedInputs:
         """The trusted base's outputs on a cache entry and their mean error against the reference."""
         expected = self.listed_expected(entry)
 
-        def error(base_outs):
+        def check(base_outs):
             # A pure-library base (KernelBench) is the reference itself, with zero error: no
             # yardstick for the candidate's precision (the representability check still runs).
             if self.harness.library_base:
                 return None
-            # Values after a cast to the common precision (a float32 reference is normal).
-            return [C.compare(b, e, self._tol(b), "base", like=b).mean_abs_err
+            # Values after a cast to the common precision (a float32 reference is normal); the
+            # arguments check_outputs gives a candidate's output, so a bitwise-equal output's
+            # Check is this one (see known_checks).
+            return [C.compare(b, e, self._tol(b), "base", like=b)
                     for b, e in zip(base_outs, expected, strict=False)]
 
         # call() switches to the private base cache for the base (self.trusted).
         def run_base(inputs):
             return self.call(self.base_fn, inputs, float("nan"), None)
 
-        return self.inputs.base(entry, run_base, error)
+        return self.inputs.base(entry, run_base, check)
+
+    def known_checks(self, entry, outs: tuple) -> list | None:
+        """For each output bit for bit the base's on `entry` (same dtype, shape and device), the
+        base's (Check, precision_downgrade message) there, else None: both are functions of the
+        output's bits and the reference only, so they need not be computed again. None instead of
+        the list where the base has no yardstick or failed a check itself (its messages name it)."""
+        base_outs, checks = entry.base_outs, entry.base_checks
+        if checks is None or len(outs) != len(base_outs) or len(checks) != len(outs) or any(
+                c.problem for c in checks):
+            return None
+        if entry.base_precision is None:
+            expected = self.listed_expected(entry)
+            entry.base_precision = [C.precision_downgrade(b, e, c.mean_abs_err, c.mean_abs_err)
+                                    for b, e, c in zip(base_outs, expected, checks, strict=False)]
+        out = []
+        for o, b, c, why in zip(outs, base_outs, checks, entry.base_precision, strict=True):
+            same = (type(o) is torch.Tensor and type(b) is torch.Tensor and o.device == b.device
+                    and C.same_bits(o, b))
+            out.append((c, why) if same else None)
+        return out
 
     def shape_size(self, shape: dict, seed: int) -> float:
         """A shape's size for choosing representative shapes: bytes_moved, else its input bytes."""

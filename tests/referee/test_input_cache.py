@@ -12,6 +12,7 @@ import pytest
 import torch
 from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
 
+from kernelsmith.referee import correctness as C
 from kernelsmith.referee import input_cache as IC
 from kernelsmith.search.loop import FINAL_SEED_OFFSET
 from kernelsmith.target.task import load_task
@@ -47,8 +48,10 @@ def test_reference_and_base_are_computed_once_per_entry():
     e = cache.get({"n": 4}, 1, _make(4, 2.0))
     for _ in range(3):
         exp = cache.expected(e, lambda i: (calls.append("ref") or i["x"] * 2,))
-        outs, err = cache.base(e, lambda i: (calls.append("base") or i["x"] * 2,), lambda o: [0.0])
-    assert calls == ["ref", "base"] and torch.equal(exp[0], outs[0]) and err == [0.0]
+        outs, err = cache.base(e, lambda i: (calls.append("base") or i["x"] * 2,),
+                               lambda o: [C.Check(None, "", 0.5, 0.25)])
+    assert calls == ["ref", "base"] and torch.equal(exp[0], outs[0]) and err == [0.25]
+    assert [c.max_abs_err for c in e.base_checks] == [0.5]
     assert cache.stats["reference"] == 1 and cache.stats["base"] == 1
 
 
@@ -74,6 +77,86 @@ def test_a_write_into_a_cached_tensor_is_found_and_the_entry_dropped():
     assert cache.verify() == [json.dumps({"n": 300})] and not cache.entries
     moved = IC.fingerprint(torch.tensor([1.0, 2.0] + [0.0] * 126))
     assert moved != IC.fingerprint(torch.tensor([2.0, 1.0] + [0.0] * 126))  # position-sensitive
+
+
+def _old_checksum(t: torch.Tensor) -> tuple:
+    """The fingerprint as first written (three passes): the two-pass one must give the same numbers."""
+    raw = C._flat(t).view(torch.uint8)
+    whole = raw.numel() // 4 * 4
+    tail, ints = raw[whole:].to(torch.int64), raw[:whole].view(torch.int32)
+    n = ints.numel() - ints.numel() % 64
+    tag = torch.full((1,), 1 + (n > 0) + 2 * tail.numel(), dtype=torch.int64)
+    if n == 0:
+        return tuple(torch.cat([tag, ints.to(torch.int64), tail]).tolist())
+    block = ints[:n].view(-1, 64)
+    rows = block.sum(1, dtype=torch.int64)
+    weights = torch.arange(rows.numel(), dtype=torch.int64) % 8191 + 1
+    return tuple(torch.cat([tag, ints.sum(dtype=torch.int64).view(1), block.sum(0, dtype=torch.int64),
+                            (rows * weights).sum().view(1), tail]).tolist())
+
+
+def test_the_fingerprint_is_unchanged_by_taking_the_total_from_the_column_sums():
+    g = torch.Generator().manual_seed(3)
+    for nbytes in (7, 256, 259, 4 * 64 * 5 + 4 * 17 + 3, 4 * 64 * 300):
+        t = torch.randint(0, 256, (nbytes,), generator=g, dtype=torch.uint8)
+        assert IC.fingerprint(t) == _old_checksum(t), nbytes
+
+
+class _Judge(IC.ListedInputs):
+    """What ListedInputs needs of a Session: a harness, a reference and a base to call."""
+
+    def __init__(self, base, library_base: bool = False):
+        self.inputs, self.dev, self.base_fn = IC.InputCache(1 << 20), "cpu", base
+        self.harness = type("H", (), {"library_base": library_base,
+                                      "make_inputs": staticmethod(lambda shape, dev, seed: {
+                                          "x": torch.linspace(-3, 3, 512) + seed % 7})})()
+
+    def reference(self, x):
+        return torch.sin(x)
+
+    def call(self, fn, inputs, dirty, rec, sizes=()):
+        return (fn(**inputs),)
+
+    def _tol(self, t):
+        return (1e-3, 1e-3)
+
+
+def test_an_output_bit_for_bit_the_bases_gets_the_bases_check_and_nothing_else_does():
+    judge = _Judge(lambda x: torch.sin(x))
+    entry = judge.listed({"n": 512}, 5, 0)
+    base_outs, _ = judge.listed_base(entry)
+    expected = judge.listed_expected(entry)
+    (chk, why), = judge.known_checks(entry, (base_outs[0].clone(),))
+    fresh = C.compare(base_outs[0].clone(), expected[0], (1e-3, 1e-3), "out", like=base_outs[0])
+    assert chk.problem is None and why is None
+    assert (chk.max_abs_err, chk.mean_abs_err) == (fresh.max_abs_err, fresh.mean_abs_err)
+    near = base_outs[0].clone()
+    near[3] = torch.nextafter(near[3], torch.tensor(9.0))  # one ulp: correct, but not the same bits
+    assert judge.known_checks(entry, (near,)) == [None]
+    assert judge.known_checks(entry, (base_outs[0].double(),)) == [None]  # another dtype
+    sub = torch.nn.Parameter(base_outs[0].clone(), requires_grad=False)  # a subclass is judged anew
+    assert judge.known_checks(entry, (sub,)) == [None]
+    assert judge.known_checks(entry, ()) is None  # not the base's arity: judged in full
+    # No yardstick, or a base that fails its own check: every output judged in full.
+    lib = _Judge(lambda x: torch.sin(x), library_base=True)
+    assert lib.known_checks(lib.listed({"n": 512}, 5, 0), base_outs) is None
+    wrong = _Judge(lambda x: torch.cos(x))
+    e2 = wrong.listed({"n": 512}, 5, 0)
+    outs, _ = wrong.listed_base(e2)
+    assert wrong.known_checks(e2, outs) is None
+
+
+def test_the_bases_precision_answer_is_reused_for_its_bits():
+    """A base whose every output value fits in float16 (a reference that does not): an output with
+    its bits gets the same precision_downgrade message as a freshly checked one."""
+    judge = _Judge(lambda x: torch.sin(x).half().float())
+    judge._tol = lambda t: (1e-2, 1e-2)
+    entry = judge.listed({"n": 512}, 5, 0)
+    base_outs, base_err = judge.listed_base(entry)
+    (chk, why), = judge.known_checks(entry, (base_outs[0].clone(),))
+    assert why and "float16" in why
+    assert why == C.precision_downgrade(base_outs[0].clone(), judge.listed_expected(entry)[0],
+                                        chk.mean_abs_err, base_err[0])
 
 
 def test_listed_seeds_are_per_run_shape_and_trial():

@@ -57,3 +57,16 @@ def test_the_monitors_dispatch_mode_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_steps_prints_the_seconds_of_each_correctness_step_per_evaluation():
+    out = _probe("--candidates", "1", "--warmup", "1", "--steps")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    steps = lines[-1]["steps_s"]
+    # Each listed shape's trials ran (and within them the runner calls and the comparisons), and
+    # the cache's fingerprints were checked after the evaluation.
+    assert steps["ShapeTrials.check_shape"] > 0 and steps["RunnerLink.call"] > 0
+    assert steps["InputCache.verify"] > 0 and "compare" in steps
+    assert steps["ShapeTrials.check_shape"] <= lines[-1]["wall_s"]
+    assert "## judge" not in out.stdout  # no profile tables

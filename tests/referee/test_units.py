@@ -105,6 +105,28 @@ def test_precision_downgrade_detection():
     assert "base" in C.precision_downgrade(exp + 1e-3, exp, 1e-3, 1e-8)
 
 
+def _representable_whole(t: torch.Tensor, lower: torch.dtype) -> bool:
+    """The rule read off every element (what _representable_in answered before its first look)."""
+    finite = torch.isfinite(t)
+    kept = torch.where(finite, t, t.new_zeros(()))
+    return int(finite.sum()) >= 16 and not bool((kept.to(lower).to(t.dtype) != kept).any())
+
+
+def test_the_representability_test_answers_as_the_whole_tensor_would_after_a_first_look():
+    lower = torch.float8_e4m3fn
+    n = 4 * C._HEAD + 100  # long enough for the first look
+    fits = torch.tensor([0.5, 1.0, -2.0, 448.0]).repeat(n // 4)  # every value in e4m3
+    late = fits.clone()
+    late[-3] = 0.1  # not in e4m3, past the first look
+    early = fits.clone()
+    early[7] = 0.1
+    holes = fits.clone()
+    holes[::5] = float("nan")  # non-finite values change nothing
+    for t in (fits, late, early, holes, fits.half(), late.half(), torch.randn(n)):
+        assert C._representable_in(t, lower) == _representable_whole(t, lower), t[:4]
+    assert C._representable_in(fits, lower) and not C._representable_in(late, lower)
+
+
 def test_same_bits_sees_nan_payloads_and_signed_zero():
     a = torch.tensor([0.0, float("nan")])
     assert C.same_bits(a, a.clone())
