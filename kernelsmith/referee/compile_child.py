@@ -90,15 +90,28 @@ def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> i
 # Niceness of a compile process and its ptxas: builds are throughput work, while the GPU worker's
 # timing loop must enqueue each call within its ~100 us spin. At the same priority, 13 compile
 # processes on 16 cores stalled that loop often enough to slow an honest base ~40 us per call (H200).
+# At nice 10 a complete rms_norm sweep (13 compile processes) still saw 4 of 584 honest candidates'
+# base times doubled on a 5 us shape twice in a row (forged_timing, session 16), so compiles also
+# run under SCHED_IDLE: they get a core only when nothing else wants it, and a waking worker
+# preempts them at once. ptxas inherits both.
 COMPILE_NICE = 10
 
 
-def main(spec: dict) -> None:
-    """Serve compile jobs (one JSON line each on stdin, one reply line each) until stdin ends."""
+def lower_priority() -> None:
+    """Make this process (and what it starts) yield every core to the GPU workers."""
     try:
         os.nice(COMPILE_NICE)
     except OSError:  # a policy that forbids it: compile at the same priority, as before
         pass
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused: nice alone
+        pass
+
+
+def main(spec: dict) -> None:
+    """Serve compile jobs (one JSON line each on stdin, one reply line each) until stdin ends."""
+    lower_priority()
     from ..target.harness import load_harness
     from ..target.loader import load_operator_module
 

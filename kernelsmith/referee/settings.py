@@ -201,11 +201,21 @@ def _process_environment() -> dict[bytes, bytes] | None:
     return out
 
 
+_ENVIRON = "os.environ"  # capture()'s key for the environment's bytes; diff() names each variable
+
+
+class _Environ(dict):
+    """os.environ's bytes (name -> value) at one capture: copied and compared whole, in C (a capture
+    runs twice per watched call); decoded per variable only when two captures differ."""
+
+    def named(self) -> dict[str, str]:
+        """'$NAME' -> value, decoded as os.environ decodes."""
+        return {"$" + _decode(k): _decode(v) for k, v in self.items()}
+
+
 def _environment(out: dict) -> None:
-    # os.environ's bytes, decoded in C: its own items() decodes in Python, twice per watched call.
     data = os.environ._data  # type: ignore[attr-defined]  # posix: bytes -> bytes, kept by os.environ
-    for key, value in data.items():
-        out["$" + _decode(key)] = _decode(value)
+    out[_ENVIRON] = _Environ(data)
     # os.putenv changes the C environment (what Triton's knobs and torch's C++ read) without
     # touching os.environ: read the keys they read straight from it, noting where they differ.
     keys = _knob_keys_bytes() | {k for k in data if k.startswith(b"TRITON")}
@@ -252,6 +262,12 @@ def _show(value) -> str:
 
 def diff(before: dict[str, object], after: dict[str, object]) -> list[str]:
     """'name: old -> new' for every setting that differs between two captures."""
+    env_before, env_after = before.get(_ENVIRON, _Environ()), after.get(_ENVIRON, _Environ())
+    before = {k: v for k, v in before.items() if k != _ENVIRON}
+    after = {k: v for k, v in after.items() if k != _ENVIRON}
+    if env_before != env_after:
+        before.update(env_before.named())
+        after.update(env_after.named())
     out = []
     for name in sorted(before.keys() | after.keys()):
         old, new = before.get(name, _MISSING), after.get(name, _MISSING)

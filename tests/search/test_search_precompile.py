@@ -65,9 +65,9 @@ def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypat
     assert any("end = 1024" in t for t in ttirs)  # the candidate's BLOCK
 
 
-def _nice_of_group(pgid: int, module: str) -> list[int]:
-    """Niceness of the Python processes of group `pgid` running `module` (Linux /proc); the
-    sandbox's own wrapper processes, which only wait, are left out."""
+def _nice_of_group(pgid: int, module: str) -> list[tuple[int, int]]:
+    """(niceness, scheduling policy) of the Python processes of group `pgid` running `module`
+    (Linux /proc); the sandbox's own wrapper processes, which only wait, are left out."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -77,7 +77,7 @@ def _nice_of_group(pgid: int, module: str) -> list[int]:
             continue
         python = Path(argv[0]).name.startswith("python")
         if int(fields[2]) == pgid and python and argv[1:3] == ["-m", module]:  # pgrp 3rd, nice 17th
-            out.append(int(fields[16]))
+            out.append((int(fields[16]), int(fields[38])))  # policy: the stat file's 41st field
     return out
 
 
@@ -96,7 +96,8 @@ def test_compile_processes_run_at_a_lower_priority_than_the_gpu_workers(tmp_path
         nice = [n for p in procs for n in _nice_of_group(p.pid, "kernelsmith.referee.compile_child")]
     finally:
         pc.close()
-    assert nice and all(n == min(19, os.nice(0) + COMPILE_NICE) for n in nice)
+    assert nice and all(n == min(19, os.nice(0) + COMPILE_NICE) for n, _ in nice)
+    assert all(policy == os.SCHED_IDLE for _, policy in nice)  # a waking GPU worker preempts them
 
 
 UTILS = """
