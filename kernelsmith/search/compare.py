@@ -8,7 +8,10 @@ measured config on each shape) where such a table beats its best single config b
 mutator's margin, else that best single config, since the best of each shape
 over many noisy screens is biased upward (SGLang fused_rmsnorm on the H200: 1.19x per shape, with
 1.14x on its 5-microsecond 1-token shape; 1.13x for its best config, re-measured). `--reference X`
-sets it by hand, and without a sweep among the runs the best search geomean is used (said so).
+sets it by hand; `--reference final` takes the sweep's winner as re-measured on new inputs (its
+final geomean: what the sweep delivers, where the best of hundreds of noisy screens runs high:
+LMDeploy rms_norm, 1.042x best screen, 1.035x re-measured); without a sweep among the runs the
+best search geomean is used (said so).
 For each run: GPU-seconds until its best full measurement that is a measured win (evidence.py: the
 rule a winner must pass, so a fast candidate that loses a shape counts for nothing; `--any` counts
 every full, non-noisy one) reached 50/90/95% of the reference's gain over the base (1 + f x (reference
@@ -82,14 +85,21 @@ def gain_target(reference: float, fraction: float) -> float:
     return 1.0 + fraction * (reference - 1.0) if reference > 1.0 else fraction * reference
 
 
-def compare_runs(run_dirs: list[Path], reference: float | None = None, wins_only: bool = True) -> dict:
-    """The comparison as data: reference, per-run rows and the speedup-vs-GPU-seconds table."""
+def compare_runs(run_dirs: list[Path], reference: float | str | None = None, wins_only: bool = True) -> dict:
+    """The comparison as data: reference (a geomean, "final" for the sweep's re-measured winner, or
+    None for the sweep's target), per-run rows and the speedup-vs-GPU-seconds table."""
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
     curves = {str(d): (win_curve(candidate_rows(d), run.get("seed") or 0) if wins_only
                        else curve(candidate_rows(d))) for d, run, _ in loaded}
     sweeps = [(d, res["sweep"]) for d, run, res in loaded
               if run.get("command") == "sweep" and res.get("sweep")]
     source = "--reference"
+    if reference == "final":
+        finals = [(d, res.get("geomean_speedup")) for d, run, res in loaded
+                  if run.get("command") == "sweep" and res.get("sweep")]
+        if not finals or finals[0][1] is None:
+            raise ValueError("--reference final needs a sweep with a winner among the runs")
+        reference, source = finals[0][1], f"the winner of sweep {finals[0][0]}, re-measured on new inputs"
     if reference is None and sweeps:
         reference, source = sweep_reference(sweeps[0][0], sweeps[0][1])
     if reference is None:
@@ -182,12 +192,24 @@ def render(data: dict) -> str:
     return "\n".join(out)
 
 
+def _reference(text: str) -> float | str:
+    """--reference: a geomean, or the word 'final'."""
+    if text == "final":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'final'") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison of run directories (markdown, or JSON with --json)."""
     p = argparse.ArgumentParser(prog="python -m kernelsmith.search.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (a sweep and the searches)")
-    p.add_argument("--reference", type=float, help="the geomean the fractions are of (default: the sweep's)")
+    p.add_argument("--reference", type=_reference,
+                   help="the geomean the fractions are of, or 'final': the sweep's winner re-measured "
+                        "(default: the sweep's target)")
     p.add_argument("--json", action="store_true", help="JSON instead of markdown tables")
     p.add_argument("--any", action="store_true",
                    help="count every full, non-noisy measurement, not only measured wins")
@@ -198,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: not a finished run directory (no run.json/result.json): {', '.join(missing)}",
               file=sys.stderr)
         return 2
-    data = compare_runs(args.runs, args.reference, wins_only=not args.any)
+    try:
+        data = compare_runs(args.runs, args.reference, wins_only=not args.any)
+    except ValueError as e:
+        print(f"compare: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(data, indent=2) if args.json else render(data))
     return 0
 
