@@ -247,7 +247,7 @@ def _representable_in(t: torch.Tensor, lower: torch.dtype) -> bool:
     if t.numel() > 4 * _HEAD:
         # One value that does not fit decides: an output at full precision shows one among its
         # first elements, so the whole tensor is read only when those all fit (same answer).
-        count, differs = _fit(t.reshape(-1)[:_HEAD], lower)
+        _, differs = _fit(t.reshape(-1)[:_HEAD], lower)
         if differs:
             return False
     count, differs = _fit(t, lower)
