@@ -8,6 +8,7 @@ the budget, the minutes, the exploit share and the stagnation may be given anew.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -32,7 +33,6 @@ BLIND_SHARE = 0.1
 def resolve_run(config):
     """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run of a
     `SearchConfig`; a new run's run.json is written here."""
-    from ..referee.backend import cuda_available, resolve_device
     from ..target.task import load_task
 
     out = Path(config.out) if config.out else None
@@ -63,15 +63,16 @@ def resolve_run(config):
         from .ray_pool import cluster_device
 
         device, gpus = cluster_device(config.ray, config.device, config.workers_per_node)
+        task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
+                         harness="facts")
     else:
-        try:
-            device = resolve_device(config.device)
-        except ValueError as e:
-            raise ConfigError("--device", str(e)) from None
-        if device == "cuda" and not cuda_available():
-            raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
-    task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
-                     harness="facts")
+        # Asking for CUDA imports torch here (seconds): done while the harness facts child, which
+        # imports it too, runs (this thread only waits on it), not before.
+        with ThreadPoolExecutor(1) as pool:
+            resolving = pool.submit(_local_device, config.device)
+            task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
+                             harness="facts")
+            device = resolving.result()
     if device == "cuda" and not config.ray:
         import torch
 
@@ -115,6 +116,19 @@ def resolve_run(config):
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "run.json", run)
     return task, out.resolve(), run, device, gpus
+
+
+def _local_device(name: str) -> str:
+    """--device resolved on this machine ('auto' -> cuda or interpret); ConfigError naming it."""
+    from ..referee.backend import cuda_available, resolve_device
+
+    try:
+        device = resolve_device(name)
+    except ValueError as e:
+        raise ConfigError("--device", str(e)) from None
+    if device == "cuda" and not cuda_available():
+        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    return device
 
 
 def default_pipeline(config, device: str, gpus: list, points: int | None = None) -> int:
