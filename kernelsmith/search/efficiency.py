@@ -97,6 +97,7 @@ def run_summary(run_dir: Path) -> dict:
         "precompile": result.get("precompile"),
         "phase_medians_s": phase_medians(rows),
         "evaluator": result.get("evaluator"),
+        "timeline": result.get("timeline"),  # setup before wall_s, search, re-measurement (None: older runs)
     }
 
 

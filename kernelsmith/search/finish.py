@@ -180,7 +180,9 @@ def finish(search, evaluator, started: float) -> SearchResult:
     from ..sandbox import summary as sandbox_summary
 
     task, archive, path = search.task, search.archive, Path(search.path)
+    final_start = time.time()
     winner, verdict, measured = pick_winner(search, evaluator)
+    final_s = time.time() - final_start
     rows = archive.all()
     base = archive.base()
     proposals = [c for c in rows if not c.is_base]
@@ -240,6 +242,9 @@ def finish(search, evaluator, started: float) -> SearchResult:
         # The loop's own time proposing (Optuna, twins, selection): the GPUs idle on it when the
         # window runs dry.
         "loop": {"propose_s": round(search.propose_s, 2), "pipeline": search.pipeline},
+        # This invocation: setting up before wall_s's clock starts (task, harness facts, archive,
+        # compile processes), the search, the finalists' re-measurement.
+        "timeline": {**getattr(search, "timeline", {}), "final_s": round(final_s, 2)},
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
         "sandbox": sandbox_summary(),
     }

@@ -377,6 +377,7 @@ def optimize(config: SearchConfig) -> SearchResult:
     from .evaluator import Evaluator
     from .finish import finish, record_state
 
+    setup_start = time.time()
     search = Search(config)
     progress = search.progress
     progress.note(f"run directory: {search.path}")
@@ -418,6 +419,8 @@ def optimize(config: SearchConfig) -> SearchResult:
         on_verdict=search.settled,
     )
     started = time.time()
+    # Where this invocation's time went outside wall_s's window and inside it (result.json "timeline").
+    search.timeline = {"setup_s": round(started - setup_start, 2)}
     try:
         if search.archive.base() is None:
             search.archive.add(search.task.base_code, mutator="base")
@@ -453,6 +456,7 @@ def optimize(config: SearchConfig) -> SearchResult:
             search._best() if search.timed else None,
         )
         search.search(evaluator, started, in_flight_at_start)
+        search.timeline["search_s"] = round(time.time() - started, 2)
         progress.note(f"search stopped: {search.stop_reason}")
         result = finish(search, evaluator, started)
         record_state(search.path, progress)

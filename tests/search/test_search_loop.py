@@ -88,6 +88,10 @@ def test_timed_run_directory(tmp_path, fake_gpu):
     assert RESULT_KEYS <= set(result) and result["timed"] and result["proposals"] == 12
     assert RUN_KEYS <= set(json.loads((run_dir / "run.json").read_text()))
     assert result["winner"] and result["geomean_speedup"] > 1.5
+    # Where the invocation's time went: before wall_s's clock, the search, the re-measurement.
+    timeline = result["timeline"]
+    assert set(timeline) == {"setup_s", "search_s", "final_s"} and min(timeline.values()) >= 0
+    assert timeline["search_s"] + timeline["final_s"] <= result["wall_s"] + 0.1
     # Staged timing: a screen for every candidate, the full measurement only for contenders.
     calls = model_referee.CALLS
     screens = {c["cid"] for c in calls if c["timing"] == "screen"}
