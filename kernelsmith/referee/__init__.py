@@ -19,8 +19,10 @@ from .backend import cuda_available, device_info, resolve_device
 from .compile_cache import BASE_SEED_LIMIT, read_folder
 from .phase_clock import PhaseClock
 from .pinned import task_files
-from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ, scrubbed_env
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
 from .verdict import NO_TIMING_LINE, Verdict
+from .warm import take as take_warm
+from .warm import worker_env
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 
@@ -41,6 +43,8 @@ class RefereeError(KernelsmithError):
 class Referee:
     """Evaluates candidates for one Task in an isolated, recycled worker process."""
 
+    ADOPTS_WARM = True  # takes a fork server warm.warm started for its device and GPU
+
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None,
                  prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None,
@@ -60,7 +64,12 @@ class Referee:
         self.seed = int(seed)
         self.timeout_s = float(timeout_s or DEFAULT_TIMEOUT_S[self.device])
         self._tmp = None
-        if workdir is None:
+        # A fork server started for this device and GPU while the run was setting up (warm.py).
+        adopted = take_warm(self.device, gpu) if workdir is None and zygote else None
+        if adopted is not None:
+            self._tmp = adopted[0]
+            workdir = Path(self._tmp.name)
+        elif workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-referee-")
             workdir = Path(self._tmp.name)
         self.workdir = Path(workdir).resolve()
@@ -82,7 +91,7 @@ class Referee:
         self._spare: tuple[WorkerProcess, str] | None = None
         # A fork server with torch and Triton imported: a fresh worker costs a fork, not an import.
         self.use_zygote = zygote
-        self._zygote: Zygote | None = None
+        self._zygote: Zygote | None = adopted[1] if adopted is not None else None
         self.workers_started = 0
         # The first worker's private base binaries, read when it had run nothing but the base;
         # handed to every later worker so a replacement loads the base instead of compiling it.
@@ -101,14 +110,7 @@ class Referee:
                 "shared_regions": self.shared_regions}
 
     def _env(self) -> dict[str, str]:
-        env = scrubbed_env()
-        env.pop("TRITON_INTERPRET", None)
-        if self.device == "interpret":
-            env["TRITON_INTERPRET"] = "1"
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        elif self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
-        return env
+        return worker_env(self.device, self.gpu)
 
     def _spawn(self) -> tuple[WorkerProcess, str]:
         """Start a worker and send its init request (answered later, see _ready)."""

@@ -374,11 +374,16 @@ class Search:
 def optimize(config: SearchConfig) -> SearchResult:
     """Run or resume a search; returns its run directory and result.json's content (winner null
     when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
+    from ..referee import warm
     from .evaluator import Evaluator
     from .finish import finish, record_state
 
     setup_start = time.time()
-    search = Search(config)
+    try:
+        search = Search(config)
+    except BaseException:
+        warm.discard()  # fork servers started for referees this run will never make
+        raise
     progress = search.progress
     progress.note(f"run directory: {search.path}")
     if not search.timed:
@@ -464,4 +469,5 @@ def optimize(config: SearchConfig) -> SearchResult:
     finally:
         progress.close()
         evaluator.close()
+        warm.discard()  # those no referee took (stand-in referees, a worker count that changed)
         search.archive.close()

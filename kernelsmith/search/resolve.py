@@ -67,22 +67,15 @@ def resolve_run(config):
                          harness="facts")
     else:
         # Asking for CUDA imports torch here (seconds): done while the harness facts child, which
-        # imports it too, runs (this thread only waits on it), not before.
+        # imports it too, runs (this thread only waits on it), not before; so are the referees'
+        # fork servers started (their own imports), once the device and GPUs are known.
         with ThreadPoolExecutor(1) as pool:
-            resolving = pool.submit(_local_device, config.device)
+            resolving = pool.submit(_local_device_and_gpus, config)
             task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                              harness="facts")
-            device = resolving.result()
-    if device == "cuda" and not config.ray:
-        import torch
-
-        count = torch.cuda.device_count()
-        gpus = config.gpus if config.gpus is not None else list(range(count))
-        bad = [g for g in gpus if g >= count]
-        if bad:
-            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
-    else:
-        gpus = [None]  # the interpreter: one worker on the CPU
+            device, gpus = resolving.result()
+    if config.ray:
+        gpus = [None]  # the cluster's workers are named by Ray (ray_pool.py), not by GPU index
     out = out or default_run_dir(task.target.name, task.operator.name)
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
@@ -118,17 +111,32 @@ def resolve_run(config):
     return task, out.resolve(), run, device, gpus
 
 
-def _local_device(name: str) -> str:
-    """--device resolved on this machine ('auto' -> cuda or interpret); ConfigError naming it."""
+def _local_device_and_gpus(config) -> tuple[str, list]:
+    """(device, GPUs) on this machine from --device and --gpus ('auto' -> cuda or interpret; one
+    worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
+    servers (referee/warm.py) when the run's referees will be kernelsmith's own."""
+    from .. import referee
     from ..referee.backend import cuda_available, resolve_device
 
     try:
-        device = resolve_device(name)
+        device = resolve_device(config.device)
     except ValueError as e:
         raise ConfigError("--device", str(e)) from None
     if device == "cuda" and not cuda_available():
         raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
-    return device
+    gpus: list = [None]
+    if device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        gpus = config.gpus if config.gpus is not None else list(range(count))
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
+    made_by = getattr(config, "referee_factory", None) or referee.Referee
+    if getattr(made_by, "ADOPTS_WARM", False):
+        referee.warm.warm(device, gpus)
+    return device, gpus
 
 
 def default_pipeline(config, device: str, gpus: list, points: int | None = None) -> int:
