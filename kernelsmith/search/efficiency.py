@@ -93,12 +93,23 @@ def run_summary(run_dir: Path) -> dict:
         "evals_per_held_gpu_minute": round(result["evaluations"] / (n_gpus * result["wall_s"] / 60), 1)
         if result.get("wall_s")
         else None,
+        # The same with this invocation's setup counted too (timeline.setup_s: task, harness facts,
+        # compile processes and, since session 16, the fork servers' imports happen there).
+        "evals_per_held_gpu_minute_with_setup": _with_setup(result, n_gpus),
         "winner_pct_roofline": {"min": min(roofs), "max": max(roofs)} if roofs else None,
         "precompile": result.get("precompile"),
         "phase_medians_s": phase_medians(rows),
         "evaluator": result.get("evaluator"),
         "timeline": result.get("timeline"),  # setup before wall_s, search, re-measurement (None: older runs)
     }
+
+
+def _with_setup(result: dict, n_gpus: int) -> float | None:
+    """Evaluations per GPU-minute over (setup + wall time) x GPUs; None without a timeline."""
+    setup = (result.get("timeline") or {}).get("setup_s")
+    if setup is None or not result.get("wall_s"):
+        return None
+    return round(result["evaluations"] / (n_gpus * (result["wall_s"] + setup) / 60), 1)
 
 
 def compare(a: Path, b: Path) -> dict:

@@ -185,3 +185,17 @@ def test_the_reference_can_be_the_sweeps_winner_re_measured(tmp_path, capsys):
     # Without a sweep that has a winner there is nothing to re-measure: a usage error, said so.
     assert main([str(search), "--reference", "final"]) == 2
     assert "needs a sweep with a winner" in capsys.readouterr().err
+
+
+def test_the_held_rate_with_setup_counts_the_time_before_wall_s(tmp_path):
+    from kernelsmith.search.efficiency import run_summary
+
+    sweep, _ = _runs(tmp_path)
+    assert run_summary(sweep)["evals_per_held_gpu_minute_with_setup"] is None  # no timeline: older run
+    result = json.loads((sweep / "result.json").read_text())
+    result["timeline"] = {"setup_s": 30.0, "search_s": 25.0, "final_s": 5.0}
+    (sweep / "result.json").write_text(json.dumps(result))
+    s = run_summary(sweep)
+    # 5 evaluations over 30 s of wall time on one GPU: 10 a minute; with 30 s of setup, 5.
+    assert s["evals_per_held_gpu_minute"] == 10.0 and s["evals_per_held_gpu_minute_with_setup"] == 5.0
+    assert s["timeline"]["setup_s"] == 30.0
