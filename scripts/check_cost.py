@@ -1,6 +1,6 @@
 """What the judge's own correctness checks cost on the device, by check and tensor size: the
 comparison with the reference, the lower-precision test, bitwise equality and the input cache's
-fingerprint, each timed alone (CUDA events, median of 20) on one output-sized tensor pair.
+fingerprint, each timed alone (triton.testing.do_bench, median) on one output-sized tensor pair.
 
     python3 scripts/check_cost.py [--numel N ...] [--dtype float16 ...]
 """
@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+import triton.testing
 
 from kernelsmith.referee import correctness as C
 from kernelsmith.referee import input_cache
 
 
-def _time(fn, reps: int = 20) -> float:
-    """Median milliseconds of `fn()` on the device."""
-    fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+def _time(fn) -> float:
+    """Median milliseconds of `fn()` on the device (Triton's do_bench: warm-up, then repetitions)."""
+    return triton.testing.do_bench(fn, warmup=5, rep=50, return_mode="median")
 
 
 def _costs(o: torch.Tensor, e: torch.Tensor) -> dict[str, float]:

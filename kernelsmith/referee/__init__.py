@@ -13,16 +13,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, KernelsmithError
+from ..errors import KernelsmithError
 from ..paths import cache_dir
-from .backend import cuda_available, device_info, resolve_device
+from .backend import device_info, usable_device
 from .compile_cache import BASE_SEED_LIMIT, read_folder
 from .phase_clock import PhaseClock
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
 from .verdict import NO_TIMING_LINE, Verdict
+from .warm import remove_workdir, worker_env
 from .warm import take as take_warm
-from .warm import worker_env
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 
@@ -49,12 +49,7 @@ class Referee:
                  timeout_s: float | None = None, workdir: Path | None = None,
                  prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None,
                  shared_regions: bool = True):
-        try:
-            self.device = resolve_device(device)
-        except ValueError as e:
-            raise ConfigError("--device", str(e)) from None
-        if self.device == "cuda" and not cuda_available():
-            raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+        self.device = usable_device(device)
         self.task = task
         # Tokens handed to this process stay in its /proc/<pid>/environ; candidates must not read it.
         hide_environ()
@@ -335,16 +330,3 @@ class Referee:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def remove_workdir(tmp: tempfile.TemporaryDirectory, tries: int = 5) -> None:
-    """Remove a referee's work folder. A killed worker's processes die a moment after the kill, and
-    one may still add a file there (CI saw "Directory not empty" when a rejected base ended the run
-    at once): try again shortly, and leave what cannot be removed rather than fail the run."""
-    for _ in range(tries):
-        try:
-            tmp.cleanup()
-            return
-        except OSError:
-            time.sleep(0.2)
-    shutil.rmtree(tmp.name, ignore_errors=True)

@@ -15,6 +15,7 @@ import atexit
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .process import Zygote, hide_environ, scrubbed_env
@@ -68,7 +69,17 @@ def discard() -> None:
         _WARM.clear()
     for tmp, zygote in left:
         zygote.close()
+        remove_workdir(tmp)
+
+
+def remove_workdir(tmp: tempfile.TemporaryDirectory, tries: int = 5) -> None:
+    """Remove a referee's work folder. A killed worker's processes die a moment after the kill, and
+    one may still add a file there (CI saw "Directory not empty" when a rejected base ended the run
+    at once): try again shortly, and leave what cannot be removed rather than fail the run."""
+    for _ in range(tries):
         try:
             tmp.cleanup()
-        except OSError:  # a process of it still writing there a moment after the kill
-            shutil.rmtree(tmp.name, ignore_errors=True)
+            return
+        except OSError:
+            time.sleep(0.2)
+    shutil.rmtree(tmp.name, ignore_errors=True)

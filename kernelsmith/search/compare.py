@@ -91,17 +91,15 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
     curves = {str(d): (win_curve(candidate_rows(d), run.get("seed") or 0) if wins_only
                        else curve(candidate_rows(d))) for d, run, _ in loaded}
-    sweeps = [(d, res["sweep"]) for d, run, res in loaded
-              if run.get("command") == "sweep" and res.get("sweep")]
+    sweeps = [(d, res) for d, run, res in loaded if run.get("command") == "sweep" and res.get("sweep")]
     source = "--reference"
     if reference == "final":
-        finals = [(d, res.get("geomean_speedup")) for d, run, res in loaded
-                  if run.get("command") == "sweep" and res.get("sweep")]
-        if not finals or finals[0][1] is None:
+        if not sweeps or sweeps[0][1].get("geomean_speedup") is None:
             raise ValueError("--reference final needs a sweep with a winner among the runs")
-        reference, source = finals[0][1], f"the winner of sweep {finals[0][0]}, re-measured on new inputs"
+        reference = sweeps[0][1]["geomean_speedup"]
+        source = f"the winner of sweep {sweeps[0][0]}, re-measured on new inputs"
     if reference is None and sweeps:
-        reference, source = sweep_reference(sweeps[0][0], sweeps[0][1])
+        reference, source = sweep_reference(sweeps[0][0], sweeps[0][1]["sweep"])
     if reference is None:
         reference = max([pts[-1][1] for pts in curves.values() if pts] + [1.0])
         source = "best search geomean (no sweep among the runs)"
@@ -134,7 +132,7 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
                                             for d, _, _ in loaded}}
         for f in CHECKPOINTS
     ]
-    grid = sweeps[0][1] if sweeps else {}
+    grid = sweeps[0][1]["sweep"] if sweeps else {}
     return {"reference": round(reference, 4), "reference_source": source, "runs": runs,
             "has_sweep": bool(sweeps), "sweep_complete": grid.get("complete"),
             "sweep_evaluated": grid.get("evaluated"), "sweep_grid_size": grid.get("grid_size"),

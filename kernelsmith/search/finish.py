@@ -244,7 +244,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "loop": {"propose_s": round(search.propose_s, 2), "pipeline": search.pipeline},
         # This invocation: setting up before wall_s's clock starts (task, harness facts, archive,
         # compile processes), the search, the finalists' re-measurement.
-        "timeline": {**getattr(search, "timeline", {}), "final_s": round(final_s, 2)},
+        "timeline": {**search.timeline, "final_s": round(final_s, 2)},
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
         "sandbox": sandbox_summary(),
     }

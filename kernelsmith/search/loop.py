@@ -68,6 +68,7 @@ class Search:
         self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.propose_s = 0.0  # this invocation's time in _propose (result.json "loop")
+        self.timeline: dict[str, float] = {}  # this invocation's setup_s and search_s (result.json)
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 
     # -- archive rows ---------------------------------------------------------------------------
@@ -425,7 +426,7 @@ def optimize(config: SearchConfig) -> SearchResult:
     )
     started = time.time()
     # Where this invocation's time went outside wall_s's window and inside it (result.json "timeline").
-    search.timeline = {"setup_s": round(started - setup_start, 2)}
+    search.timeline["setup_s"] = round(started - setup_start, 2)
     try:
         if search.archive.base() is None:
             search.archive.add(search.task.base_code, mutator="base")

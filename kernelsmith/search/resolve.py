@@ -62,7 +62,8 @@ def resolve_run(config):
     if config.ray:  # the GPUs are the cluster's, not this machine's
         from .ray_pool import cluster_device
 
-        device, gpus = cluster_device(config.ray, config.device, config.workers_per_node)
+        device, _ = cluster_device(config.ray, config.device, config.workers_per_node)
+        gpus = [None]  # the cluster's workers are named by Ray (ray_pool.py), not by GPU index
         task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                          harness="facts")
     else:
@@ -74,8 +75,6 @@ def resolve_run(config):
             task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                              harness="facts")
             device, gpus = resolving.result()
-    if config.ray:
-        gpus = [None]  # the cluster's workers are named by Ray (ray_pool.py), not by GPU index
     out = out or default_run_dir(task.target.name, task.operator.name)
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
@@ -116,14 +115,9 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
     worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
     servers (referee/warm.py) when the run's referees will be kernelsmith's own."""
     from .. import referee
-    from ..referee.backend import cuda_available, resolve_device
+    from ..referee.backend import usable_device
 
-    try:
-        device = resolve_device(config.device)
-    except ValueError as e:
-        raise ConfigError("--device", str(e)) from None
-    if device == "cuda" and not cuda_available():
-        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    device = usable_device(config.device)
     gpus: list = [None]
     if device == "cuda":
         import torch

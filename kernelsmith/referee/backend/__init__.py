@@ -25,6 +25,19 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def usable_device(device: str) -> str:
+    """`resolve_device`, and a device this machine has: ConfigError naming --device otherwise."""
+    from ...errors import ConfigError
+
+    try:
+        resolved = resolve_device(device)
+    except ValueError as e:
+        raise ConfigError("--device", str(e)) from None
+    if resolved == "cuda" and not cuda_available():
+        raise ConfigError("--device", "cuda was requested but torch sees no CUDA device")
+    return resolved
+
+
 def get_backend(device: str) -> Backend:
     """The backend object for a resolved device name."""
     if device == "cuda":
