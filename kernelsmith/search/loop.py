@@ -14,7 +14,6 @@ newest generation in flight, recorded in the archive, so a resume sees what the 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from ..errors import KernelsmithError
 from .archive import Archive, code_hash
@@ -402,15 +401,12 @@ def optimize(config: SearchConfig) -> SearchResult:
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
     elif search.timed and config.precompile:
-        import tempfile
-
         from .precompile import Precompiler
 
-        workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
         # One compile process per candidate that can be in flight (`pipeline` generations of a
         # batch), and one for the base's calibration job at start.
         precompiler = Precompiler.maybe(search.task, workers=search.pipeline * search.batch + 1,
-                                        workdir=workdir, seed=search.seed, n_gpus=len(search.gpus))
+                                        seed=search.seed, n_gpus=len(search.gpus))
         if precompiler is not None:
             precompiler.calibrate(search.task.base_code)
     evaluator = Evaluator(

@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -121,8 +122,14 @@ class _Child:
 class Precompiler:
     """A pool of compile processes; `submit` a candidate, `wait` for it before evaluating."""
 
-    def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path,
+    def __init__(self, task, target: tuple[str, int, int], workers: int, workdir: Path | None = None,
                  device: dict | None = None, seed: int | None = None):
+        # Without a folder of its own choosing it makes one and removes it on close: every run's
+        # compiled candidates would otherwise stay in /tmp on a self-hosted runner.
+        self._tmp = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-precompile-")
+            workdir = Path(self._tmp.name)
         self.spec = {
             "device": device,
             "root": str(task.root),
@@ -152,7 +159,7 @@ class Precompiler:
         self.children = [_Child(self.spec) for _ in range(workers)]
 
     @classmethod
-    def maybe(cls, task, workers: int, workdir: Path, seed: int | None = None,
+    def maybe(cls, task, workers: int, workdir: Path | None = None, seed: int | None = None,
               n_gpus: int = 1) -> Precompiler | None:
         """A precompiler for CUDA runs (at most `workers` processes, fewer where the cores are
         short), or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
@@ -291,6 +298,11 @@ class Precompiler:
             for c in self.children + busy:
                 c.kill()
             self.children.clear()
+        if self._tmp is not None:
+            from ..referee.warm import remove_workdir
+
+            remove_workdir(self._tmp)
+            self._tmp = None
 
 
 def compile_timeout_verdict(seconds: float, limit: float):

@@ -111,16 +111,13 @@ class CompileGate:
         base compiled first as a job of its own (its time floors the limit, as locally)."""
         if not limit or not precompile:
             return cls(None, None)
-        import tempfile
-
         from .precompile import Precompiler
 
         make = factory or (Precompiler.maybe if device == "cuda" else None)
         if make is None:
             return cls(None, None)
-        workdir = Path(tempfile.mkdtemp(prefix="kernelsmith-precompile-"))
         # Two processes: the base's calibration job and the candidate the actor evaluates.
-        precompiler = make(task, workers=2, workdir=workdir, seed=seed, n_gpus=n_gpus)
+        precompiler = make(task, workers=2, seed=seed, n_gpus=n_gpus)
         if precompiler is not None:
             precompiler.calibrate(task.base_code)
         return cls(precompiler, limit)

@@ -195,7 +195,7 @@ class SlowBuildPrecompiler:
 
     SLOW_BUILD_BLOCK = 1024
 
-    def __init__(self, task, *, workers, workdir, seed=None, n_gpus=1):
+    def __init__(self, task, *, workers, seed=None, n_gpus=1):
         self.workers, self.jobs, self.codes, self.closed = workers, [], {}, False
 
     def calibrate(self, base_code):

@@ -48,7 +48,8 @@ def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypat
     cache = tmp_path / "triton-cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     task = _demo_silu_task(tmp_path)
-    pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
+    pc = Precompiler(task, ("cuda", 90, 32), 1)  # a folder of its own, removed on close
+    workdir = Path(pc.spec["workdir"])
     try:
         pc.submit(7, task.base_code.replace("BLOCK = 64", "BLOCK = 1024"))
         pc.submit(8, "this is not python")
@@ -59,6 +60,7 @@ def test_candidate_compiles_for_the_gpu_target_without_a_gpu(tmp_path, monkeypat
         pc.close()
     assert replies[0]["ok"] and not replies[1]["ok"] and "NameError" in replies[1]["error"]
     assert pc.stats["jobs"] in (2, 3) and pc.stats["failed"] == 1
+    assert workdir.name.startswith("kernelsmith-precompile-") and not workdir.exists()
     assert list(cache.rglob("_silu_and_mul_kernel.cubin"))
     assert '"arch": 90' in next(cache.rglob("_silu_and_mul_kernel.json")).read_text()
     ttirs = [p.read_text() for p in cache.rglob("_silu_and_mul_kernel.ttir")]
@@ -370,8 +372,8 @@ def test_a_ray_actors_gate_cuts_a_job_past_the_limit_in_real_compile_processes(t
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     task = _demo_silu_task(tmp_path)
 
-    def compile_processes(task, *, workers, workdir, seed=None, n_gpus=1):
-        return Precompiler(task, ("cuda", 90, 32), workers, workdir, seed=seed)
+    def compile_processes(task, *, workers, seed=None, n_gpus=1):
+        return Precompiler(task, ("cuda", 90, 32), workers, seed=seed)
 
     judged = []
 
