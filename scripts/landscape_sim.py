@@ -9,8 +9,11 @@ its referee seconds. The real search loop (Search, its pipeline, staging and mut
 with a referee that looks configs up instead of timing them, so a change to how the params mutator
 proposes can be compared over twenty seeds in minutes, without the device. It prints, per seed,
 the evaluations and the landscape's referee seconds until the first accepted candidate whose
-measured geomean holds 95% of the landscape's best gain, and their medians. A config the
-landscape lacks (or a per-shape table) counts as rejected and is reported: measure a complete sweep.
+measured geomean holds 95% of the landscape's best gain, and their medians. A config takes the
+point of one the landscape holds that launches the same on every listed shape (a sweep judges one
+config per launch set); a per-shape table, its rows' points shape by shape. One the landscape lacks
+counts as rejected and is reported: measure a complete sweep. `--pipeline` defaults to what a new
+run would choose (resolve.py).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class LandscapeReferee(model_referee.ModelReferee):
     ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
     space: ConfigSpace | None = None
     _base_key: str | None = None
+    _twins: dict | None = None
 
     def sizes(self) -> list[int]:
         """Shapes ordered as listed (the harness's order is by size for the targets measured)."""
@@ -129,12 +133,31 @@ class LandscapeReferee(model_referee.ModelReferee):
                 "eval_s": statistics.fmean(p["eval_s"] for p in points)}
 
     def point(self, key: str) -> dict | None:
-        """One config's point (the base's: 1.0x on every shape); None, noted, when it has none."""
-        if key == self.base_key():
+        """One config's point (the base's: 1.0x on every shape), or that of a config the landscape
+        holds that launches the same on every listed shape (twins.py: a sweep judged one config per
+        launch set, in its own order); None, noted, when it has neither."""
+        if key == self.base_key() or self.space is not None and key == json.dumps(self.space.base_values,
+                                                                                 sort_keys=True):
             return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}
-        if key not in self.LAND:
+        twin = key if key in self.LAND else self.twin_keys().get(self._signature(key))
+        if twin is None:
             self.MISSES.append(key)
-        return self.LAND.get(key)
+        return self.LAND.get(twin)
+
+    def _signature(self, key: str):
+        if self.space is None:
+            self.space = ConfigSpace(self.task, device="cuda")
+        return self.space.twins.signature({"values": json.loads(key)})
+
+    def twin_keys(self) -> dict:
+        """{launch signature: landscape key} (built once per run)."""
+        if self._twins is None:
+            self._twins = {}
+            for key in self.LAND:
+                sig = self._signature(key)
+                if sig is not None:
+                    self._twins.setdefault(sig, key)
+        return self._twins
 
     def base_key(self) -> str:
         """The base's config as the landscape keys it (found once)."""
@@ -170,7 +193,7 @@ def main() -> int:
     ap.add_argument("--archive", action="append", required=True)
     ap.add_argument("--seeds", default="0-9")
     ap.add_argument("--budget", type=int, default=40)
-    ap.add_argument("--pipeline", type=int, default=3)
+    ap.add_argument("--pipeline", type=int, default=None, help="generations in flight (default: a run's own)")
     ap.add_argument("--mutator", default="params")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")

@@ -50,7 +50,7 @@ class Search:
             self.task.base_code,
         )
         # Proposals per generation, and generations in flight (run.json's: see resolve.py).
-        self.batch = config.batch or max(2, len(self.gpus))
+        self.batch = config.batch or int(self.run.get("batch") or max(2, len(self.gpus)))
         self.pipeline = int(self.run.get("pipeline") or PIPELINE)
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET

@@ -8,6 +8,7 @@ the budget, the minutes, the exploit share and the stagnation may be given anew.
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -102,7 +103,8 @@ def resolve_run(config):
     run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
     run["stagnation"] = config.stagnation  # None: from the budget
     # Generations in flight: what a generation may see depends on it, so it is part of the layout.
-    run["pipeline"] = config.pipeline or default_pipeline(config, device, gpus, _learned_points(config, task))
+    pipeline, batch = default_layout(config, device, gpus, _learned_points(config, task, device))
+    run["pipeline"], run["batch"] = config.pipeline or pipeline, config.batch or batch
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     out.mkdir(parents=True, exist_ok=True)
@@ -133,6 +135,19 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
     return device, gpus
 
 
+def default_layout(config, device: str, gpus: list, points: int | None = None) -> tuple[int, int]:
+    """(generations in flight, proposals per generation): default_pipeline's and one proposal per
+    GPU, at least two; where that would keep more than BLIND_SHARE of the `points` a model learns in
+    flight, one proposal per GPU and as few generations as keep within it (at least one)."""
+    batch = config.batch or max(2, len(gpus))
+    pipeline = default_pipeline(config, device, gpus, points)
+    allowed = int(points * BLIND_SHARE) if points is not None else None
+    if allowed is not None and pipeline * batch > allowed and not config.ray:
+        batch = config.batch or len(gpus)
+        pipeline = max(1, min(pipeline, allowed // batch))
+    return pipeline, batch
+
+
 def default_pipeline(config, device: str, gpus: list, points: int | None = None) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
     with compiling ahead on the CPU), else two (one evaluating, the next proposed); with `points`
@@ -149,16 +164,26 @@ def default_pipeline(config, device: str, gpus: list, points: int | None = None)
     return max(PIPELINE, depth)
 
 
-def _learned_points(config, task) -> int | None:
+def _learned_points(config, task, device: str) -> int | None:
     """The launch configs the params mutator's model learns over, when the run uses it (else None:
-    a sweep or a replay learns nothing, a model writing code has no countable space)."""
+    a sweep or a replay learns nothing, a model writing code has no countable space): the distinct
+    launch sets on the listed shapes where they can be counted (twins.py), else every config."""
     from .mutators import members
 
     if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
         return None
     from .mutators.tunables import discover, relevant, space_points
+    from .mutators.twins import COUNT_CAP, LaunchTwins
 
-    return space_points(relevant(discover(task.base_code), task.base_code, task.operator.entry))
+    tunables = relevant(discover(task.base_code), task.base_code, task.operator.entry)
+    points = space_points(tunables)
+    if points > COUNT_CAP or task.harness is None:
+        return points
+    twins = LaunchTwins(task, tunables, task.harness.shapes_for(device), device)
+    keys = [t.key for t in tunables]
+    configs = itertools.product(*(t.domain for t in tunables))
+    counted = twins.count(dict(zip(keys, c, strict=True)) for c in configs)
+    return counted[0] if counted is not None else points
 
 
 def _default_islands(budget: int | None) -> int:

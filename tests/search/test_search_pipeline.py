@@ -87,6 +87,44 @@ def test_a_small_space_the_model_learns_keeps_a_tenth_of_it_in_flight(tmp_path, 
         assert json.loads((tmp_path / name / "run.json").read_text())["pipeline"] == depth
 
 
+def test_a_space_of_few_launch_sets_keeps_one_proposal_per_gpu_within_a_tenth_of_it(monkeypatch):
+    """SGLang fused_rmsnorm's 468 configs make 11 distinct launch sets on its shapes, gelu_and_mul's
+    360 make 20: the floor of two generations of two hid 4 of them from each proposal. Now one
+    proposal per GPU, and as few generations as keep a tenth of the space in flight (at least one);
+    the router's 78, the sampler's 432 and the demo's 66 keep their layouts; flags still win."""
+    monkeypatch.setattr(precompile.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(precompile, "device_facts", lambda: H200)
+    cfg = SearchConfig(target="demo", op="silu_and_mul")
+    assert resolve.default_layout(cfg, "cuda", [0], points=11) == (1, 1)
+    assert resolve.default_layout(cfg, "cuda", [0], points=20) == (2, 1)
+    assert resolve.default_layout(cfg, "cuda", [0, 1], points=20) == (1, 2)  # one proposal per GPU
+    assert resolve.default_layout(cfg, "cuda", [0], points=66) == (3, 2)
+    assert resolve.default_layout(cfg, "cuda", [0], points=78) == (3, 2)
+    assert resolve.default_layout(cfg, "cuda", [0], points=432) == (12, 2)
+    assert resolve.default_layout(cfg, "cuda", [0], points=None) == (12, 2)  # a sweep learns nothing
+    assert resolve.default_layout(cfg, "interpret", [None], points=11) == (1, 1)
+    assert resolve.default_layout(SearchConfig(target="d", op="o", batch=3), "cuda", [0], points=11) == (1, 3)
+    assert resolve.default_layout(SearchConfig(target="d", op="o", ray="auto"), "cuda", [None],
+                                  points=11) == (2, 2)  # a cluster's workers are many
+
+
+def test_a_new_run_counts_the_distinct_launch_sets_of_its_space(tmp_path):
+    """What the layout is sized by: the configs that launch differently on the listed shapes (twins.py),
+    not every knob combination; a space the launcher hides keeps its combinations; a sweep, none."""
+    from types import SimpleNamespace
+
+    from test_search_launch_twins import _task
+
+    from kernelsmith.search.sweep import SweepGrid
+
+    cfg = SearchConfig(target="d", op="o", mutator="params")
+    distinct = SweepGrid(_task(), device="cuda", seed=0).launches()[0]
+    assert resolve._learned_points(cfg, _task(), "cuda") == distinct < 468
+    hidden = SimpleNamespace(**{**vars(_task()), "harness": None})  # no shapes to evaluate it on
+    assert resolve._learned_points(cfg, hidden, "cuda") == 468
+    assert resolve._learned_points(SearchConfig(target="d", op="o", command="sweep"), _task(), "cuda") is None
+
+
 def test_pipeline_is_recorded_kept_on_resume_and_hides_that_many_generations(tmp_path, fake_gpu):
     result = optimize(_config(tmp_path, fake_gpu, pipeline=3))
     run = json.loads((tmp_path / "run" / "run.json").read_text())
