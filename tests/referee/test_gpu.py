@@ -5,6 +5,7 @@ from referee_helpers import CORPUS, MINISERVE, ROOT, demo_task
 
 from kernelsmith import sandbox
 from kernelsmith.referee import Referee
+from kernelsmith.referee.timing import AA_LIMIT
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +33,12 @@ def test_full_timing_has_an_aa_control_and_host_times(silu_referee):
     v = silu_referee.evaluate(None, candidate_id=2, timing="full")
     assert v.accepted and v.timed
     aa = v.timing["aa_ratio"]
-    assert aa is not None and (abs(aa - 1) <= 0.01 or v.timing["noisy"])
+    worst = max((s for s in v.shapes if s.get("aa_ratio")), key=lambda s: abs(s["aa_ratio"] - 1))
+    assert aa is not None and worst["aa_ratio"] == aa
+    # timing.aa_strayed: within AA_LIMIT, or 1.0 inside the control's own CI (a few-microsecond shape's
+    # sampling noise: the H200 gave 1.014 on one take), or the verdict says noisy.
+    lo, hi = worst["aa_ci95"]
+    assert abs(aa - 1) <= AA_LIMIT or lo <= 1.0 <= hi or v.timing["noisy"]
     assert all(s["host_ms"] > 0 and s["device_ms"] > 0 for s in v.shapes)
     assert 0.9 < v.geomean_speedup < 1.1  # the base against itself
 
