@@ -93,7 +93,9 @@ def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> i
 # At nice 10 a complete rms_norm sweep (13 compile processes) still saw 4 of 584 honest candidates'
 # base times doubled on a 5 us shape twice in a row (forged_timing, session 16), so compiles also
 # run under SCHED_IDLE: they get a core only when nothing else wants it, and a waking worker
-# preempts them at once. ptxas inherits both.
+# preempts them at once. ptxas inherits both. That did not stop it: session 17's sweep saw 13 of 422
+# (bases 2-20x the judge's, on 5-35 us shapes, no pattern in the configs); the refusal now records the
+# runner's samples and the judge's base timed again at that moment (judge_timing.disagreement_facts).
 COMPILE_NICE = 10
 
 

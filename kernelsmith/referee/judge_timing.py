@@ -163,7 +163,7 @@ class JudgeTiming:
             if not why:
                 break
         else:
-            return ShapeTiming.refused("forged_timing", why)
+            return ShapeTiming.refused("forged_timing", why + self.disagreement_facts(r, seed))
         set_bytes = sum(t.numel() * t.element_size() for t in C.tensors_of(r["originals"][0]).values())
         own_ms, host_ms = r["judge_base_ms"], r["judge_host_ms"]
         if mode == "full" and r["timed_output_ok"] and audit_can_bite(own_ms, 2 * AUDIT_SETS * set_bytes):
@@ -200,6 +200,17 @@ class JudgeTiming:
         r["judge_base_ms"], r["judge_host_ms"] = self.own_base[key]
         r["originals"] = originals
         return r
+
+    def disagreement_facts(self, r: dict, seed: int) -> str:
+        """What tells a lying runner from a disturbed device, for the refusal's message: the runner's
+        base samples and the judge's own base timed again now. Honest candidates of LMDeploy rms_norm
+        were refused so on the H200 (13 of 422 in a sweep, on shapes of 5-35 us), their neighbours
+        not: this says whether the device, or only the runner, was slow at that moment."""
+        now_ms = self.own_base_ms(r["originals"], seed)[0]
+        base = r["base"]
+        return (f" [runner's base samples {min(base):.4f}-{max(base):.4f} ms over {len(base)}, its "
+                f"candidate's median {_median(r['cand']):.4f} ms; the judge's own base timed again now: "
+                f"{now_ms:.4f} ms]")
 
     def own_base_ms(self, originals: list[dict], seed: int) -> tuple[float, float]:
         """(median device ms, host ms per call) of the judge's own base on copies of `originals`,

@@ -3,6 +3,7 @@ and a stand-in runner in this process: honest claims pass with the same numbers 
 above the judge's wall clock, an inflated base and a throughput the wall clock cannot support are
 `forged_timing`, a malformed reply is `protocol`. Real numbers come from the H200 step."""
 
+import re
 import time
 
 import pytest
@@ -115,9 +116,20 @@ def test_an_inflated_base_is_forged():
     def inflate(reply):  # within the wall clock (the flush and spin leave room), above the judge's own
         reply["base"] = [t * 1.5 for t in reply["base"]]
         reply["aa"] = [t * 1.5 for t in reply["aa"]]  # the A/A control agrees with the lie
-    ok, out = _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=inflate))
+    judge = Judge(FakeBackend([0.2, 0.1, 0.2]), forge=inflate)
+    ok, out = _time(judge)
     assert not ok and out["violations"] == ["forged_timing"]
-    assert "the judge measures it" in out["details"]["messages"][0]
+    message = out["details"]["messages"][0]
+    assert "the judge measures it" in message
+    # The facts that tell a lying runner from a disturbed device: the runner's samples (inflated
+    # 1.5x) and the judge's own base timed again at refusal, with the runner stopped.
+    facts = re.search(r"runner's base samples ([\d.]+)-([\d.]+) ms over (\d+), its candidate's median "
+                      r"([\d.]+) ms; the judge's own base timed again now: ([\d.]+) ms", message)
+    assert facts, message
+    lo, hi, n, cand, now = map(float, facts.groups())
+    assert lo == pytest.approx(0.3, rel=0.01) and hi == pytest.approx(0.3, rel=0.01) and n == 12
+    assert cand == pytest.approx(0.1, rel=0.01) and now == pytest.approx(0.2, rel=0.01)
+    assert judge.link.paused == 2  # once for the shape's own base, once again at the refusal
 
 
 def test_a_base_slowed_once_by_host_contention_is_retaken_not_forged():
