@@ -8,7 +8,6 @@ the budget, the minutes, the exploit share and the stagnation may be given anew.
 
 from __future__ import annotations
 
-import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -172,7 +171,7 @@ def _learned_points(config, task, device: str) -> int | None:
 
     if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
         return None
-    from .mutators.tunables import discover, relevant, space_points
+    from .mutators.tunables import discover, relevant, space_configs, space_points
     from .mutators.twins import COUNT_CAP, LaunchTwins
 
     tunables = relevant(discover(task.base_code), task.base_code, task.operator.entry)
@@ -180,9 +179,7 @@ def _learned_points(config, task, device: str) -> int | None:
     if points > COUNT_CAP or task.harness is None:
         return points
     twins = LaunchTwins(task, tunables, task.harness.shapes_for(device), device)
-    keys = [t.key for t in tunables]
-    configs = itertools.product(*(t.domain for t in tunables))
-    counted = twins.count(dict(zip(keys, c, strict=True)) for c in configs)
+    counted = twins.count(space_configs(tunables))
     return counted[0] if counted is not None else points
 
 

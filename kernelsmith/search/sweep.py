@@ -18,7 +18,6 @@ the sweep's per-shape claim is a measured kernel (result.json `table_id`, `table
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 from statistics import geometric_mean
@@ -26,7 +25,7 @@ from statistics import geometric_mean
 from .candidate import Candidate
 from .mutators import Proposal
 from .mutators.params import GridMutator
-from .mutators.tunables import label, space_points
+from .mutators.tunables import label, space_configs, space_points
 from .mutators.twins import COUNT_CAP
 
 GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
@@ -61,10 +60,8 @@ class SweepGrid(GridMutator):
         signature, each counted as its own); None when the launcher cannot be evaluated statically
         or the grid is over COUNT_CAP (or sampled)."""
         if self._counted is False:
-            keys = [t.key for t in self.tunables]
             small = self.size <= min(self.cap, COUNT_CAP)
-            points = (dict(zip(keys, c, strict=True)) for c in itertools.product(*self.domains))
-            self._counted = self.twins.count(points) if small else None
+            self._counted = self.twins.count(space_configs(self.tunables)) if small else None
         return self._counted
 
     def dedupe_note(self) -> str | None:

@@ -10,6 +10,7 @@ only where the launched kernel has a loop to pipeline; which of them an entry re
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 from collections import defaultdict
 
@@ -135,6 +136,12 @@ def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
 def space_points(tunables: list[Tunable]) -> int:
     """How many launch configurations `tunables` make (the product of their domains)."""
     return math.prod(len(t.domain) for t in tunables)
+
+
+def space_configs(tunables: list[Tunable]):
+    """Every launch configuration `tunables` make, as {key: value} dicts, in grid order."""
+    keys = [t.key for t in tunables]
+    return (dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(t.domain for t in tunables)))
 
 
 def values_of(tunables: list[Tunable]) -> dict[str, int]:
