@@ -6,11 +6,11 @@ import argparse
 import contextlib
 import json
 import sys
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..scratch import scratch_dir
 from ..search import mutators
 
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         scores = score_solutions(problems, solutions, out / "score", device=args.device,
                                  dtype=args.dtype, seed=args.seed, progress=log, missing="no_winner")
     else:
-        with tempfile.TemporaryDirectory(prefix="ks-bench-") as work:
+        with scratch_dir("ks-bench-") as work:  # candidates' solutions run there
             scores = score_solutions(problems, Path(args.solutions), Path(work), device=args.device,
                                      dtype=args.dtype, seed=args.seed, progress=log)
     data = report(scores)

@@ -12,14 +12,11 @@ server. `discard` closes what no Referee took (a run that failed first, a stand-
 from __future__ import annotations
 
 import atexit
-import os
-import shutil
-import stat
 import tempfile
 import threading
-import time
 from pathlib import Path
 
+from ..scratch import remove_tree
 from .process import Zygote, hide_environ, scrubbed_env
 
 _LOCK = threading.Lock()
@@ -75,41 +72,9 @@ def discard() -> None:
 
 
 def remove_workdir(tmp: tempfile.TemporaryDirectory, tries: int = 5) -> None:
-    """Remove a work folder untrusted code wrote into (a referee's, the compile processes').
-
-    Never through TemporaryDirectory.cleanup: on a permission error it chmods the failing path,
-    following a link a candidate left there to a file outside (CPython before 3.11.8 and 3.12.2;
-    this machine's is 3.11.7). Directories are made writable through descriptors that never follow
-    a link, then shutil.rmtree, which unlinks links without following them, removes the tree. A
+    """Remove a work folder untrusted code wrote into (a referee's, the compile processes') with
+    scratch.remove_tree, never through `cleanup`, which can chmod through a link left there. A
     killed worker's processes die a moment after the kill, and one may still add a file there (CI
-    saw "Directory not empty" when a rejected base ended the run at once): try again shortly, and
-    leave what cannot be removed rather than fail the run."""
+    saw "Directory not empty" when a rejected base ended the run at once): remove_tree retries."""
     tmp._finalizer.detach()  # removed here, never by cleanup() at exit
-    for _ in range(tries):
-        _dirs_writable(tmp.name)
-        try:
-            shutil.rmtree(tmp.name)
-            return
-        except OSError:
-            if not os.path.lexists(tmp.name):
-                return
-            time.sleep(0.2)
-    shutil.rmtree(tmp.name, ignore_errors=True)
-
-
-def _dirs_writable(top: str) -> None:
-    """Give every directory under `top` (itself too) its owner's full rights, each looked up under
-    its parent's descriptor without following links, so that a link is never chmodded through."""
-    _own_dir(top, None)
-    for _root, dirs, _files, root_fd in os.fwalk(top):  # top-down: a child is fixed before the descent
-        for d in dirs:
-            _own_dir(d, root_fd)
-
-
-def _own_dir(path: str, dir_fd: int | None) -> None:
-    try:
-        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
-            os.chmod(path, 0o700, dir_fd=dir_fd)
-    except OSError:
-        pass
+    remove_tree(tmp.name, tries)

@@ -136,12 +136,11 @@ def run_setup(target: Target, folder: Path) -> None:
     no tokens."""
     if not target.setup:
         return
-    import tempfile
-
     from ..sandbox import wrap
+    from ..scratch import scratch_dir
 
     make_venv(folder)
-    with tempfile.TemporaryDirectory(prefix="kernelsmith-setup-") as scratch:
+    with scratch_dir("kernelsmith-setup-") as scratch:  # the setup writes there: no cleanup() chmod
         cmd, env = wrap(["/bin/sh", "-c", target.setup], "setup", env=venv_env(folder, dict(os.environ)),
                         writable=[folder], scratch=Path(scratch))
         proc = subprocess.run(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -1,0 +1,66 @@
+"""Folders untrusted code writes into, removed without ever following a link it left there.
+
+`TemporaryDirectory.cleanup` answers a permission error by chmodding the failing path, following
+a link (CPython before 3.11.8 and 3.12.2; 3.11.7 on the development machine): a candidate, a
+target's setup or a harness could leave a link to a file outside and make the removal fail, and the
+file became mode 0o700. Here directories are made writable under their parent's descriptor
+without following links, then `shutil.rmtree` unlinks links without following them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+def remove_tree(path: str, tries: int = 5) -> None:
+    """Remove the folder at `path` without following links in it. Processes killed a moment ago may
+    still add a file ("Directory not empty"): try again shortly, and leave what cannot be removed
+    rather than fail."""
+    for _ in range(tries):
+        _dirs_writable(path)
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            if not os.path.lexists(path):
+                return
+            time.sleep(0.2)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[str]:
+    """A new folder under the temporary directory, removed with `remove_tree` on leaving."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+def _dirs_writable(top: str) -> None:
+    """Give every directory under `top` (itself too) its owner's full rights, each looked up under
+    its parent's descriptor without following links, so that a link is never chmodded through."""
+    _own_dir(top, None)
+    try:
+        walk = os.fwalk(top)  # top-down: a child is fixed before the walk descends into it
+        for _root, dirs, _files, root_fd in walk:
+            for d in dirs:
+                _own_dir(d, root_fd)
+    except OSError:
+        pass
+
+
+def _own_dir(path: str, dir_fd: int | None) -> None:
+    try:
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+            os.chmod(path, 0o700, dir_fd=dir_fd)
+    except OSError:
+        pass
