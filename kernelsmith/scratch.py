@@ -14,6 +14,7 @@ import shutil
 import stat
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,14 +35,29 @@ def remove_tree(path: str, tries: int = 5) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class ScratchDir:
+    """A new folder under the temporary directory (`name`), removed with `remove_tree` by `remove()`,
+    or when the object is collected or the interpreter exits, whichever comes first (where
+    TemporaryDirectory would call its own cleanup)."""
+
+    def __init__(self, prefix: str, dir: str | None = None):
+        self.name = tempfile.mkdtemp(prefix=prefix, dir=dir)
+        self._finalizer = weakref.finalize(self, remove_tree, self.name)
+
+    def remove(self, tries: int = 5) -> None:
+        """Remove the folder now (once; later calls do nothing)."""
+        if self._finalizer.detach() is not None:
+            remove_tree(self.name, tries)
+
+
 @contextmanager
 def scratch_dir(prefix: str) -> Iterator[str]:
-    """A new folder under the temporary directory, removed with `remove_tree` on leaving."""
-    path = tempfile.mkdtemp(prefix=prefix)
+    """A ScratchDir's path for the block, removed on leaving it."""
+    folder = ScratchDir(prefix)
     try:
-        yield path
+        yield folder.name
     finally:
-        remove_tree(path)
+        folder.remove()
 
 
 def _dirs_writable(top: str) -> None:

@@ -54,3 +54,19 @@ def test_unreadable_folders_are_opened_up_without_following_links(tmp_path):
     remove_tree(str(top))
     assert not top.exists()
     assert stat.S_IMODE(outside.stat().st_mode) == 0o750  # the link's target was not chmodded
+
+
+def test_a_scratch_folder_never_removed_by_hand_goes_at_exit(tmp_path):
+    """Where a Referee is never closed: the folder goes when the interpreter exits (remove_tree, as
+    remove() would: not TemporaryDirectory.cleanup)."""
+    import subprocess
+    import sys
+
+    code = ("from kernelsmith.scratch import ScratchDir; "
+            f"d = ScratchDir('ks-', dir={str(tmp_path)!r}); open(d.name + '/f', 'w').write('x'); "
+            "print(d.name)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+    folder = Path(out.stdout.strip())
+    assert folder.parent == tmp_path and not folder.exists()

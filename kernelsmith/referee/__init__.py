@@ -9,20 +9,20 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from ..errors import KernelsmithError
 from ..paths import cache_dir
+from ..scratch import ScratchDir
 from .backend import device_info, usable_device
 from .compile_cache import BASE_SEED_LIMIT, read_folder
 from .phase_clock import PhaseClock
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
 from .verdict import NO_TIMING_LINE, Verdict
-from .warm import remove_workdir, worker_env
 from .warm import take as take_warm
+from .warm import worker_env
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 
@@ -65,7 +65,7 @@ class Referee:
             self._tmp = adopted[0]
             workdir = Path(self._tmp.name)
         elif workdir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-referee-")
+            self._tmp = ScratchDir("kernelsmith-referee-")
             workdir = Path(self._tmp.name)
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -322,7 +322,7 @@ class Referee:
             self._zygote.close()
             self._zygote = None
         if self._tmp is not None:
-            remove_workdir(self._tmp)
+            self._tmp.remove()  # retried: a killed worker's processes may still add a file
             self._tmp = None
 
     def __enter__(self) -> Referee:

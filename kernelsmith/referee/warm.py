@@ -12,15 +12,14 @@ server. `discard` closes what no Referee took (a run that failed first, a stand-
 from __future__ import annotations
 
 import atexit
-import tempfile
 import threading
 from pathlib import Path
 
-from ..scratch import remove_tree
+from ..scratch import ScratchDir
 from .process import Zygote, hide_environ, scrubbed_env
 
 _LOCK = threading.Lock()
-_WARM: dict[tuple[str, int | None], tuple[tempfile.TemporaryDirectory, Zygote]] = {}
+_WARM: dict[tuple[str, int | None], tuple[ScratchDir, Zygote]] = {}
 
 
 def worker_env(device: str, gpu: int | None) -> dict[str, str]:
@@ -44,12 +43,12 @@ def warm(device: str, gpus: list[int | None]) -> None:
         for gpu in gpus:
             if (device, gpu) in _WARM:
                 continue
-            tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-referee-")
+            tmp = ScratchDir("kernelsmith-referee-")
             workdir = Path(tmp.name).resolve()
             _WARM[(device, gpu)] = (tmp, Zygote(worker_env(device, gpu), workdir, log=workdir / "zygote.log"))
 
 
-def take(device: str, gpu: int | None) -> tuple[tempfile.TemporaryDirectory, Zygote] | None:
+def take(device: str, gpu: int | None) -> tuple[ScratchDir, Zygote] | None:
     """The warm (work folder, fork server) for `device` and `gpu`, now the caller's; None if none."""
     with _LOCK:
         return _WARM.pop((device, gpu), None)
@@ -68,13 +67,4 @@ def discard() -> None:
         _WARM.clear()
     for tmp, zygote in left:
         zygote.close()
-        remove_workdir(tmp)
-
-
-def remove_workdir(tmp: tempfile.TemporaryDirectory, tries: int = 5) -> None:
-    """Remove a work folder untrusted code wrote into (a referee's, the compile processes') with
-    scratch.remove_tree, never through `cleanup`, which can chmod through a link left there. A
-    killed worker's processes die a moment after the kill, and one may still add a file there (CI
-    saw "Directory not empty" when a rejected base ended the run at once): remove_tree retries."""
-    tmp._finalizer.detach()  # removed here, never by cleanup() at exit
-    remove_tree(tmp.name, tries)
+        tmp.remove()

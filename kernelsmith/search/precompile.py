@@ -22,12 +22,13 @@ import json
 import os
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+
+from ..scratch import ScratchDir
 
 JOB_TIMEOUT_S = 180.0
 BASE_JOB = 0  # the base's own compile job (archive ids start at 1): how long an honest job takes
@@ -128,7 +129,7 @@ class Precompiler:
         # compiled candidates would otherwise stay in /tmp on a self-hosted runner.
         self._tmp = None
         if workdir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="kernelsmith-precompile-")
+            self._tmp = ScratchDir("kernelsmith-precompile-")
             workdir = Path(self._tmp.name)
         self.spec = {
             "device": device,
@@ -159,8 +160,7 @@ class Precompiler:
         self.children = [_Child(self.spec) for _ in range(workers)]
 
     @classmethod
-    def maybe(cls, task, workers: int, workdir: Path | None = None, seed: int | None = None,
-              n_gpus: int = 1) -> Precompiler | None:
+    def maybe(cls, task, workers: int, seed: int | None = None, n_gpus: int = 1) -> Precompiler | None:
         """A precompiler for CUDA runs (at most `workers` processes, fewer where the cores are
         short), or None (no GPU, or KERNELSMITH_PRECOMPILE=0)."""
         if os.environ.get("KERNELSMITH_PRECOMPILE", "1") == "0":
@@ -170,7 +170,7 @@ class Precompiler:
         if facts is None or cores < 4:
             return None
         target = ("cuda", facts["major"] * 10 + facts["minor"], 32)  # backend, capability, warp size
-        return cls(task, target, max(1, min(workers, compile_processes(n_gpus, cores))), workdir,
+        return cls(task, target, max(1, min(workers, compile_processes(n_gpus, cores))),
                    device=facts, seed=seed)
 
     def _child(self) -> _Child:
@@ -299,9 +299,7 @@ class Precompiler:
                 c.kill()
             self.children.clear()
         if self._tmp is not None:
-            from ..referee.warm import remove_workdir
-
-            remove_workdir(self._tmp)
+            self._tmp.remove()
             self._tmp = None
 
 

@@ -388,12 +388,11 @@ def test_a_work_folder_a_dying_worker_still_writes_into_is_removed_on_a_second_t
     """close() removes the referee's work folder even when a killed worker's process adds a file
     while the first removal runs ("Directory not empty"); it never fails the run for it."""
     import shutil
-    import tempfile
     from pathlib import Path
 
-    from kernelsmith.referee import remove_workdir
+    from kernelsmith.scratch import ScratchDir
 
-    tmp = tempfile.TemporaryDirectory(dir=tmp_path)
+    tmp = ScratchDir("ks-", dir=tmp_path)
     (Path(tmp.name) / "runner").mkdir()
     real, calls = shutil.rmtree, []
 
@@ -404,34 +403,33 @@ def test_a_work_folder_a_dying_worker_still_writes_into_is_removed_on_a_second_t
         return real(path, ignore_errors=ignore_errors, **kw)
 
     monkeypatch.setattr(shutil, "rmtree", late_writer)
-    remove_workdir(tmp)
+    tmp.remove()
     assert calls == [False, False] and not Path(tmp.name).exists()
 
-    stuck, calls[:] = tempfile.TemporaryDirectory(dir=tmp_path), []
+    stuck, calls[:] = ScratchDir("ks-", dir=tmp_path), []
     monkeypatch.setattr(shutil, "rmtree", lambda path, ignore_errors=False, **kw: (
         calls.append(ignore_errors), real(path, ignore_errors=True) if ignore_errors
         else (_ for _ in ()).throw(OSError(39, "Directory not empty"))))
-    remove_workdir(stuck, tries=2)  # gives up quietly, removing what it can
+    stuck.remove(tries=2)  # gives up quietly, removing what it can
     assert calls == [False, False, True] and not Path(stuck.name).exists()
 
 
 def test_removing_a_work_folder_never_chmods_through_a_link_left_in_it(tmp_path, monkeypatch):
     """A candidate can leave a link to a file outside in its work folder and make its removal fail
     with a permission error: TemporaryDirectory.cleanup then chmods the failing path, following the
-    link (CPython before 3.11.8 / 3.12.2), so the outside file became mode 0o700. remove_workdir
-    retries without ever following it. (Tests run as root, where no directory denies an unlink: the
-    permission error is raised by hand.)"""
+    link (CPython before 3.11.8 / 3.12.2), so the outside file became mode 0o700. A ScratchDir
+    (the referee's work folder) retries without ever following it. (Tests run as root, where no
+    directory denies an unlink: the permission error is raised by hand.)"""
     import os
     import stat
-    import tempfile
     from pathlib import Path
 
-    from kernelsmith.referee import remove_workdir
+    from kernelsmith.scratch import ScratchDir
 
     secret = tmp_path / "secret"
     secret.write_text("x")
     secret.chmod(0o600)
-    tmp = tempfile.TemporaryDirectory(dir=tmp_path)
+    tmp = ScratchDir("ks-", dir=tmp_path)
     locked = Path(tmp.name) / "locked"
     locked.mkdir()
     (locked / "link").symlink_to(secret)
@@ -445,6 +443,6 @@ def test_removing_a_work_folder_never_chmods_through_a_link_left_in_it(tmp_path,
         return real(path, *a, **kw)
 
     monkeypatch.setattr(os, "unlink", unlink)
-    remove_workdir(tmp)
+    tmp.remove()
     assert denied and not Path(tmp.name).exists()
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == "x"
