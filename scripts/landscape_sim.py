@@ -136,10 +136,10 @@ class LandscapeReferee(model_referee.ModelReferee):
         """One config's point (the base's: 1.0x on every shape), or that of a config the landscape
         holds that launches the same on every listed shape (twins.py: a sweep judged one config per
         launch set, in its own order); None, noted, when it has neither."""
-        if key == self.base_key() or self.space is not None and key == json.dumps(self.space.base_values,
-                                                                                 sort_keys=True):
-            return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}
-        twin = key if key in self.LAND else self.twin_keys().get(self._signature(key))
+        sig = None if key == self.base_key() else self._signature(key)
+        if key == self.base_key() or sig is not None and sig == self._signature(self.base_key()):
+            return {"speeds": [1.0] * len(self.shapes), "eval_s": 2.0}  # the base, or a twin of it
+        twin = key if key in self.LAND else self.twin_keys().get(sig)
         if twin is None:
             self.MISSES.append(key)
         return self.LAND.get(twin)
