@@ -93,6 +93,12 @@ def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) 
     for key in ("host_base", "host_cand"):
         if reply.get(key) is not None:
             r[key] = _times([reply[key]], 1, "host")[0]
+    late = reply.get("late_reps")
+    if late is not None:
+        if not (isinstance(late, list) and len(late) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 4 * reps for n in late)):
+            raise RunnerFailed("protocol", "the runner's count of late repetitions is malformed")
+        r["late_reps"] = late
     return r
 
 
@@ -203,14 +209,17 @@ class JudgeTiming:
 
     def disagreement_facts(self, r: dict, seed: int) -> str:
         """What tells a lying runner from a disturbed device, for the refusal's message: the runner's
-        base samples and the judge's own base timed again now. Honest candidates of LMDeploy rms_norm
-        were refused so on the H200 (13 of 422 in a sweep, on shapes of 5-35 us), their neighbours
-        not: this says whether the device, or only the runner, was slow at that moment."""
+        base samples and late repetitions, and the judge's own base timed again now. Honest
+        candidates of LMDeploy rms_norm were refused so on the H200 (13 of 422 in a sweep, on shapes
+        of 5-35 us) before late repetitions were timed again (event_timing.py)."""
+        before = self.backend.late_reps()
         now_ms = self.own_base_ms(r["originals"], seed)[0]
-        base = r["base"]
+        own_late = [a - b for a, b in zip(self.backend.late_reps(), before, strict=True)]
+        base, late = r["base"], r.get("late_reps") or [0, 0]
         return (f" [runner's base samples {min(base):.4f}-{max(base):.4f} ms over {len(base)}, its "
-                f"candidate's median {_median(r['cand']):.4f} ms; the judge's own base timed again now: "
-                f"{now_ms:.4f} ms]")
+                f"candidate's median {_median(r['cand']):.4f} ms, late repetitions it timed again / "
+                f"kept: {late[0]} / {late[1]}; the judge's own base timed again now: {now_ms:.4f} ms "
+                f"({own_late[0]} / {own_late[1]})]")
 
     def own_base_ms(self, originals: list[dict], seed: int) -> tuple[float, float]:
         """(median device ms, host ms per call) of the judge's own base on copies of `originals`,

@@ -140,6 +140,7 @@ class ShapeTiming:
     judge_base_ms: float | None = None  # the judge's own median of the base (judge_timing.py, check b)
     forged: list[str] | None = None  # [violation, why]: the judge refused the runner's claims
     aa_ci95: list[float] | None = None  # the A/A ratio's 95% CI (full mode, past AA_LIMIT only)
+    late_reps: list[int] | None = None  # [retimed, kept]: reps the host queued late (event_timing.py)
 
     @classmethod
     def of(cls, r: dict) -> ShapeTiming:
@@ -215,6 +216,7 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
             for r in range(INPUT_SETS):
                 f(r)
     backend.synchronize()
+    late_before = backend.late_reps()
     probe = backend.time_calls(fns[:2], 3, seed)
     reps = planned_reps(probe, len(fns), cfg)
     attempts = 0
@@ -229,7 +231,8 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
             break
     result = {"base": times[0], "cand": times[1], "aa": times[2] if mode == "full" else None,
               "aa_ratio": aa, "aa_ci95": aa_ci, "noisy": aa_strayed(aa, aa_ci), "reps": len(times[0]),
-              "attempts": attempts, "probe": probe}
+              "attempts": attempts, "probe": probe,
+              "late_reps": [a - b for a, b in zip(backend.late_reps(), late_before, strict=True)]}
     # The output of the last timed candidate call (in-place outputs too: their buffers were
     # restored before that call), for the caller to check against the reference.
     if "rep" in last:
@@ -280,7 +283,7 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
             ci95=bootstrap_ci(r.base, r.cand, C.derive_seed(seed, cid, si, "ci")),
             host_ms=r.host_cand, base_host_ms=r.host_base, roof_ms=roof, aa_ratio=r.aa_ratio,
             reps=r.reps, attempts=r.attempts, judge_base_ms=r.judge_base_ms,
-            base_samples=r.base, cand_samples=r.cand, aa_ci95=r.aa_ci95))
+            base_samples=r.base, cand_samples=r.cand, aa_ci95=r.aa_ci95, late_reps=r.late_reps))
     conclude(out, mode)
     return True
 

@@ -154,7 +154,8 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
                         host_ms: float | None, base_host_ms: float | None, roof_ms: float | None,
                         aa_ratio: float | None, reps: int, attempts: int,
                         base_samples: list[float], cand_samples: list[float],
-                        judge_base_ms: float | None = None, aa_ci95: list[float] | None = None) -> dict:
+                        judge_base_ms: float | None = None, aa_ci95: list[float] | None = None,
+                        late_reps: list[int] | None = None) -> dict:
     """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
     return {
         "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
@@ -164,6 +165,9 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
         "aa_ratio": aa_ratio, "aa_ci95": aa_ci95, "reps": reps, "attempts": attempts,
         # The judge's own median of the base (judge_timing.py, check b); None in one process.
         "judge_base_ms": judge_base_ms,
+        # Repetitions the host queued too late to be timed alone: timed again, or (past the
+        # allowance) kept; the runner's own count, shown for diagnosis, never decides anything.
+        "late_reps": {"retimed": late_reps[0], "kept": late_reps[1]} if late_reps else None,
         # Raw per-repetition times: benchmark.json (pytest-benchmark format) derives its stats from them.
         "samples_ms": {"base": [float(f"{t:.5g}") for t in base_samples],
                        "candidate": [float(f"{t:.5g}") for t in cand_samples]},

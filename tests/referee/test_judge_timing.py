@@ -124,9 +124,11 @@ def test_an_inflated_base_is_forged():
     # The facts that tell a lying runner from a disturbed device: the runner's samples (inflated
     # 1.5x) and the judge's own base timed again at refusal, with the runner stopped.
     facts = re.search(r"runner's base samples ([\d.]+)-([\d.]+) ms over (\d+), its candidate's median "
-                      r"([\d.]+) ms; the judge's own base timed again now: ([\d.]+) ms", message)
+                      r"([\d.]+) ms, late repetitions it timed again / kept: (\d+) / (\d+); the judge's "
+                      r"own base timed again now: ([\d.]+) ms \((\d+) / (\d+)\)", message)
     assert facts, message
-    lo, hi, n, cand, now = map(float, facts.groups())
+    lo, hi, n, cand, retimed, kept, now, own_retimed, own_kept = map(float, facts.groups())
+    assert (retimed, kept, own_retimed, own_kept) == (0, 0, 0, 0)  # FakeBackend queues nothing late
     assert lo == pytest.approx(0.3, rel=0.01) and hi == pytest.approx(0.3, rel=0.01) and n == 12
     assert cand == pytest.approx(0.1, rel=0.01) and now == pytest.approx(0.2, rel=0.01)
     assert judge.link.paused == 2  # once for the shape's own base, once again at the refusal

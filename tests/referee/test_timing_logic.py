@@ -302,5 +302,5 @@ def test_time_shape_returns_a_shape_timing_serialised_in_the_verdicts_key_order(
     assert list(out["shapes"][0]) == [
         "shape", "baseline_ms", "candidate_ms", "speedup", "ci95", "device_ms", "base_device_ms", "host_ms",
         "base_host_ms", "pct_roofline", "floored", "aa_ratio", "aa_ci95", "reps", "attempts", "judge_base_ms",
-        "samples_ms"]
+        "late_reps", "samples_ms"]
     assert list(out["timing"]) == ["metric", "aa_ratio", "noisy", "mode", "method"]

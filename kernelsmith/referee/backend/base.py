@@ -31,6 +31,11 @@ class Backend:
         a `prepare(rep)` attribute gets it called first, outside the timed window."""
         raise NotImplementedError(f"{self.name} backend cannot time kernels")
 
+    def late_reps(self) -> tuple[int, int]:
+        """(retimed, kept) repetitions so far whose call the host queued after the device reached
+        its start event (event_timing.py); none where nothing is timed that way."""
+        return 0, 0
+
     def host_time(self, fn: Callable[[int], object], calls: int) -> float:
         """Host-inclusive milliseconds per call over `calls` back-to-back eager calls."""
         raise NotImplementedError(f"{self.name} backend cannot time kernels")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +10,9 @@ from pathlib import Path
 import torch
 
 from .base import Backend
+from .event_timing import SPIN_US, LateReps, time_reps
 
-SPIN_US = 100.0  # keeps the GPU queue busy so host launch cost never leaks into a timed region
 L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MiB)
-BLOCK = 25  # reps queued between synchronisations
 
 
 def driver_version() -> str | None:
@@ -41,6 +39,8 @@ class CudaBackend(Backend):
     def __init__(self):
         self._flush = None
         self.calibration: dict = {}
+        self._spin_us = SPIN_US  # grows while the host queues calls late, and relaxes after
+        self.late = LateReps()
 
     def init_context(self) -> None:
         """Create the CUDA context and the L2 flush buffer."""
@@ -145,33 +145,24 @@ class CudaBackend(Backend):
     # -- timing -------------------------------------------------------------------------------
     def time_calls(self, fns: list[Callable[[int], object]], reps: int, order_seed: int) -> list[list[float]]:
         """Interleaved device times: per rep every fn once, in a shuffled order, each after its
-        `prepare(rep)` (if it has one), an L2 flush and a ~100 µs spin, bracketed by CUDA events."""
-        spin = int(SPIN_US * self.cycles_per_us())
-        rng = random.Random(order_seed)
-        times: list[list[float]] = [[] for _ in fns]
-        done = 0
-        while done < reps:
-            n = min(BLOCK, reps - done)
-            events = []
-            for r in range(done, done + n):
-                order = list(range(len(fns)))
-                rng.shuffle(order)
-                for i in order:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    prepare = getattr(fns[i], "prepare", None)
-                    if prepare is not None:  # e.g. restoring in-place buffers: before the flush, untimed
-                        prepare(r)
-                    self._flush.zero_()
-                    torch.cuda._sleep(spin)
-                    start.record()
-                    fns[i](r)
-                    end.record()
-                    events.append((i, start, end))
-            torch.cuda.synchronize()
-            for i, start, end in events:
-                times[i].append(start.elapsed_time(end))
-            done += n
+        `prepare(rep)` (if it has one), an L2 flush and a GPU spin, bracketed by CUDA events; a rep
+        the host queued too late to be timed alone is timed again (event_timing.py)."""
+        times, self._spin_us = time_reps(self, fns, reps, order_seed, self._spin_us, self.late)
         return times
+
+    def late_reps(self) -> tuple[int, int]:
+        """(retimed, kept) repetitions whose call was queued after the device reached its start."""
+        return self.late.snapshot()
+
+    # -- event_timing.EventQueue --------------------------------------------------------------
+    def event(self) -> torch.cuda.Event:
+        """A CUDA timing event."""
+        return torch.cuda.Event(enable_timing=True)
+
+    def gap(self, spin_us: float) -> None:
+        """The L2 flush and a spin of `spin_us` microseconds, queued."""
+        self._flush.zero_()
+        torch.cuda._sleep(int(spin_us * self.cycles_per_us()))
 
     def host_time(self, fn: Callable[[int], object], calls: int) -> float:
         """Wall-clock ms per call for `calls` eager calls in a row (launch overhead included)."""
