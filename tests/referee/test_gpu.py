@@ -37,7 +37,7 @@ def test_full_timing_has_an_aa_control_and_host_times(silu_referee):
     assert aa is not None and worst["aa_ratio"] == aa
     # timing.aa_strayed: within AA_LIMIT, or 1.0 inside the control's own CI (a few-microsecond shape's
     # sampling noise: the H200 gave 1.014 on one take), or the verdict says noisy.
-    lo, hi = worst["aa_ci95"]
+    lo, hi = worst["aa_ci95"] or (aa, aa)  # the CI is recorded only past AA_LIMIT
     assert abs(aa - 1) <= AA_LIMIT or lo <= 1.0 <= hi or v.timing["noisy"]
     assert all(s["host_ms"] > 0 and s["device_ms"] > 0 for s in v.shapes)
     assert 0.9 < v.geomean_speedup < 1.1  # the base against itself

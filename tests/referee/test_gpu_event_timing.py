@@ -40,10 +40,13 @@ def test_a_stalling_host_is_not_timed_as_the_kernel(backend):
     assert max(stalled[0]) < floor + 0.02 and max(stalled[1]) < floor + 0.02, (floor, stalled)
 
 
-def test_an_honest_host_is_never_late(backend):
+def test_an_honest_host_is_seldom_late(backend):
+    """Torch ops queued by an idle host: late at most on a rare rep (the H200 showed 1 in 100: a
+    stall of the host outlasting the spin happens even here; before event_timing it was timed)."""
     import torch
 
     x = torch.zeros(1 << 20, device="cuda")
     before = backend.late_reps()
     backend.time_calls([lambda r: x.mul_(1.0), lambda r: x.add_(0.0)], 100, 2)
-    assert backend.late_reps() == before
+    retimed, kept = (a - b for a, b in zip(backend.late_reps(), before, strict=True))
+    assert retimed <= 5 and kept == 0
