@@ -14,7 +14,6 @@ import json
 import os
 import re
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import ConfigError
+from .scratch import remove_tree
 
 LOAD_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine
 LOAD_PARALLEL = 4  # harness loads of one scan at a time (each child imports torch)
@@ -126,7 +126,7 @@ def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str |
                                 stderr=subprocess.PIPE, start_new_session=True)
         out, err, timed_out = _collect(proc, timeout_s)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(str(scratch))
     lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.strip()]
     tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-5:])
     tail = f": {shown(tail[-1500:], 1500)}" if tail else ""

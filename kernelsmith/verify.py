@@ -26,6 +26,7 @@ from pathlib import Path
 from .errors import KernelsmithError
 from .paths import cache_dir
 from .sandbox import summary as sandbox_summary
+from .scratch import remove_tree
 from .target.checkout import clean_worktree, run_setup, safe_env, venv_env
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -132,7 +133,7 @@ def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
             output += f"\n[kernelsmith] killed after {timeout_s:.0f} s"
     finally:
         if own:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(str(scratch))
     result = CommandResult(command=command, exit_code=None if timed_out else proc.returncode,
                            duration=time.monotonic() - start, output_tail=_tail(output),
                            timed_out=timed_out, counts=parse_pytest_counts(output), output=output)
@@ -287,7 +288,7 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
     except KernelsmithError as e:
         doc["reason"] = f"cannot prepare a clean base checkout: {e}"
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(str(scratch))
 
 
 def _bench(op, tree: Path, env: dict, timeout_s: float, log, side: str,

@@ -70,3 +70,22 @@ def test_a_scratch_folder_never_removed_by_hand_goes_at_exit(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(root)}, check=True)
     folder = Path(out.stdout.strip())
     assert folder.parent == tmp_path and not folder.exists()
+
+
+def test_a_verify_commands_scratch_goes_whole_after_a_failed_removal(tmp_path, monkeypatch):
+    """verify runs a target's own tests (untrusted) with a private $TMPDIR; what they leave there,
+    links and folders that refuse removal included, goes with it (shutil.rmtree(ignore_errors)
+    left such a folder behind)."""
+    from kernelsmith.target.checkout import safe_env
+    from kernelsmith.verify import run_command
+
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    secret.chmod(0o600)
+    denied = _deny_first_unlink_of("link", monkeypatch)
+    made = run_command(f'mkdir -p "$TMPDIR/a/locked" && ln -s {secret} "$TMPDIR/a/locked/link" '
+                       '&& chmod 500 "$TMPDIR/a/locked" && echo "scratch=$TMPDIR"', tmp_path, safe_env(), 60)
+    assert made.exit_code == 0, made.output_tail
+    path = Path(made.output.split("scratch=")[1].split()[0])
+    assert denied and path.name.startswith("verify-cmd-") and not path.exists()
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
