@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
+import json
 import os
 import re
 import subprocess
@@ -10,6 +13,7 @@ import sys
 from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
 
 from kernelsmith.search.archive import Archive
+from kernelsmith.search.mutators.space import ConfigSpace
 
 
 def test_a_sweep_replayed_as_a_landscape_gives_each_seeds_evaluations_to_95_percent(tmp_path, fake_gpu):  # noqa: F811
@@ -32,3 +36,44 @@ def test_a_sweep_replayed_as_a_landscape_gives_each_seeds_evaluations_to_95_perc
     assert [s[0] for s in seeds] == ["0", "1"], text[-2000:]
     assert all(1 <= int(n) <= 30 and float(sec) > 0 for _, n, sec in seeds)
     assert "missed at 0 of 2 seeds" in text and "outside the landscape" not in text
+
+
+def _landscape_sim():
+    """scripts/landscape_sim.py as a module (it is a script, not a package member)."""
+    spec = importlib.util.spec_from_file_location("landscape_sim", ROOT / "scripts" / "landscape_sim.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_config_takes_the_point_of_the_launch_twin_the_sweep_judged():
+    """A sweep judges one config per launch set; the replay gives every other config of that set its
+    point (and the base's twins the base's 1.0x), on a clamped launcher where 468 knob combinations
+    make a few launch sets."""
+    from test_search_launch_twins import _task
+
+    sim = _landscape_sim()
+    ref = object.__new__(sim.LandscapeReferee)
+    ref.task, ref.shapes = _task(), [None] * 3
+    ref.space, ref._twins, ref._base_key, ref.MISSES = None, None, None, []
+    space = ConfigSpace(ref.task, device="cuda")
+    keys = [t.key for t in space.tunables]
+    combos = [dict(zip(keys, c, strict=True)) for c in itertools.product(*(t.domain for t in space.tunables))]
+    by_launch: dict = {}
+    for values in combos:
+        by_launch.setdefault(space.twins.signature({"values": values}), []).append(values)
+    assert len(combos) == 468 and 1 < len(by_launch) < 100
+    base_sig = space.twins.signature({"values": json.loads(ref.base_key())})
+    judged = {sig: group[-1] for sig, group in by_launch.items() if sig != base_sig}
+    ref.LAND = {json.dumps(v, sort_keys=True): {"speeds": [1.0 + i / 100] * 3, "eval_s": 1.0}
+                for i, v in enumerate(judged.values())}
+    for sig, group in by_launch.items():
+        for values in group:
+            got = ref.point(json.dumps(values, sort_keys=True))
+            want = ref.LAND[json.dumps(judged[sig], sort_keys=True)] if sig != base_sig else None
+            assert got == (want or {"speeds": [1.0] * 3, "eval_s": 2.0}), values
+    assert ref.MISSES == []
+    ref.LAND.pop(json.dumps(next(iter(judged.values())), sort_keys=True))
+    ref._twins = None  # a launch set the sweep never judged: no point, and the miss is noted
+    lost = next(iter(by_launch[next(iter(judged))]))
+    assert ref.point(json.dumps(lost, sort_keys=True)) is None and len(ref.MISSES) == 1
