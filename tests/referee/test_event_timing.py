@@ -124,3 +124,18 @@ def test_prepare_runs_before_the_flush_outside_the_bracket():
     fn.prepare = lambda r: (seen.append(r), q._queue(50.0))  # a 50 us restore, untimed
     times, _ = time_reps(q, [fn], 5, 0, SPIN_US, LateReps())
     assert seen == [0, 1, 2, 3, 4] and times[0] == pytest.approx([0.005] * 5)
+
+
+def test_the_garbage_collector_is_off_while_calls_are_queued_and_back_after():
+    import gc
+
+    q, seen = SimQueue(), []
+    fn = kernel(q, 5.0, 10.0)
+    time_reps(q, [lambda r: (seen.append(gc.isenabled()), fn(r))], 4, 0, SPIN_US, LateReps())
+    assert seen == [False] * 4 and gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off keeps it off
+        time_reps(q, [fn], 2, 0, SPIN_US, LateReps())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -138,10 +138,11 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
     t = threading.Thread(target=lambda: result.update(optimize(_config(c, out, budget=10))))
     t.start()
     deadline = time.monotonic() + 60
-    # Kill the node while it is evaluating a candidate (it started one after its first job).
+    # Kill the node while it is evaluating a candidate: within the 1.5 s its first one sleeps (on a
+    # busy 2-core CI machine the other nodes had finished the run before the victim started a second).
     while time.monotonic() < deadline:
         mine = [cid for cid, node in _starts(log, before) if node == victim_id]
-        if len(mine) >= 2:
+        if mine:
             break
         time.sleep(0.05)
     c.remove_node(victim, allow_graceful=False)
