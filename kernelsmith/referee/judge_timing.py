@@ -214,7 +214,7 @@ class JudgeTiming:
         of 5-35 us) before late repetitions were timed again (event_timing.py)."""
         before = self.backend.late_reps()
         now_ms = self.own_base_ms(r["originals"], seed)[0]
-        own_late = [a - b for a, b in zip(self.backend.late_reps(), before, strict=True)]
+        own_late = self.backend.late_since(before)
         base, late = r["base"], r.get("late_reps") or [0, 0]
         return (f" [runner's base samples {min(base):.4f}-{max(base):.4f} ms over {len(base)}, its "
                 f"candidate's median {_median(r['cand']):.4f} ms, late repetitions it timed again / "

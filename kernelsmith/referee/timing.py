@@ -232,7 +232,7 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
     result = {"base": times[0], "cand": times[1], "aa": times[2] if mode == "full" else None,
               "aa_ratio": aa, "aa_ci95": aa_ci, "noisy": aa_strayed(aa, aa_ci), "reps": len(times[0]),
               "attempts": attempts, "probe": probe,
-              "late_reps": [a - b for a, b in zip(backend.late_reps(), late_before, strict=True)]}
+              "late_reps": backend.late_since(late_before)}
     # The output of the last timed candidate call (in-place outputs too: their buffers were
     # restored before that call), for the caller to check against the reference.
     if "rep" in last:

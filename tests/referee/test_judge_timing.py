@@ -231,7 +231,9 @@ def test_an_audited_wrong_output_is_caught(audit_bites):
 
 @pytest.mark.parametrize("bad", [
     lambda r: r.update(reps=10_000), lambda r: r.update(base=[0.1]), lambda r: r.update(cand=["x"] * 12),
-    lambda r: r.update(aa=None), lambda r: r.update(base=[float("nan")] * 12), lambda r: r.pop("probe")])
+    lambda r: r.update(aa=None), lambda r: r.update(base=[float("nan")] * 12), lambda r: r.pop("probe"),
+    lambda r: r.update(late_reps=[-1, 0]), lambda r: r.update(late_reps=[1]),
+    lambda r: r.update(late_reps=["1", 0]), lambda r: r.update(late_reps=[10**9, 0])])
 def test_a_malformed_timing_reply_is_a_protocol_failure(bad):
     with pytest.raises(RunnerFailed) as e:
         _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=bad))
@@ -271,3 +273,13 @@ def test_the_judge_draws_the_runners_aa_resamples_so_their_calls_agree():
     judged = J.claimed_times({k: r[k] for k in ("base", "cand", "aa", "reps", "attempts", "probe")}, "full",
                              (0, 7, 1))
     assert judged["aa_ci95"] == r["aa_ci95"] and judged["noisy"] == r["noisy"]
+
+
+def test_the_runners_count_of_late_repetitions_is_shown_and_decides_nothing():
+    """late_reps comes from the runner (candidate code runs there): recorded per shape for
+    diagnosis; a runner claiming many late repetitions gets the same verdict as one claiming none."""
+    _, plain = _time(Judge(FakeBackend([0.2, 0.1, 0.2])))
+    ok, claimed = _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=lambda r: r.update(late_reps=[12, 3])))
+    assert ok and all(sh["late_reps"] == {"retimed": 12, "kept": 3} for sh in claimed["shapes"])
+    assert claimed["geomean_speedup"] == plain["geomean_speedup"]
+    assert claimed["violations"] == plain["violations"] == []

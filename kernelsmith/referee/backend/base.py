@@ -36,6 +36,10 @@ class Backend:
         its start event (event_timing.py); none where nothing is timed that way."""
         return 0, 0
 
+    def late_since(self, before: tuple[int, int]) -> list[int]:
+        """[retimed, kept] late repetitions since `before` (an earlier `late_reps()`)."""
+        return [now - then for now, then in zip(self.late_reps(), before, strict=True)]
+
     def host_time(self, fn: Callable[[int], object], calls: int) -> float:
         """Host-inclusive milliseconds per call over `calls` back-to-back eager calls."""
         raise NotImplementedError(f"{self.name} backend cannot time kernels")
