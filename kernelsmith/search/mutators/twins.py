@@ -107,19 +107,29 @@ class LaunchTwins:
             return None
         return have
 
-    def count(self, points) -> tuple[int, int] | None:
-        """(distinct launches, configs without a signature) among configs (values dicts); one without
-        a signature counts as a launch of its own. None when the space has no dedupe at all."""
+    def groups(self, points) -> tuple[dict[tuple, list[dict]], int] | None:
+        """({launch signature: the configs among `points` that launch it, in order}, how many have no
+        signature); None when the space has no dedupe at all."""
         if self.off is not None or self._shape_inputs() is None:
             return None
-        seen, unknown = set(), 0
+        sets: dict[tuple, list[dict]] = {}
+        unknown = 0
         for values in points:
             sig = self.signature({"values": values})
             if sig is None:
                 unknown += 1
             else:
-                seen.add(sig)
-        return len(seen) + unknown, unknown
+                sets.setdefault(sig, []).append(values)
+        return sets, unknown
+
+    def count(self, points) -> tuple[int, int] | None:
+        """(distinct launches, configs without a signature) among configs (values dicts); one without
+        a signature counts as a launch of its own. None when the space has no dedupe at all."""
+        found = self.groups(points)
+        if found is None:
+            return None
+        sets, unknown = found
+        return len(sets) + unknown, unknown
 
 
 def _key(params: dict) -> str:
