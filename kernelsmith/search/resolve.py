@@ -171,15 +171,14 @@ def _learned_points(config, task, device: str) -> int | None:
 
     if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
         return None
-    from .mutators.tunables import discover, relevant, space_configs, space_points
-    from .mutators.twins import COUNT_CAP, LaunchTwins
+    from .mutators.tunables import discover, relevant, space_points
+    from .mutators.twins import LaunchTwins
 
     tunables = relevant(discover(task.base_code), task.base_code, task.operator.entry)
     points = space_points(tunables)
-    if points > COUNT_CAP or task.harness is None:
+    if task.harness is None:
         return points
-    twins = LaunchTwins(task, tunables, task.harness.shapes_for(device), device)
-    counted = twins.count(space_configs(tunables))
+    counted = LaunchTwins(task, tunables, task.harness.shapes_for(device), device).space_count()
     return counted[0] if counted is not None else points
 
 

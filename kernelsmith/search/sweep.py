@@ -25,7 +25,7 @@ from statistics import geometric_mean
 from .candidate import Candidate
 from .mutators import Proposal
 from .mutators.params import GridMutator
-from .mutators.tunables import label, space_configs, space_points
+from .mutators.tunables import label, space_points
 from .mutators.twins import COUNT_CAP
 
 GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
@@ -61,7 +61,7 @@ class SweepGrid(GridMutator):
         or the grid is over COUNT_CAP (or sampled)."""
         if self._counted is False:
             small = self.size <= min(self.cap, COUNT_CAP)
-            self._counted = self.twins.count(space_configs(self.tunables)) if small else None
+            self._counted = self.twins.space_count() if small else None
         return self._counted
 
     def dedupe_note(self) -> str | None:

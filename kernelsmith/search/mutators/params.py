@@ -37,8 +37,7 @@ from .buckets import buckets
 from .nearby import coordinates, distance
 from .space import SPACE_MUTATORS, ConfigSpace, shape_sizes
 from .studies import Observation, Study, load_optuna
-from .tunables import discover, relevant, render, space_configs, space_points, values_of
-from .twins import COUNT_CAP
+from .tunables import discover, relevant, render, values_of
 
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
@@ -167,9 +166,7 @@ class ParamsMutator(ConfigSpace):
     def _launch_sets(self) -> dict[tuple, list[dict]]:
         """The space's launch sets and the configs of each ({} where they cannot be counted)."""
         if self._sets is None:
-            found = None
-            if space_points(self.tunables) <= COUNT_CAP:
-                found = self.twins.groups(space_configs(self.tunables))
+            found = self.twins.space_groups()
             self._sets = found[0] if found is not None else {}
         return self._sets
 

@@ -18,15 +18,21 @@ import json
 
 from .launch_eval import LaunchEvaluator
 from .launch_values import Unsupported
+from .tunables import space_configs, space_points
 
 COUNT_CAP = 5_000  # grids up to this many points have their distinct launches counted (~0.2 ms a shape each)
+# Each space's launch sets, once per process: the run's layout (resolve.py), the params mutator's
+# start-up walk and the sweep's count all need them (the sampler's 432 configs: ~0.6 s each time).
+_SPACES: dict[tuple, tuple[tuple[dict[tuple, list[dict]], int], str | None]] = {}  # (groups, why)
 
 
 class LaunchTwins:
     """Launch signatures of single configs of one space, and the first config seen per signature."""
 
     def __init__(self, task, tunables: list, shapes: list[dict], device: str, rows_of=None):
-        self.harness, self.shapes = task.harness, shapes
+        self.harness, self.shapes, self.tunables = task.harness, shapes, tunables
+        self._space = (task.base_code, task.operator.entry, device, json.dumps(shapes, sort_keys=True),
+                       tuple((t.key, tuple(t.domain)) for t in tunables))
         self.rows_of = rows_of  # params -> the config serving each listed shape (tables), or None
         self.off: str | None = None  # why there is no dedupe, when there is none
         self.why: str | None = None  # why the first config without a signature has none
@@ -121,6 +127,25 @@ class LaunchTwins:
             else:
                 sets.setdefault(sig, []).append(values)
         return sets, unknown
+
+    def space_groups(self) -> tuple[dict[tuple, list[dict]], int] | None:
+        """groups() of every config of the space, computed once per process; None over COUNT_CAP
+        points or without dedupe."""
+        if space_points(self.tunables) > COUNT_CAP:
+            return None
+        if self._space not in _SPACES:
+            found = self.groups(space_configs(self.tunables))
+            if found is None:
+                return None
+            _SPACES[self._space] = found, self.why
+        found, why = _SPACES[self._space]
+        self.why = self.why or why
+        return found
+
+    def space_count(self) -> tuple[int, int] | None:
+        """count() of every config of the space (from space_groups)."""
+        found = self.space_groups()
+        return None if found is None else (len(found[0]) + found[1], found[1])
 
     def count(self, points) -> tuple[int, int] | None:
         """(distinct launches, configs without a signature) among configs (values dicts); one without
