@@ -71,7 +71,6 @@ class ParamsMutator(ConfigSpace):
         self.studies: dict[object, Study] = {}
         self.retunes: dict[int, list[dict]] = {}
         self.near_made = 0  # start-up moves to launch sets near the incumbent (nearby.py), so far
-        self._sets: dict[tuple, list[dict]] | None = None  # the space's launch sets, when counted
         self._coords: dict[tuple, dict] = {}
 
     # -- the archive ----------------------------------------------------------------------------
@@ -163,25 +162,19 @@ class ParamsMutator(ConfigSpace):
             self._tell_twin(study, values)
         return self._untried(study, rng, known)
 
-    def _launch_sets(self) -> dict[tuple, list[dict]]:
-        """The space's launch sets and the configs of each ({} where they cannot be counted)."""
-        if self._sets is None:
-            found = self.twins.space_groups()
-            self._sets = found[0] if found is not None else {}
-        return self._sets
-
     def _near(self, rng: random.Random, known: set[str]) -> Proposal | None:
         """A config of the untried launch set nearest the incumbent's (the fastest single config so
         far, else the base); ties in a seeded random order. None where launch sets are not counted
         or too many for the start-up to be NEAR_SHARE of them."""
-        sets = self._launch_sets()
-        if len(sets) * NEAR_SHARE > self.n_startup:
+        found = self.twins.space_groups()  # computed once per process (the run's layout needed it)
+        sets = found[0] if found is not None else {}
+        if not sets or len(sets) * NEAR_SHARE > self.n_startup:
             return None
         ranked = [r for r in self.records.values() if r.state == "ok" and not r.params.get("table")]
         best = max(ranked, key=lambda r: r.score or 1.0, default=None)
         incumbent = best.values if best is not None and (best.score or 1.0) > 1.0 else self.base_values
         here = self.twins.signature({"values": incumbent})
-        if not sets or here is None:
+        if here is None:
             return None
         at = self._coordinates(here)
         untried = [(distance(at, self._coordinates(sig)), rng.random(), sig)
@@ -194,6 +187,7 @@ class ParamsMutator(ConfigSpace):
         return None
 
     def _coordinates(self, sig: tuple) -> dict:
+        """A launch set's coordinates (nearby.py), memoised per run."""
         if sig not in self._coords:
             self._coords[sig] = coordinates(sig)
         return self._coords[sig]
