@@ -30,6 +30,20 @@ def test_a_halved_warp_count_on_one_shape_is_one_step():
     assert distance(a, coordinates(_sig(32, 16))) == 3 * MISMATCH  # kernel, option, value missing
 
 
+def test_values_without_a_finite_scale_are_compared_as_text():
+    """A launcher is target code: whatever its text computes (nan, inf, ints past a float's range,
+    negatives, None) gives a finite distance, equal values none."""
+    hostile = [float("nan"), float("inf"), -float("inf"), 10**400, -(10**400), -3, 0, None, "x" * 10_000]
+    coords = [coordinates(_sig(32, v)) for v in hostile]
+    for a in coords:
+        assert distance(a, a) == 0.0  # nan too: compared as text
+        for b in coords:
+            d = distance(a, b)
+            assert math.isfinite(d) and d >= 0.0
+    assert distance(coordinates(_sig(32, float("nan"))), coordinates(_sig(32, float("nan")))) == 0.0
+    assert distance(coordinates(_sig(32, 0)), coordinates(_sig(32, -3))) == 3.0
+
+
 def _steps(a: tuple, b: tuple) -> float:
     """Warp triples' distance, written out: log2 steps summed over the shapes."""
     return sum(abs(math.log2(x) - math.log2(y)) for x, y in zip(a, b, strict=True))

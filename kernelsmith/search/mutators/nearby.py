@@ -29,7 +29,7 @@ def coordinates(signature: tuple) -> dict[tuple, object]:
         if isinstance(x, bool):
             out[path] = float(x)
         elif isinstance(x, int | float):
-            out[path] = math.log2(x) if x > 0 else float(x) - 1.0
+            out[path] = _scaled(x)
         elif isinstance(x, tuple | list):
             for i, y in enumerate(x):
                 walk(y, (*path, i))
@@ -38,6 +38,16 @@ def coordinates(signature: tuple) -> dict[tuple, object]:
 
     walk(signature, ())
     return out
+
+
+def _scaled(x: int | float) -> float | str:
+    """log2 of a positive number, x - 1 of another; the launcher's code text is the target's, so a
+    value with no finite scale (nan, inf, an int past a float's range) is compared as text."""
+    try:
+        v = math.log2(x) if x > 0 else float(x) - 1.0
+    except (OverflowError, ValueError):
+        return repr(x)
+    return v if math.isfinite(v) else repr(x)
 
 
 def distance(a: dict[tuple, object], b: dict[tuple, object]) -> float:
