@@ -1,7 +1,8 @@
 """Replay a measured sweep as a landscape and run the search against it on the CPU, many seeds.
 
     python scripts/landscape_sim.py --target lmdeploy --op fused_single_group_router \
-        --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid]
+        --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid] \
+        [--noise]
 
 Every launch config a sweep (or any run) judged on the H200 is a point of the landscape: its
 verdict (a rejection, or per-shape speedups, untimed shapes filled with the config's geomean) and
@@ -13,13 +14,17 @@ measured geomean holds 95% of the landscape's best gain, and their medians. A co
 point of one the landscape holds that launches the same on every listed shape (a sweep judges one
 config per launch set); a per-shape table, its rows' points shape by shape. One the landscape lacks
 counts as rejected and is reported: measure a complete sweep. `--pipeline` defaults to what a new
-run would choose (resolve.py).
+run would choose (resolve.py). With `--noise` every timing (a screen, a full measurement) draws each
+shape's speedup log-normally around its point, as wide as the 95% CI the run recorded there, seeded
+by the run's seed and the candidate: on a gain of a few percent the GPU's screens decide by noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 import tempfile
@@ -64,10 +69,18 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
                 g = geometric_mean(known)
                 point["speeds"] = [s or g for s in speeds]
                 point["geomean"] = c.speedup or g
+                point["sigma"] = [_sigma(s.get("ci95")) for s in v.shapes or []]
             key = json.dumps(values, sort_keys=True)
             if key not in land or "geomean" in point and c.speedup:
                 land[key] = point  # a full measurement outranks a screen of the same config
     return land
+
+
+def _sigma(ci) -> float:
+    """The standard deviation of a log speedup whose 95% CI is `ci` (0.0 without one)."""
+    if not ci or len(ci) < 2 or not ci[0] or not ci[1] or ci[0] <= 0:
+        return 0.0
+    return max(0.0, math.log(ci[1] / ci[0]) / (2 * 1.96))
 
 
 class LandscapeReferee(model_referee.ModelReferee):
@@ -76,6 +89,7 @@ class LandscapeReferee(model_referee.ModelReferee):
     FULL_S = 0.0  # a point's seconds are what the run that judged it spent, full measurement or not
     LAND: dict[str, dict] = {}
     MISSES: list[str] = []
+    NOISE: str | None = None  # with --noise: the run's seed, so that each timing draws anew
     ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
     space: ConfigSpace | None = None
     _base_key: str | None = None
@@ -97,15 +111,20 @@ class LandscapeReferee(model_referee.ModelReferee):
             v = Verdict.rejected(point["reason"], "from the landscape")
             v.eval_s = point["eval_s"]
             return v.finalize()
+        speeds = point["speeds"]
+        if self.NOISE is not None and timing != "none":  # each timing its own draw, as on the GPU
+            rng = random.Random(f"{self.NOISE}/{kw.get('candidate_id', 0)}/{timing}")
+            sig = point.get("sigma") or [0.0] * len(speeds)
+            speeds = [sp * math.exp(rng.gauss(0.0, sd)) for sp, sd in zip(speeds, sig, strict=False)]
         shapes = []
-        for s, sp in zip(self.shapes, point["speeds"], strict=False):
+        for s, sp in zip(self.shapes, speeds, strict=False):
             shapes.append({"shape": s, "max_abs_err": 0.0, "baseline_ms": 1.0, "candidate_ms": 1.0 / sp,
                            "speedup": sp, "ci95": [sp * 0.995, sp * 1.005],
                            "aa_ratio": 1.001 if timing == "full" else None, "device_ms": 1.0 / sp,
                            "host_ms": None, "bitwise_identical": True, "pct_roofline": None,
                            "samples_ms": {"base": [0.99, 1.0, 1.01], "candidate": [1 / sp] * 3}})
         timed = timing != "none"
-        g = geometric_mean(point["speeds"])
+        g = geometric_mean(speeds)
         v = Verdict(accepted=True, correct=True,
                     device={"name": "landscape", "driver": "0", "torch": "x", "triton": "y"},
                     shapes=shapes, geomean_speedup=g if timed else None, timed=timed,
@@ -130,6 +149,7 @@ class LandscapeReferee(model_referee.ModelReferee):
         if failed is not None:
             return failed
         return {"speeds": [p["speeds"][i] for i, p in enumerate(points)],
+                "sigma": [(p.get("sigma") or [0.0] * len(points))[i] for i, p in enumerate(points)],
                 "eval_s": statistics.fmean(p["eval_s"] for p in points)}
 
     def point(self, key: str) -> dict | None:
@@ -175,6 +195,7 @@ def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int
                        referee_factory=LandscapeReferee, argv=["kernelsmith", "optimize"],
                        command="sweep" if args.mutator == "grid" else "optimize")
     LandscapeReferee.ARCHIVE = workdir / f"s{seed}" / "archive.sqlite"
+    LandscapeReferee.NOISE = str(seed) if args.noise else None
     result = optimize(cfg)
     rows = [c for c in Archive(Path(result.run_dir) / "archive.sqlite").all() if c.mutator != "base"]
     spent = 0.0
@@ -195,6 +216,8 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--pipeline", type=int, default=None, help="generations in flight (default: a run's own)")
     ap.add_argument("--mutator", default="params")
+    ap.add_argument("--noise", action="store_true",
+                    help="each timing draws every shape's speedup from its recorded 95%% CI (log-normal)")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)

@@ -77,3 +77,28 @@ def test_a_config_takes_the_point_of_the_launch_twin_the_sweep_judged():
     ref._twins = None  # a launch set the sweep never judged: no point, and the miss is noted
     lost = next(iter(by_launch[next(iter(judged))]))
     assert ref.point(json.dumps(lost, sort_keys=True)) is None and len(ref.MISSES) == 1
+
+
+def test_with_noise_each_timing_draws_from_the_recorded_cis_reproducibly():
+    """--noise: a timed evaluation draws each shape's speedup around its point, as wide as the 95% CI
+    the sweep recorded there (none where it recorded none); the same run seed and candidate draw the
+    same, another candidate anew; without --noise the point itself."""
+    sim = _landscape_sim()
+    assert sim._sigma([0.98, 1.02]) > 0.0 and sim._sigma(None) == 0.0 and sim._sigma([0.0, 1.0]) == 0.0
+    ref = object.__new__(sim.LandscapeReferee)
+    ref.shapes = [{"n": 1}, {"n": 2}, {"n": 3}]
+    point = {"speeds": [1.0, 1.2, 0.9], "sigma": [0.0, sim._sigma([1.1, 1.3]), sim._sigma([0.85, 0.95])],
+             "eval_s": 0.3}
+    ref.point_of = lambda code, cid: point
+
+    def speeds(cid, noise):
+        ref.NOISE = noise
+        v = ref.evaluate("code", timing="screen", candidate_id=cid)
+        return [s["speedup"] for s in v.shapes]
+
+    assert speeds(1, None) == [1.0, 1.2, 0.9]
+    a, again, other = speeds(1, "0"), speeds(1, "0"), speeds(2, "0")
+    assert a == again and a != other and a != [1.0, 1.2, 0.9]
+    assert a[0] == 1.0  # no CI recorded on that shape: no noise
+    draws = [speeds(c, "0")[1] for c in range(200)]
+    assert 1.1 < sorted(draws)[100] < 1.3 and min(draws) < 1.15 and max(draws) > 1.25
