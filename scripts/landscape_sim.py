@@ -76,6 +76,17 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
     return land
 
 
+def sweep_table(archives: list[str]) -> float | None:
+    """The geomean of the per-shape table a sweep measured after its grid (the highest, over the
+    archives), as search.compare takes it for the reference when it beats every single config."""
+    found = []
+    for path in archives:
+        with Archive(path) as archive:
+            found += [c.speedup for c in archive.all()
+                      if c.mutator == "grid" and (c.params or {}).get("table") and c.speedup]
+    return max(found, default=None)
+
+
 def _sigma(ci) -> float:
     """The standard deviation of a log speedup whose 95% CI is `ci` (0.0 without one)."""
     if not ci or len(ci) < 2 or not ci[0] or not ci[1] or ci[0] <= 0:
@@ -228,6 +239,10 @@ def main() -> int:
     torch.cuda.device_count = lambda: 1
     LandscapeReferee.LAND = load_landscape(args.archive)
     best = max(p.get("geomean", 0.0) for p in LandscapeReferee.LAND.values())
+    table = sweep_table(args.archive)
+    if table is not None and table > best:  # compare.py's reference: the sweep's measured table
+        print(f"reference: the sweep's measured per-shape table, {table:.3f}x (best single {best:.3f}x)")
+        best = table
     target = 1.0 + SHARE * (best - 1.0)
     total_s = sum(p["eval_s"] for p in LandscapeReferee.LAND.values())
     print(f"landscape: {len(LandscapeReferee.LAND)} configs, best {best:.3f}x, target {target:.3f}x, "

@@ -102,3 +102,16 @@ def test_with_noise_each_timing_draws_from_the_recorded_cis_reproducibly():
     assert a[0] == 1.0  # no CI recorded on that shape: no noise
     draws = [speeds(c, "0")[1] for c in range(200)]
     assert 1.1 < sorted(draws)[100] < 1.3 and min(draws) < 1.15 and max(draws) > 1.25
+
+
+def test_the_target_is_the_sweeps_measured_table_when_it_beats_every_single(tmp_path, fake_gpu):  # noqa: F811
+    """As search.compare: a sweep's per-shape table, measured after its grid, is the reference when
+    it is faster than its best single config (a table of the params mutator's own is not)."""
+    _run(tmp_path, name="sweep", mutator="grid", command="sweep", budget=None)
+    sim = _landscape_sim()
+    archive = str(tmp_path / "sweep" / "archive.sqlite")
+    with Archive(archive) as a:
+        tables = [c.speedup for c in a.all() if c.mutator == "grid" and (c.params or {}).get("table")]
+    assert len(tables) == 1
+    assert sim.sweep_table([archive]) == tables[0]
+    assert sim.sweep_table([archive, archive]) == tables[0]
