@@ -40,6 +40,7 @@ import model_referee  # noqa: E402 (tests/search: the referee stand-in whose sta
 
 from kernelsmith.referee.verdict import Verdict  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
+from kernelsmith.search.compare import gain_target, sweep_reference  # noqa: E402
 from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
 from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
 from kernelsmith.search.mutators.tunables import discover  # noqa: E402
@@ -76,15 +77,19 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
     return land
 
 
-def sweep_table(archives: list[str]) -> float | None:
-    """The geomean of the per-shape table a sweep measured after its grid (the highest, over the
-    archives), as search.compare takes it for the reference when it beats every single config."""
+def sweep_reference_of(archives: list[str]) -> float | None:
+    """search.compare's reference for each sweep run among the archives' (its result.json: the
+    sweep's measured per-shape table or best single config), the highest; None for other runs."""
     found = []
     for path in archives:
-        with Archive(path) as archive:
-            found += [c.speedup for c in archive.all()
-                      if c.mutator == "grid" and (c.params or {}).get("table") and c.speedup]
-    return max(found, default=None)
+        run = Path(path).parent
+        try:
+            sweep = json.loads((run / "result.json").read_text()).get("sweep")
+        except (OSError, ValueError):
+            continue
+        if sweep:
+            found.append(sweep_reference(run, sweep)[0])
+    return max((r for r in found if r), default=None)
 
 
 def _sigma(ci) -> float:
@@ -239,11 +244,11 @@ def main() -> int:
     torch.cuda.device_count = lambda: 1
     LandscapeReferee.LAND = load_landscape(args.archive)
     best = max(p.get("geomean", 0.0) for p in LandscapeReferee.LAND.values())
-    table = sweep_table(args.archive)
-    if table is not None and table > best:  # compare.py's reference: the sweep's measured table
-        print(f"reference: the sweep's measured per-shape table, {table:.3f}x (best single {best:.3f}x)")
-        best = table
-    target = 1.0 + SHARE * (best - 1.0)
+    reference = sweep_reference_of(args.archive)
+    if reference is not None and reference > best:  # as search.compare: e.g. the sweep's measured table
+        print(f"reference: search.compare's for the sweep, {reference:.3f}x (best single {best:.3f}x)")
+        best = reference
+    target = gain_target(best, SHARE)
     total_s = sum(p["eval_s"] for p in LandscapeReferee.LAND.values())
     print(f"landscape: {len(LandscapeReferee.LAND)} configs, best {best:.3f}x, target {target:.3f}x, "
           f"{total_s:.1f} referee-s for all of them")

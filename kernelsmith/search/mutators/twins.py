@@ -143,18 +143,10 @@ class LaunchTwins:
         return found
 
     def space_count(self) -> tuple[int, int] | None:
-        """count() of every config of the space (from space_groups)."""
+        """(distinct launches, configs without a signature) over every config of the space; one
+        without a signature counts as a launch of its own. None as space_groups."""
         found = self.space_groups()
         return None if found is None else (len(found[0]) + found[1], found[1])
-
-    def count(self, points) -> tuple[int, int] | None:
-        """(distinct launches, configs without a signature) among configs (values dicts); one without
-        a signature counts as a launch of its own. None when the space has no dedupe at all."""
-        found = self.groups(points)
-        if found is None:
-            return None
-        sets, unknown = found
-        return len(sets) + unknown, unknown
 
 
 def _key(params: dict) -> str:
