@@ -9,19 +9,24 @@ verdict (a rejection, or per-shape speedups, untimed shapes filled with the conf
 its referee seconds. The real search loop (Search, its pipeline, staging and mutators) then runs
 with a referee that looks configs up instead of timing them, so a change to how the params mutator
 proposes can be compared over twenty seeds in minutes, without the device. It prints, per seed,
-the evaluations and the landscape's referee seconds until the first accepted candidate whose
-measured geomean holds 95% of the landscape's best gain, and their medians. A config takes the
-point of one the landscape holds that launches the same on every listed shape (a sweep judges one
-config per launch set); a per-shape table, its rows' points shape by shape. One the landscape lacks
-counts as rejected and is reported: measure a complete sweep. `--pipeline` defaults to what a new
-run would choose (resolve.py). With `--noise` every timing (a screen, a full measurement) draws each
-shape's speedup log-normally around its point, as wide as the 95% CI the run recorded there, seeded
-by the run's seed and the candidate: on a gain of a few percent the GPU's screens decide by noise.
+the evaluations and the landscape's referee seconds until the first candidate measured in full (as
+search.compare counts) whose geomean holds 95% of the landscape's best gain, and their medians. A
+config takes the point of one the landscape holds that launches the same on every listed shape (a
+sweep judges one config per launch set); a per-shape table, its rows' points shape by shape. One
+the landscape lacks counts as rejected and is reported: measure a complete sweep. `--pipeline`
+defaults to what a new run would choose (resolve.py). With `--noise` every timing (a screen, a full
+measurement) draws each shape's speedup log-normally around its point, as wide as the 95% CI the run
+recorded there, seeded by the run's seed and the candidate: on a gain of a few percent the GPU's
+screens decide by noise.
+A screen draws at least as widely as the landscape's screen-only points (a config measured in full
+recorded its full measurement's narrower CI); a second screen (referee/staging.near_miss) costs
+the point's recorded screen seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -71,6 +76,10 @@ def load_landscape(archives: list[str]) -> dict[str, dict]:
                 point["speeds"] = [s or g for s in speeds]
                 point["geomean"] = c.speedup or g
                 point["sigma"] = [_sigma(s.get("ci95")) for s in v.shapes or []]
+                point["depth"] = c.depth
+                phases = (v.details or {}).get("phase_s") or {}
+                point["screen_s"] = sum(phases.get(k) or 0.0 for k in ("screen_subset_timing",
+                                                                        "screen_timing"))
             key = json.dumps(values, sort_keys=True)
             if key not in land or "geomean" in point and c.speedup:
                 land[key] = point  # a full measurement outranks a screen of the same config
@@ -92,6 +101,15 @@ def sweep_reference_of(archives: list[str]) -> float | None:
     return max((r for r in found if r), default=None)
 
 
+def screen_sigma(land: dict[str, dict]) -> list[float]:
+    """Per shape, the median sigma of the landscape's screen-only points: a config measured in full
+    recorded its full measurement's CI, far narrower than what one of its screens would draw."""
+    sig = [p["sigma"] for p in land.values() if p.get("depth") == "screen" and p.get("sigma")]
+    if not sig:
+        return []
+    return [statistics.median(s[i] for s in sig if len(s) > i) for i in range(max(map(len, sig)))]
+
+
 def _sigma(ci) -> float:
     """The standard deviation of a log speedup whose 95% CI is `ci` (0.0 without one)."""
     if not ci or len(ci) < 2 or not ci[0] or not ci[1] or ci[0] <= 0:
@@ -105,6 +123,7 @@ class LandscapeReferee(model_referee.ModelReferee):
     FULL_S = 0.0  # a point's seconds are what the run that judged it spent, full measurement or not
     LAND: dict[str, dict] = {}
     MISSES: list[str] = []
+    SCREEN_SIGMA: list[float] = []  # per shape (screen_sigma)
     NOISE: str | None = None  # with --noise: the run's seed, so that each timing draws anew
     ARCHIVE: Path | None = None  # the run's: a table's rows are read from its params
     space: ConfigSpace | None = None
@@ -128,14 +147,16 @@ class LandscapeReferee(model_referee.ModelReferee):
             v.eval_s = point["eval_s"]
             return v.finalize()
         speeds = point["speeds"]
+        sig = point.get("sigma") or [0.0] * len(speeds)
+        if timing != "full":  # a screen draws as widely as the landscape's screens
+            sig = [max(x, y) for x, y in itertools.zip_longest(sig, self.SCREEN_SIGMA, fillvalue=0.0)]
         if self.NOISE is not None and timing != "none":  # each timing its own draw, as on the GPU
             rng = random.Random(f"{self.NOISE}/{kw.get('candidate_id', 0)}/{timing}")
-            sig = point.get("sigma") or [0.0] * len(speeds)
             speeds = [sp * math.exp(rng.gauss(0.0, sd)) for sp, sd in zip(speeds, sig, strict=False)]
         shapes = []
-        for s, sp in zip(self.shapes, speeds, strict=False):
+        for s, sp, sd in zip(self.shapes, speeds, sig, strict=False):
             shapes.append({"shape": s, "max_abs_err": 0.0, "baseline_ms": 1.0, "candidate_ms": 1.0 / sp,
-                           "speedup": sp, "ci95": [sp * 0.995, sp * 1.005],
+                           "speedup": sp, "ci95": [sp * math.exp(-1.96 * sd), sp * math.exp(1.96 * sd)],
                            "aa_ratio": 1.001 if timing == "full" else None, "device_ms": 1.0 / sp,
                            "host_ms": None, "bitwise_identical": True, "pct_roofline": None,
                            "samples_ms": {"base": [0.99, 1.0, 1.01], "candidate": [1 / sp] * 3}})
@@ -146,7 +167,8 @@ class LandscapeReferee(model_referee.ModelReferee):
                     shapes=shapes, geomean_speedup=g if timed else None, timed=timed,
                     timing={"metric": "device", "aa_ratio": 1.001 if timing == "full" else None,
                             "noisy": False if timing == "full" else None})
-        v.eval_s = point["eval_s"] if timing == "screen" else 0.0
+        # A point's seconds are its whole evaluation; a second screen costs that point's screen timing.
+        v.eval_s = {"screen": point["eval_s"], "rescreen": point.get("screen_s", 0.0)}.get(timing, 0.0)
         return v.finalize()
 
     def point_of(self, code: str, cid: int) -> dict | None:
@@ -217,7 +239,7 @@ def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int
     spent = 0.0
     for n, c in enumerate((c for c in rows if c.verdict is not None), start=1):
         spent += c.verdict.eval_s  # the landscape's seconds for that config
-        if c.accepted and (c.speedup or 0.0) >= target_speedup:
+        if c.accepted and c.depth == "full" and (c.speedup or 0.0) >= target_speedup:
             return n, spent, len(rows)
     return None, None, len(rows)
 
@@ -243,6 +265,7 @@ def main() -> int:
     backend.cuda_available = lambda: True  # the referee is the landscape: nothing runs on a GPU
     torch.cuda.device_count = lambda: 1
     LandscapeReferee.LAND = load_landscape(args.archive)
+    LandscapeReferee.SCREEN_SIGMA = screen_sigma(LandscapeReferee.LAND)
     best = max(p.get("geomean", 0.0) for p in LandscapeReferee.LAND.values())
     reference = sweep_reference_of(args.archive)
     if reference is not None and reference > best:  # as search.compare: e.g. the sweep's measured table

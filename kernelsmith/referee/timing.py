@@ -258,13 +258,15 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
     """
     h = session.harness
     shapes = h.shapes_for(session.device)
+    again = mode == "rescreen"  # another screen, pooled with the one `out` holds (staging.near_miss)
+    loop_mode = "screen" if again else mode
     for si in (range(len(shapes)) if indices is None else indices):
         shape = shapes[si]
         own = getattr(session, "time_shape", None)  # the judge's: the loop runs in its runner
         if own is not None:
-            r = own(fn, shape, si, cid, seed, mode, host)
+            r = own(fn, shape, si, cid, seed, loop_mode, host)
         else:
-            r = time_shape(session, fn, shape, si, cid, seed, mode, host)
+            r = time_shape(session, fn, shape, si, cid, seed, loop_mode, host)
         if r.forged:
             out["violations"].append(r.forged[0])
             out["details"]["messages"].append(f"shape {shape}: {r.forged[1]}")
@@ -275,17 +277,29 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
                 f"shape {shape}: the output of a timed call is wrong for its inputs "
                 "(results cached across calls)")
             return False
-        base_ms, cand_ms = _median(r.base), _median(r.cand)
+        base, cand, late = pooled(out["shapes"][si], r) if again else (r.base, r.cand, r.late_reps)
+        base_ms, cand_ms = _median(base), _median(cand)
         dtype = shape.get("dtype") if isinstance(shape.get("dtype"), str) else None
         roof = roofline_ms(h, shape, session.backend.peak(dtype if h.flops else None))
         out["shapes"][si].update(shape_timing_fields(
             base_ms=base_ms, cand_ms=cand_ms, speedup=base_ms / max(cand_ms, roof or 0.0),
-            ci95=bootstrap_ci(r.base, r.cand, C.derive_seed(seed, cid, si, "ci")),
+            ci95=bootstrap_ci(base, cand, C.derive_seed(seed, cid, si, "ci", *(["again"] if again else []))),
             host_ms=r.host_cand, base_host_ms=r.host_base, roof_ms=roof, aa_ratio=r.aa_ratio,
-            reps=r.reps, attempts=r.attempts, judge_base_ms=r.judge_base_ms,
-            base_samples=r.base, cand_samples=r.cand, aa_ci95=r.aa_ci95, late_reps=r.late_reps))
-    conclude(out, mode)
+            reps=len(base) if again else r.reps, attempts=r.attempts, judge_base_ms=r.judge_base_ms,
+            base_samples=base, cand_samples=cand, aa_ci95=r.aa_ci95, late_reps=late))
+    conclude(out, loop_mode)
     return True
+
+
+def pooled(entry: dict, r: ShapeTiming) -> tuple[list[float], list[float], list[int] | None]:
+    """Base and candidate samples, and late repetitions, of a shape's earlier screen (`entry`) and of
+    `r` together: both screens interleaved base and candidate on the same inputs, so pairs are alike."""
+    prev, late = entry.get("samples_ms") or {}, entry.get("late_reps")
+    if late and r.late_reps:
+        late = [late["retimed"] + r.late_reps[0], late["kept"] + r.late_reps[1]]
+    else:
+        late = r.late_reps or ([late["retimed"], late["kept"]] if late else None)
+    return list(prev.get("base") or []) + r.base, list(prev.get("candidate") or []) + r.cand, late
 
 
 def conclude(out: dict, mode: str) -> None:

@@ -304,3 +304,20 @@ def test_time_shape_returns_a_shape_timing_serialised_in_the_verdicts_key_order(
         "base_host_ms", "pct_roofline", "floored", "aa_ratio", "aa_ci95", "reps", "attempts", "judge_base_ms",
         "late_reps", "samples_ms"]
     assert list(out["timing"]) == ["metric", "aa_ratio", "noisy", "mode", "method"]
+
+
+def test_a_rescreen_pools_its_samples_with_the_screen_before_it():
+    s = FakeSession(FakeBackend([0.2, 0.1], jitter=0.01))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="screen", out=out)
+    first = [dict(sh) for sh in out["shapes"]]
+    s.backend.ms = [0.2, 0.2]  # the second screen sees the candidate as fast as the base
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="rescreen", out=out)
+    assert out["timing"]["mode"] == "screen" and out["details"]["timing_depth"] == "screen"
+    for before, sh in zip(first, out["shapes"], strict=True):
+        n = before["reps"]
+        assert sh["reps"] == 2 * n and len(sh["samples_ms"]["candidate"]) == 2 * n
+        assert sh["samples_ms"]["base"][:n] == before["samples_ms"]["base"]  # the first screen's, kept
+        # Half the pooled candidate times are 0.1 ms and half 0.2: the median lies between.
+        assert 1.0 <= sh["speedup"] <= 2.0 and sh["ci95"][0] <= sh["speedup"] <= sh["ci95"][1] * 1.001
+        assert before["speedup"] > 1.9

@@ -144,7 +144,9 @@ class ModelReferee:
                 "noisy": False if timing == "full" else None,
             },
         )
-        v.eval_s = 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)  # modelled referee seconds
+        # Modelled referee seconds: a load and correctness pass, then the timing (a second screen adds
+        # its timing alone).
+        v.eval_s = 0.3 if timing == "rescreen" else 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)
         return v.finalize()
 
     def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes, rendered=False):
@@ -163,15 +165,18 @@ class ModelReferee:
             if mode not in taken:
                 taken[mode] = self.evaluate(code, timing=mode, **kw)
             for i in range(len(out["shapes"])) if indices is None else indices:
-                out["shapes"][i] = dict(taken[mode].shapes[i])
-            conclude(out, mode)
+                entry = dict(taken[mode].shapes[i])
+                out["shapes"][i] = pooled(out["shapes"][i], entry) if mode == "rescreen" else entry
+            conclude(out, "screen" if mode == "rescreen" else mode)
             return True
 
         sizes = self.sizes()
         best = [(contender_shapes or {}).get(shape_key(s)) for s in self.shapes]
         run_staged(timer, out, sizes, contender_at, best_shapes=best)
         v = Verdict.from_json(out)
-        v.eval_s = screen.eval_s + (self.FULL_S if "full" in taken else 0.0)  # one load and correctness pass
+        # One load and correctness pass; a second screen costs what the evaluate call said.
+        again = taken["rescreen"].eval_s if "rescreen" in taken else 0.0
+        v.eval_s = screen.eval_s + (self.FULL_S if "full" in taken else 0.0) + again
         return v.finalize()
 
     def sizes(self) -> list[int]:
@@ -213,3 +218,16 @@ class SlowBuildPrecompiler:
 
     def close(self):
         self.closed = True
+
+
+def pooled(first: dict, again: dict) -> dict:
+    """A shape's entry after a second screen pooled with the first (referee/timing.pooled): the
+    model's stand-in, the two speedups' geometric mean with a CI narrower by sqrt(2)."""
+    a, b = first.get("speedup"), again.get("speedup")
+    if not a or not b:
+        return again
+    sp = math.sqrt(a * b)
+    ci = again.get("ci95")
+    half = math.log(ci[1] / ci[0]) / 2 / math.sqrt(2) if ci and ci[0] and ci[0] > 0 else 0.0
+    return {**again, "speedup": sp, "ci95": [sp * math.exp(-half), sp * math.exp(half)]}
+
