@@ -43,6 +43,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
 
+from kernelsmith.referee import staging  # noqa: E402
 from kernelsmith.referee.verdict import Verdict  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
 from kernelsmith.search.compare import gain_target, sweep_reference  # noqa: E402
@@ -254,6 +255,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--pipeline", type=int, default=None, help="generations in flight (default: a run's own)")
     ap.add_argument("--mutator", default="params")
+    ap.add_argument("--no-rescreen", action="store_true", help="no second screen of a near miss (staging.py)")
     ap.add_argument("--noise", action="store_true",
                     help="each timing draws every shape's speedup from its recorded 95%% CI (log-normal)")
     args = ap.parse_args()
@@ -264,6 +266,7 @@ def main() -> int:
 
     backend.cuda_available = lambda: True  # the referee is the landscape: nothing runs on a GPU
     torch.cuda.device_count = lambda: 1
+    staging.RESCREEN = not args.no_rescreen
     LandscapeReferee.LAND = load_landscape(args.archive)
     LandscapeReferee.SCREEN_SIGMA = screen_sigma(LandscapeReferee.LAND)
     best = max(p.get("geomean", 0.0) for p in LandscapeReferee.LAND.values())

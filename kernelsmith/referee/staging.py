@@ -47,6 +47,7 @@ from .verdict import is_contender, lost_shapes
 
 SUBSET_SIZE = 3
 SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there
+RESCREEN = True  # a near miss (near_miss) is screened once more; scripts/landscape_sim.py --no-rescreen
 
 
 def representative(sizes: list[float], k: int = SUBSET_SIZE) -> list[int]:
@@ -118,7 +119,7 @@ def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, 
             return _depth(out, "screen")
     mark("screen_timing")
     g = out["geomean_speedup"]
-    if not out["violations"] and near_miss(out["shapes"], g, contender_at):
+    if RESCREEN and not out["violations"] and near_miss(out["shapes"], g, contender_at):
         out["details"]["first_screen_geomean"] = g
         if not timer("rescreen", None, True):
             return _depth(out, "screen")

@@ -19,7 +19,9 @@ every full, non-noisy one) reached 50/90/95% of the reference's gain over the ba
 95% of the geomean is 0.98x, which the base itself has), its final (re-measured winner's)
 geomean, evaluations, evaluations per held GPU-minute, and its time to 95% as a share of the
 sweep's GPU-seconds (the issue's bar: at most half; the header says whether the sweep judged its
-whole grid); then the best speedup each run had reached at fractions of the sweep's GPU-seconds.
+whole grid); the time until a measured win's geomean 95% CI reached that 95% ("within CI": where the
+gain is a few percent, full measurements of one launch set differ by more than the 5% of the gain the
+bar leaves, so the strict column can miss a run that found the sweep's winner); then the best speedup each run had reached at fractions of the sweep's GPU-seconds.
 GPU-seconds are referee seconds summed in evaluation order (efficiency.py); held GPU time is wall
 time times GPUs.
 """
@@ -57,6 +59,23 @@ def win_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
             r = r.with_columns(accepted=0)
         claimable.append(r)
     return curve(claimable)
+
+
+def ci_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
+    """[(GPU-s, highest 95% CI upper bound of a measured win so far)]: from when a run held a kernel
+    that cannot be told apart from a target (on a gain of 2.5% the full measurements of one launch
+    set differ by more than the 5% of it that "95%" leaves)."""
+    out, t, best = [], 0.0, 1.0
+    for r in rows:
+        if not r["eval_s"]:
+            continue
+        t += r["eval_s"]
+        if r.depth == "full" and (r.trusted_speedup or 0.0) > 1.0:
+            verdict = judge(r.verdict_json, ci_seed(seed, r.id))
+            if verdict["win"] and verdict["geomean_ci95"]:
+                best = max(best, verdict["geomean_ci95"][1])
+        out.append((t, best))
+    return out
 
 
 def sweep_reference(run: Path, sweep: dict) -> tuple[float | None, str]:
@@ -108,6 +127,7 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         pts, summary = curves[str(d)], run_summary(d)
         gpu_s = pts[-1][0] if pts else 0.0
         reached = {f"{int(f * 100)}%": time_to(pts, gain_target(reference, f)) for f in FRACTIONS}
+        within = time_to(ci_curve(candidate_rows(d), run.get("seed") or 0), gain_target(reference, 0.95))
         runs.append({
             "run": str(d),
             "kind": "sweep" if run.get("command") == "sweep" else f"optimize --mutator {run.get('mutator')}",
@@ -115,6 +135,7 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
             "gpu_s": round(gpu_s, 2),
             "held_gpu_s": round(summary["gpus"] * (res.get("wall_s") or 0.0), 1),
             "gpu_s_to": {k: (round(v, 2) if v is not None else None) for k, v in reached.items()},
+            "gpu_s_to_95_within_ci": round(within, 2) if within is not None else None,
             "search_best": round(pts[-1][1], 4) if pts else 1.0,
             "final_geomean": res.get("geomean_speedup"),
             "no_winner_reason": res.get("no_winner_reason"),
@@ -127,6 +148,9 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         to95 = r["gpu_s_to"]["95%"]
         share = to95 / horizon if sweeps and to95 is not None and horizon else None
         r["share_of_sweep_gpu_s"] = round(share, 3) if share is not None else None
+        within = r["gpu_s_to_95_within_ci"]
+        share = within / horizon if sweeps and within is not None and horizon else None
+        r["share_within_ci"] = round(share, 3) if share is not None else None
     table = [
         {"gpu_s": round(f * horizon, 2), **{str(d): round(best_at(curves[str(d)], f * horizon), 4)
                                             for d, _, _ in loaded}}
@@ -149,6 +173,12 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _within(run: dict) -> str:
+    """The within-CI time, with its share of the sweep's GPU-seconds where there is one."""
+    share = run.get("share_within_ci")
+    return _f(run.get("gpu_s_to_95_within_ci"), ".1f") + ("" if share is None else f" ({_pct(share)})")
+
+
 def _coverage(data: dict) -> str:
     """How much of its grid the sweep judged: a complete grid's GPU-seconds are the whole sweep's."""
     if not data.get("has_sweep"):
@@ -167,10 +197,12 @@ def render(data: dict) -> str:
     out = [f"Reference: {ref:.3f}x ({data['reference_source']}); a run's best counts "
            f"{data['counted']}; \"to 95%\": GPU-seconds until its best held 95% of the reference's "
            f"gain over the base ({gain_target(ref, 0.95):.3f}x); \"of sweep\": that time over the "
-           f"sweep's GPU-seconds ({_coverage(data)}).", "",
+           f"sweep's GPU-seconds ({_coverage(data)}); \"within CI\": until a measured win whose "
+           "geomean's 95% CI reaches that 95% (no measurement tells it apart from the target).", "",
            "| run | kind | GPUs | GPU-s | held GPU-s | GPU-s to 50% | to 90% | to 95% | of sweep "
-           "| search best | final geomean | evaluations | evals / held GPU-min |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| to 95% within CI (of sweep) | search best | final geomean | evaluations "
+           "| evals / held GPU-min |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in data["runs"]:
         to = r["gpu_s_to"]
         final = _f(r["final_geomean"], ".3f") if r["final_geomean"] is not None else "no winner"
@@ -178,6 +210,7 @@ def render(data: dict) -> str:
             f"| {Path(r['run']).name} | {r['kind']} | {r['gpus']} | {r['gpu_s']:.1f} | {r['held_gpu_s']:.1f} "
             f"| {_f(to['50%'], '.1f')} | {_f(to['90%'], '.1f')} | {_f(to['95%'], '.1f')} "
             f"| {_pct(r.get('share_of_sweep_gpu_s'))} "
+            f"| {_within(r)} "
             f"| {r['search_best']:.3f}x | {final} | {r['evaluations']} "
             f"| {_f(r['evals_per_held_gpu_minute'], '.1f')} |"
         )

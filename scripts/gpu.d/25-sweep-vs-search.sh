@@ -183,17 +183,19 @@ for f in sorted(Path(sys.argv[1]).glob("*-s*-compare.json")):
     row = {k: (runs[k]["gpu_s_to"] or {}).get("95%") for k in ("sweep", "optimize") if k in runs}
     row["total"] = runs["sweep"]["gpu_s"] if "sweep" in runs else None
     row["share"] = runs["optimize"].get("share_of_sweep_gpu_s") if "optimize" in runs else None
+    row["within"] = runs["optimize"].get("share_within_ci") if "optimize" in runs else None
     by_op[op][int(seed)] = row
 for op, seeds in by_op.items():
     print(f"## {op}: referee GPU-seconds to 95% of each seed's sweep reference\n")
-    print("| seed | sweep | params | sweep's GPU-s | params' share of them |\n|---:|---:|---:|---:|---:|")
+    print("| seed | sweep | params | sweep's GPU-s | params' share of them | within CI (compare.py) |\n"
+          "|---:|---:|---:|---:|---:|---:|")
+    pct = lambda x: f"{100 * x:.0f}%" if x is not None and math.isfinite(x) else "never"
     for seed, v in sorted(seeds.items()):
-        share = f"{100 * v['share']:.0f}%" if v.get("share") is not None else "-"
-        print(f"| {seed} | {v.get('sweep') or 'never'} | {v.get('optimize') or 'never'} | {v.get('total')} | {share} |")
+        print(f"| {seed} | {v.get('sweep') or 'never'} | {v.get('optimize') or 'never'} | {v.get('total')} "
+              f"| {pct(v.get('share'))} | {pct(v.get('within'))} |")
     med = {k: statistics.median([v.get(k) or math.inf for v in seeds.values()])
-           for k in ("sweep", "optimize", "share")}
-    mshare = f"{100 * med['share']:.0f}%" if math.isfinite(med["share"]) else "never"
-    print(f"| median | {med['sweep']} | {med['optimize']} | | {mshare} |\n")
+           for k in ("sweep", "optimize", "share", "within")}
+    print(f"| median | {med['sweep']} | {med['optimize']} | | {pct(med['share'])} | {pct(med['within'])} |\n")
 PY
   cat "$D/seeds.md" >> "$SUMMARY"
 fi

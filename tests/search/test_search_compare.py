@@ -90,11 +90,13 @@ def test_the_cli_prints_the_tables_and_refuses_unfinished_runs(tmp_path, capsys)
     assert text.startswith("Reference: 6.000x (per-shape best of sweep ")
     assert "a run's best counts measured wins; \"to 95%\": GPU-seconds until its best held 95% of the " \
         "reference's gain over the base (5.750x); \"of sweep\": that time over the sweep's GPU-seconds " \
-        "(the sweep's result does not say how much of its grid it judged)." in text
-    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 30% | 5.800x "
-           "| no winner | 4 | 2.0 |")
+        "(the sweep's result does not say how much of its grid it judged); \"within CI\": until a " \
+        "measured win whose geomean's 95% CI reaches that 95%" in text
+    row = ("| params | optimize --mutator params | 2 | 4.0 | 120.0 | 2.0 | 2.0 | 3.0 | 30% | 3.0 (30%) "
+           "| 5.800x | no winner | 4 | 2.0 |")
     assert row in text
-    assert "| sweep | sweep | 1 | 10.0 | 30.0 | 8.0 | never | never | - | 5.000x | 4.900 | 5 | 10.0 |" in text
+    assert ("| sweep | sweep | 1 | 10.0 | 30.0 | 8.0 | never | never | - | never | 5.000x | 4.900 | 5 "
+            "| 10.0 |") in text
     assert "| 5.0 | 3.000x | 5.800x |" in text
     assert main([str(sweep), str(search), "--json", "--reference", "5.0"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -199,3 +201,23 @@ def test_the_held_rate_with_setup_counts_the_time_before_wall_s(tmp_path):
     # 5 evaluations over 30 s of wall time on one GPU: 10 a minute; with 30 s of setup, 5.
     assert s["evals_per_held_gpu_minute"] == 10.0 and s["evals_per_held_gpu_minute_with_setup"] == 5.0
     assert s["timeline"]["setup_s"] == 30.0
+
+
+def test_within_ci_counts_a_win_whose_interval_reaches_the_target(tmp_path):
+    """SGLang gelu_and_mul on the H200 (session 20): the search measured the sweep's winning launch
+    set at 1.023x where the sweep had 1.0265x; 95% of that gain is 1.025x, inside the run's own CI.
+    The strict column says never, the within-CI one says when; a win whose CI stays below, never."""
+    sweep = {"per_shape_best_geomean": 1.037, "best_single_geomean": 1.0265, "target_geomean": 1.0265}
+    ref = make_run(tmp_path / "sweep", [(2.0, 1.0265, "full")], command="sweep", mutator="grid",
+                   wall_s=10.0, gpus=[0], sweep=sweep, final=1.028)
+    close = make_run(tmp_path / "close", [(1.0, 1.01, "full"), (1.0, 1.0227, "full")], command="optimize",
+                     mutator="params", wall_s=10.0, gpus=[0], final=1.026)
+    data = compare_runs([ref, close])
+    search = data["runs"][1]
+    assert search["gpu_s_to"]["95%"] is None and search["gpu_s_to_95_within_ci"] == 2.0
+    assert search["share_within_ci"] == 1.0  # 2.0 of the sweep's 2.0 GPU-seconds
+    assert "within CI" in render(data) and "| 2.0 (100%) |" in render(data)
+    below = make_run(tmp_path / "below", [(1.0, 1.01, "full")], command="optimize", mutator="params",
+                     wall_s=10.0, gpus=[0], final=1.01)
+    data = compare_runs([ref, below])
+    assert data["runs"][1]["gpu_s_to_95_within_ci"] is None  # its CI tops out near 1.02x
