@@ -21,9 +21,9 @@ geomean, evaluations, evaluations per held GPU-minute, and its time to 95% as a 
 sweep's GPU-seconds (the issue's bar: at most half; the header says whether the sweep judged its
 whole grid); the time until a measured win's geomean 95% CI reached that 95% ("within CI": where the
 gain is a few percent, full measurements of one launch set differ by more than the 5% of the gain the
-bar leaves, so the strict column can miss a run that found the sweep's winner); then the best speedup each run had reached at fractions of the sweep's GPU-seconds.
-GPU-seconds are referee seconds summed in evaluation order (efficiency.py); held GPU time is wall
-time times GPUs.
+bar leaves, so the strict column can miss a run that found the sweep's winner); then the best
+speedup each run had reached at fractions of the sweep's GPU-seconds. GPU-seconds are referee
+seconds summed in evaluation order (efficiency.py); held GPU time is wall time times GPUs.
 """
 
 from __future__ import annotations
