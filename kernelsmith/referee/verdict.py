@@ -155,7 +155,7 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
                         aa_ratio: float | None, reps: int, attempts: int,
                         base_samples: list[float], cand_samples: list[float],
                         judge_base_ms: float | None = None, aa_ci95: list[float] | None = None,
-                        late_reps: list[int] | None = None) -> dict:
+                        late_reps: list[int] | None = None, aa_bias: float | None = None) -> dict:
     """The fields one timed shape adds to its `shapes` entry (device time is the candidate's time)."""
     return {
         "baseline_ms": base_ms, "candidate_ms": cand_ms, "speedup": speedup, "ci95": ci95,
@@ -163,6 +163,9 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
         "pct_roofline": (100.0 * roof_ms / cand_ms) if roof_ms else None,
         "floored": roof_ms is not None and cand_ms < roof_ms,
         "aa_ratio": aa_ratio, "aa_ci95": aa_ci95, "reps": reps, "attempts": attempts,
+        # A strayed A/A control dwarfed by the shape's effect (timing.aa_bias): the factor its
+        # `ci95` was widened by, and the geomean's CI is too (search/evidence.py); None otherwise.
+        "aa_bias": aa_bias,
         # The judge's own median of the base (judge_timing.py, check b); None in one process.
         "judge_base_ms": judge_base_ms,
         # Repetitions the host queued too late to be timed alone: timed again, or (past the

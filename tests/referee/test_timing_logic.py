@@ -301,8 +301,8 @@ def test_time_shape_returns_a_shape_timing_serialised_in_the_verdicts_key_order(
     timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
     assert list(out["shapes"][0]) == [
         "shape", "baseline_ms", "candidate_ms", "speedup", "ci95", "device_ms", "base_device_ms", "host_ms",
-        "base_host_ms", "pct_roofline", "floored", "aa_ratio", "aa_ci95", "reps", "attempts", "judge_base_ms",
-        "late_reps", "samples_ms"]
+        "base_host_ms", "pct_roofline", "floored", "aa_ratio", "aa_ci95", "reps", "attempts", "aa_bias",
+        "judge_base_ms", "late_reps", "samples_ms"]
     assert list(out["timing"]) == ["metric", "aa_ratio", "noisy", "mode", "method"]
 
 
@@ -321,3 +321,30 @@ def test_a_rescreen_pools_its_samples_with_the_screen_before_it():
         # Half the pooled candidate times are 0.1 ms and half 0.2: the median lies between.
         assert 1.0 <= sh["speedup"] <= 2.0 and sh["ci95"][0] <= sh["speedup"] <= sh["ci95"][1] * 1.001
         assert before["speedup"] > 1.9
+
+
+def test_a_strayed_aa_that_the_shapes_effect_dwarfs_widens_its_ci_instead_of_voiding_it():
+    # LMDeploy's sampler on the H200: the A/A copy 1.4% slower than the base on every take, at 15x.
+    big = FakeSession(FakeBackend([0.3, 0.02, 0.3], aa_drift=[1.014] * 30))
+    out = _verdict_dict(big)
+    timing.time_candidate(big, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is False and out["geomean_speedup"] > 14
+    for sh in out["shapes"]:
+        assert sh["attempts"] == timing.RETAKES + 1  # it strayed on every take
+        assert sh["aa_bias"] == pytest.approx(1 / sh["aa_ratio"], rel=1e-9)
+        lo, hi = sh["ci95"]
+        assert lo < sh["speedup"] / 1.013 and hi > sh["speedup"] * 1.013  # the bias is inside the CI
+    # The same stray on a 1.1x shape is no smaller than a tenth of its effect: noisy, as before.
+    small = FakeSession(FakeBackend([0.3, 0.27, 0.3], aa_drift=[1.014] * 30))
+    out = _verdict_dict(small)
+    timing.time_candidate(small, _rms, cid=1, seed=0, mode="full", out=out)
+    assert out["timing"]["noisy"] is True and all(sh["aa_bias"] is None for sh in out["shapes"])
+
+
+def test_aa_bias_needs_a_stray_and_an_effect_twenty_times_its_size():
+    assert timing.aa_bias(1.005, None, 15.0) is None  # within AA_LIMIT: nothing strayed
+    assert timing.aa_bias(0.986, [0.984, 0.988], 15.0) == pytest.approx(1 / 0.986)
+    assert timing.aa_bias(0.986, [0.984, 0.988], 1.3) is None  # log 1.3 < 20 x 0.0141
+    assert timing.aa_bias(0.986, [0.97, 1.01], 15.0) is None  # 1.0 inside its CI: sampling noise
+    assert timing.aa_bias(1.05, None, 0.5) is None  # a slowdown's effect counts as its size too
+    assert timing.aa_bias(1.05, None, 0.02) is not None

@@ -252,3 +252,14 @@ def test_finalists_far_below_a_re_measured_win_are_not_re_measured(tmp_path):
         row, _, measured = pick_winner(search, ev)
         assert row["id"] == ids["far"] and remeasured == [ids["fast"], ids["close"], ids["far"]]
         assert [m["id"] for m in measured if m.get("skipped")] == [ids["farther"]]
+
+
+def test_a_shapes_aa_bias_widens_the_geomean_ci_by_its_share():
+    """A shape whose strayed A/A control its effect dwarfed (referee timing.aa_bias) keeps its bias in
+    the geomean's interval: two shapes, one with a 1.4% bias, widen it by sqrt(1.014) each way."""
+    plain = [shape(15.0, 0.01, 0), shape(5.0, 0.01, 1)]
+    biased = [dict(plain[0], aa_bias=1.014), plain[1]]
+    lo, hi = geomean_ci(plain, seed=3)
+    blo, bhi = geomean_ci(biased, seed=3)
+    assert blo == pytest.approx(lo / 1.014 ** 0.5) and bhi == pytest.approx(hi * 1.014 ** 0.5)
+    assert judge(verdict(biased), seed=3)["win"] is True  # 8.7x: a 0.7% wider interval changes nothing
