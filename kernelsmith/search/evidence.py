@@ -10,6 +10,7 @@ medians is floored at the roofline as the speedup itself is, and the geomean ove
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -49,11 +50,26 @@ def geomean_ci(shapes: list[dict], seed: int, n: int = RESAMPLES) -> list[float]
         idx = rng.integers(0, k, size=(n, k))
         cand = np.maximum(np.median(c[idx], axis=1), _roof_ms(s))
         log_ratios += np.log(np.median(b[idx], axis=1) / cand)
+    biases = [_aa_bias(s) for s in shapes]
+    if any(b is None for b in biases):
+        return None
     lo, hi = np.percentile(np.exp(log_ratios / len(shapes)), [2.5, 97.5])
     # A shape whose strayed A/A control its effect dwarfed carries that bias (timing.aa_bias): the
     # geomean may be off by its share of it.
-    bias = float(np.exp(sum(np.log(s.get("aa_bias") or 1.0) for s in shapes) / len(shapes)))
+    bias = float(np.exp(sum(np.log(b) for b in biases) / len(shapes)))
     return [float(lo) / bias, float(hi) * bias]
+
+
+def _aa_bias(shape: dict) -> float | None:
+    """A shape's `aa_bias` (1.0 without one); None for a value the referee never writes (below 1.0,
+    not a finite number): the archive is read back from disk, so such a value is not trusted to
+    narrow an interval."""
+    b = shape.get("aa_bias")
+    if b is None:
+        return 1.0
+    if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or b < 1.0:
+        return None
+    return float(b)
 
 
 def ci_seed(run_seed: int, candidate_id: int) -> int:

@@ -263,3 +263,14 @@ def test_a_shapes_aa_bias_widens_the_geomean_ci_by_its_share():
     blo, bhi = geomean_ci(biased, seed=3)
     assert blo == pytest.approx(lo / 1.014 ** 0.5) and bhi == pytest.approx(hi * 1.014 ** 0.5)
     assert judge(verdict(biased), seed=3)["win"] is True  # 8.7x: a 0.7% wider interval changes nothing
+
+
+@pytest.mark.parametrize("poison", [0.5, -1.0, float("nan"), float("inf"), "1.5", True, [2.0]])
+def test_an_aa_bias_the_referee_never_writes_leaves_no_interval(poison):
+    """The archive is read back from disk: a bias below 1.0 would narrow the geomean's CI, so any value
+    the referee cannot have written (timing.aa_bias gives a finite factor >= 1) makes it unknown and
+    the verdict no measured win."""
+    shapes = [dict(shape(15.0, 0.01, 0), aa_bias=poison), shape(5.0, 0.01, 1)]
+    assert geomean_ci(shapes, seed=3) is None
+    got = judge(verdict(shapes), seed=3)
+    assert got["win"] is False and "no timing samples" in got["reason"]
