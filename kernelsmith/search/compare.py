@@ -108,8 +108,9 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
     """The comparison as data: reference (a geomean, "final" for the sweep's re-measured winner, or
     None for the sweep's target), per-run rows and the speedup-vs-GPU-seconds table."""
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
-    curves = {str(d): (win_curve(candidate_rows(d), run.get("seed") or 0) if wins_only
-                       else curve(candidate_rows(d))) for d, run, _ in loaded}
+    rows = {str(d): candidate_rows(d) for d, _, _ in loaded}
+    curves = {str(d): (win_curve(rows[str(d)], run.get("seed") or 0) if wins_only
+                       else curve(rows[str(d)])) for d, run, _ in loaded}
     sweeps = [(d, res) for d, run, res in loaded if run.get("command") == "sweep" and res.get("sweep")]
     source = "--reference"
     if reference == "final":
@@ -127,7 +128,7 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         pts, summary = curves[str(d)], run_summary(d)
         gpu_s = pts[-1][0] if pts else 0.0
         reached = {f"{int(f * 100)}%": time_to(pts, gain_target(reference, f)) for f in FRACTIONS}
-        within = time_to(ci_curve(candidate_rows(d), run.get("seed") or 0), gain_target(reference, 0.95))
+        within = time_to(ci_curve(rows[str(d)], run.get("seed") or 0), gain_target(reference, 0.95))
         runs.append({
             "run": str(d),
             "kind": "sweep" if run.get("command") == "sweep" else f"optimize --mutator {run.get('mutator')}",
