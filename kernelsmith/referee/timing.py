@@ -30,9 +30,9 @@ AA_LIMIT = 0.01
 RETAKES = 2
 # A strayed A/A control bounds the measurement's bias on its shape. Where the shape's own effect is
 # at least AA_DWARFED times that bias (log scale: 1.32x for a 1.4% stray, 2.65x for 5%), the shape's
-# CI is widened by the bias (`aa_in_ci`) instead of the whole measurement being discarded: on the
+# CI is widened by the bias (`aa_bias`) instead of the whole measurement being discarded: on the
 # H200 (session 20) LMDeploy's sampler at 1 x 151,936 had its A/A copy 1.4% slower than the base on
-# every take of 15 of a run's 20 full measurements, at 9-15x, and no noisy measurement can be a win,
+# every take of 13 of a run's 20 full measurements, at 9-15x, and no noisy measurement can be a win,
 # feed a table or raise the contender bar, so that search never reached 95% of its sweep's best.
 AA_DWARFED = 20.0
 # A full measurement stops before its repetition budget once every ratio it reports is known to
