@@ -2,7 +2,7 @@
 
     python scripts/landscape_sim.py --target lmdeploy --op fused_single_group_router \
         --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid] \
-        [--noise]
+        [--noise] [--no-rescreen]
 
 Every launch config a sweep (or any run) judged on the H200 is a point of the landscape: its
 verdict (a rejection, or per-shape speedups, untimed shapes filled with the config's geomean) and
@@ -20,7 +20,7 @@ recorded there, seeded by the run's seed and the candidate: on a gain of a few p
 screens decide by noise.
 A screen draws at least as widely as the landscape's screen-only points (a config measured in full
 recorded its full measurement's narrower CI); a second screen (referee/staging.near_miss) costs
-the point's recorded screen seconds.
+the point's recorded screen seconds, and `--no-rescreen` replays without second screens.
 """
 
 from __future__ import annotations
