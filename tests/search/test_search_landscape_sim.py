@@ -120,3 +120,28 @@ def test_the_target_is_the_sweeps_measured_table_when_it_beats_every_single(tmp_
     assert sim.sweep_reference_of([archive]) == pytest.approx(want, rel=1e-4)
     assert sim.sweep_reference_of([archive, archive]) == pytest.approx(want, rel=1e-4)
     assert sim.sweep_reference_of([str(tmp_path / "nowhere" / "archive.sqlite")]) is None
+
+
+def test_screens_draw_as_widely_as_the_landscapes_screens_and_a_second_screen_costs_its_timing():
+    """A config measured in full recorded its full measurement's narrow CI; its screens draw at least
+    as widely as the landscape's screen-only points do on each shape (screen_sigma), a full
+    measurement from its own CI; a second screen is charged the point's recorded screen seconds."""
+    sim = _landscape_sim()
+    land = {"a": {"sigma": [0.01, 0.02], "depth": "screen"}, "b": {"sigma": [0.03, 0.04], "depth": "screen"},
+            "c": {"sigma": [0.001, 0.001], "depth": "full"}, "d": {"reason": "timeout"}}
+    assert sim.screen_sigma(land) == pytest.approx([0.02, 0.03])  # medians of the screens; "c" left out
+    assert sim.screen_sigma({"c": land["c"]}) == []
+    ref = object.__new__(sim.LandscapeReferee)
+    ref.shapes = [{"n": 1}, {"n": 2}]
+    point = {"speeds": [1.02, 1.02], "sigma": [0.001, 0.001], "eval_s": 0.9, "screen_s": 0.08}
+    ref.point_of = lambda code, cid: point
+    ref.NOISE, ref.SCREEN_SIGMA = "0", [0.02, 0.03]
+
+    def spread(timing):
+        draws = [ref.evaluate("code", timing=timing, candidate_id=c).shapes[1]["speedup"] for c in range(300)]
+        return max(draws) / min(draws)
+
+    assert spread("screen") > 1.1 and spread("full") < 1.01
+    assert ref.evaluate("code", timing="rescreen", candidate_id=1).eval_s == 0.08
+    assert ref.evaluate("code", timing="screen", candidate_id=1).eval_s == 0.9
+    assert ref.evaluate("code", timing="full", candidate_id=1).eval_s == 0.0
