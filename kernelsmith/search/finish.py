@@ -156,6 +156,7 @@ def _shapes(verdict: dict | None) -> list[dict]:
                 "ci95": s.get("ci95"),
                 "pct_roofline": s.get("pct_roofline"),
                 "max_abs_err": s.get("max_abs_err"),
+                "aa_bias": s.get("aa_bias"),  # a strayed A/A control inside the CI (referee timing.py)
             }
         )
     return out

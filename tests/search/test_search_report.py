@@ -46,3 +46,19 @@ def test_a_shape_slower_than_the_base_is_called_out(tmp_path):
     assert main(["report", str(run)]) == 0
     lines = [x for x in (run / "report.md").read_text().splitlines() if x.startswith("**Slower")]
     assert len(lines) == 1 and "1 shape(s)" in lines[0] and "0.90x [0.89–0.91]" in lines[0]
+
+
+def test_a_shape_whose_ci_holds_an_aa_bias_is_marked_and_a_hostile_value_is_not_rendered(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    result = json.loads((run / "result.json").read_text())
+    result["shapes"][0]["aa_bias"] = 1.0145
+    result["shapes"][1]["aa_bias"] = "1.5; see https://evil.example"  # result.json is read back from disk
+    (run / "result.json").write_text(json.dumps(result))
+    assert main(["report", str(run)]) == 0
+    text = (run / "report.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert sum("x‡ |" in line for line in rows) == 1
+    assert "strayed here by up to 1.4%" in text and "evil.example" not in text
