@@ -8,13 +8,13 @@ the bot reads: `<!-- kernelsmith:op=<target>/<op> source=<sha256 of base file> r
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
+from .referee.verdict import aa_bias_factor
 from .rundir import RunDir, load_run, write_json, write_text
 from .search.candidate import candidates
 
@@ -62,8 +62,8 @@ def shape_table(shapes: list[dict], timed: bool) -> str:
         # Faster than the measured ceiling: the referee counts the speedup only up to the roofline.
         mark = "†" if (s.get("pct_roofline") or 0) > 100 else ""
         capped = capped or bool(mark)
-        bias = s.get("aa_bias")
-        if isinstance(bias, float) and math.isfinite(bias) and bias > 1.0:  # result.json is read back
+        bias = aa_bias_factor(s.get("aa_bias"))  # result.json is read back: None for a hostile value
+        if bias is not None and bias > 1.0:
             mark += "‡"
             biases.append(bias)
         lines.append(

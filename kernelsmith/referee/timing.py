@@ -313,11 +313,11 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
 def pooled(entry: dict, r: ShapeTiming) -> tuple[list[float], list[float], list[int] | None]:
     """Base and candidate samples, and late repetitions, of a shape's earlier screen (`entry`) and of
     `r` together: both screens interleaved base and candidate on the same inputs, so pairs are alike."""
-    prev, late = entry.get("samples_ms") or {}, entry.get("late_reps")
-    if late and r.late_reps:
-        late = [late["retimed"] + r.late_reps[0], late["kept"] + r.late_reps[1]]
-    else:
-        late = r.late_reps or ([late["retimed"], late["kept"]] if late else None)
+    prev, before = entry.get("samples_ms") or {}, entry.get("late_reps")
+    late = None
+    if before or r.late_reps:
+        now = r.late_reps or [0, 0]
+        late = [(before or {}).get("retimed", 0) + now[0], (before or {}).get("kept", 0) + now[1]]
     return list(prev.get("base") or []) + r.base, list(prev.get("candidate") or []) + r.cand, late
 
 

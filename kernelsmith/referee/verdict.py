@@ -42,6 +42,17 @@ def speedup_to_trust(accepted, geomean: float | None, noisy: bool, depth: str | 
     return geomean if accepted and depth == "full" and not noisy else None
 
 
+def aa_bias_factor(value) -> float | None:
+    """A shape's `aa_bias` as read back from a verdict or result: 1.0 without one, the factor where it
+    is one the referee writes (timing.aa_bias: finite, at least 1.0), None for anything else (a file
+    on disk is no proof of who wrote it: such a value must neither narrow an interval nor be shown)."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 1.0 else None
+
+
 def shape_timings_usable(accepted, timed: bool, noisy: bool) -> bool:
     """Whether per-shape speedups may be read (a table, a sweep's per-shape best): accepted, timed
     at any depth, not noisy."""

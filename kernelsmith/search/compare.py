@@ -47,13 +47,21 @@ def _load(run_dir: Path) -> tuple[dict, dict]:
     return run, result
 
 
-def win_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
+def judged(row: Candidate, seed: int, memo: dict) -> dict:
+    """evidence.judge of a row's verdict, once per row of a comparison (a bootstrap costs a fraction
+    of a second, and both curves below ask)."""
+    if row.id not in memo:
+        memo[row.id] = judge(row.verdict_json, ci_seed(seed, row.id))
+    return memo[row.id]
+
+
+def win_curve(rows: list[Candidate], seed: int, memo: dict | None = None) -> list[tuple[float, float]]:
     """efficiency.curve counting only full measurements that are measured wins."""
-    best, claimable = 1.0, []
+    best, claimable, memo = 1.0, [], {} if memo is None else memo
     for r in rows:
         faster = (r.trusted_speedup or 0.0) > best  # a noisy one would fail judge() anyway
         # Judged only where it would raise the best so far (a bootstrap costs a fraction of a second).
-        if faster and judge(r.verdict_json, ci_seed(seed, r.id))["win"]:
+        if faster and judged(r, seed, memo)["win"]:
             best = r.speedup
         elif r.accepted and r.depth == "full":
             r = r.with_columns(accepted=0)
@@ -61,17 +69,17 @@ def win_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
     return curve(claimable)
 
 
-def ci_curve(rows: list[Candidate], seed: int) -> list[tuple[float, float]]:
+def ci_curve(rows: list[Candidate], seed: int, memo: dict | None = None) -> list[tuple[float, float]]:
     """[(GPU-s, highest 95% CI upper bound of a measured win so far)]: from when a run held a kernel
     that cannot be told apart from a target (on a gain of 2.5% the full measurements of one launch
     set differ by more than the 5% of it that "95%" leaves)."""
-    out, t, best = [], 0.0, 1.0
+    out, t, best, memo = [], 0.0, 1.0, {} if memo is None else memo
     for r in rows:
         if not r["eval_s"]:
             continue
         t += r["eval_s"]
         if r.depth == "full" and (r.trusted_speedup or 0.0) > 1.0:
-            verdict = judge(r.verdict_json, ci_seed(seed, r.id))
+            verdict = judged(r, seed, memo)
             if verdict["win"] and verdict["geomean_ci95"]:
                 best = max(best, verdict["geomean_ci95"][1])
         out.append((t, best))
@@ -109,7 +117,8 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
     None for the sweep's target), per-run rows and the speedup-vs-GPU-seconds table."""
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
     rows = {str(d): candidate_rows(d) for d, _, _ in loaded}
-    curves = {str(d): (win_curve(rows[str(d)], run.get("seed") or 0) if wins_only
+    memos: dict[str, dict] = {str(d): {} for d, _, _ in loaded}  # judge() per row, once per run
+    curves = {str(d): (win_curve(rows[str(d)], run.get("seed") or 0, memos[str(d)]) if wins_only
                        else curve(rows[str(d)])) for d, run, _ in loaded}
     sweeps = [(d, res) for d, run, res in loaded if run.get("command") == "sweep" and res.get("sweep")]
     source = "--reference"
@@ -128,7 +137,8 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         pts, summary = curves[str(d)], run_summary(d)
         gpu_s = pts[-1][0] if pts else 0.0
         reached = {f"{int(f * 100)}%": time_to(pts, gain_target(reference, f)) for f in FRACTIONS}
-        within = time_to(ci_curve(rows[str(d)], run.get("seed") or 0), gain_target(reference, 0.95))
+        within = time_to(ci_curve(rows[str(d)], run.get("seed") or 0, memos[str(d)]),
+                         gain_target(reference, 0.95))
         runs.append({
             "run": str(d),
             "kind": "sweep" if run.get("command") == "sweep" else f"optimize --mutator {run.get('mutator')}",

@@ -10,11 +10,10 @@ medians is floored at the roofline as the speedup itself is, and the geomean ove
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 
-from ..referee.verdict import SLOWEST_SHAPE, is_noisy, lost_shapes
+from ..referee.verdict import SLOWEST_SHAPE, aa_bias_factor, is_noisy, lost_shapes
 
 __all__ = ["SLOWEST_SHAPE", "fragile", "geomean_ci", "ci_seed", "judge"]
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
@@ -50,7 +49,7 @@ def geomean_ci(shapes: list[dict], seed: int, n: int = RESAMPLES) -> list[float]
         idx = rng.integers(0, k, size=(n, k))
         cand = np.maximum(np.median(c[idx], axis=1), _roof_ms(s))
         log_ratios += np.log(np.median(b[idx], axis=1) / cand)
-    biases = [_aa_bias(s) for s in shapes]
+    biases = [aa_bias_factor(s.get("aa_bias")) for s in shapes]
     if any(b is None for b in biases):
         return None
     lo, hi = np.percentile(np.exp(log_ratios / len(shapes)), [2.5, 97.5])
@@ -58,18 +57,6 @@ def geomean_ci(shapes: list[dict], seed: int, n: int = RESAMPLES) -> list[float]
     # geomean may be off by its share of it.
     bias = float(np.exp(sum(np.log(b) for b in biases) / len(shapes)))
     return [float(lo) / bias, float(hi) * bias]
-
-
-def _aa_bias(shape: dict) -> float | None:
-    """A shape's `aa_bias` (1.0 without one); None for a value the referee never writes (below 1.0,
-    not a finite number): the archive is read back from disk, so such a value is not trusted to
-    narrow an interval."""
-    b = shape.get("aa_bias")
-    if b is None:
-        return 1.0
-    if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or b < 1.0:
-        return None
-    return float(b)
 
 
 def ci_seed(run_seed: int, candidate_id: int) -> int:
