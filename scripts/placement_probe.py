@@ -11,42 +11,33 @@ that holds across takes belongs to the buffers (or the module), not to sampling 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
-import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
-from kernelsmith.lightimport import install_light_package, install_stub
 from kernelsmith.referee.backend.cuda import CudaBackend
+from kernelsmith.target.harness import load_harness
+from kernelsmith.target.loader import load_operator_module
 
 ROOT = Path(__file__).resolve().parents[1]
+FILE = "lmdeploy/pytorch/kernels/cuda/multinomial_sampling.py"
+STUBS = {"lmdeploy.utils": ROOT / "targets/lmdeploy/stubs/lmdeploy_utils.py"}
 COPIES = 6
 TAKES = 3
 REPS = 150
 
 
 def load_sampler():
-    """The upstream launcher, and the same file loaded again as a separate module (the A/A copy)."""
-    install_stub("lmdeploy.utils", ROOT / "targets/lmdeploy/stubs/lmdeploy_utils.py")
-    install_light_package("lmdeploy.pytorch.kernels.cuda", [os.environ["LMDEPLOY_CHECKOUT"]])
-    mod = importlib.import_module("lmdeploy.pytorch.kernels.cuda.multinomial_sampling")
-    spec = importlib.util.spec_from_file_location("aa_multinomial_sampling", mod.__file__)
-    aa = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = aa
-    spec.loader.exec_module(aa)
-    return mod.multinomial_sampling, aa.multinomial_sampling
-
-
-def load_harness():
-    """The bundled harness module (make_inputs, SHAPES)."""
-    path = ROOT / "targets/lmdeploy/multinomial_sampling.py"
-    spec = importlib.util.spec_from_file_location("sampler_harness", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The base launcher and its A/A copy, loaded as the referee's runner loads them."""
+    root = Path(os.environ["LMDEPLOY_CHECKOUT"])
+    base = load_operator_module(root, FILE, tag="base", stubs=STUBS)
+    copy = Path(tempfile.mkdtemp(prefix="aa-")) / Path(FILE).name  # the runner's workdir/aa/<file>
+    aa = load_operator_module(root, FILE, code=(root / FILE).read_text(), tag="aa", source_path=copy,
+                              stubs=STUBS)
+    return base.multinomial_sampling, aa.multinomial_sampling
 
 
 def copies_of(originals: list[dict], n: int) -> tuple[list[list[dict]], list]:
@@ -66,12 +57,12 @@ def caller(fn, sets):
 
 def main() -> None:
     base, aa = load_sampler()
-    h = load_harness()
+    h = load_harness(ROOT / "targets/lmdeploy/multinomial_sampling.py")
     backend = CudaBackend()
     backend.init_context()
     backend.calibrate(["float32"])
     for si in (0, 4, 1):
-        shape = h.SHAPES[si]
+        shape = h.shapes[si]
         originals = [h.make_inputs(shape, "cuda", 1000 + k) for k in range(3)]
         sets, pad = copies_of(originals, COPIES)
         fns = [caller(base, s) for s in sets] + [caller(aa, sets[0]), caller(aa, sets[1])]
@@ -90,7 +81,7 @@ def main() -> None:
                   + " ".join(f"{n}={m / med[0]:.4f}" for n, m in zip(names, med, strict=True))
                   + f" (base@0 {med[0]:.4f} ms)")
             per_set = [[statistics.median(t[j::3]) for j in range(3)] for t in times]
-            print("   per input set (interleaved order, rep % 3), vs base@0: "
+            print("   every third timed rep (one input set each), vs base@0: "
                   + " ".join(n + "=" + "/".join(f"{a / b:.4f}" for a, b in zip(p, per_set[0], strict=True))
                              for n, p in zip(names, per_set, strict=True)))
         del pad
