@@ -348,3 +348,80 @@ def test_aa_bias_needs_a_stray_and_an_effect_twenty_times_its_size():
     assert timing.aa_bias(0.986, [0.97, 1.01], 15.0) is None  # 1.0 inside its CI: sampling noise
     assert timing.aa_bias(1.05, None, 0.5) is None  # a slowdown's effect counts as its size too
     assert timing.aa_bias(1.05, None, 0.02) is not None
+
+
+class PlacementBackend(FakeBackend):
+    """Times a call 2% slower when it read the buffers the base was first given (a slow placement:
+    on the H200 an identical call on another copy of the same inputs differed by up to ~1.1%)."""
+
+    def __init__(self, ms):
+        super().__init__(ms)
+        self.first_seen, self.slow, self.read = [], set(), {}
+
+    def reads(self, x):
+        """Called by every timed function with its input: where the call's data sits."""
+        self.read["ptr"] = x.data_ptr()
+        if len(self.first_seen) < timing.INPUT_SETS:  # the base's warm-up calls, one per input set
+            self.first_seen.append(x.data_ptr())
+            self.slow.add(x.data_ptr())
+
+    def time_calls(self, fns, reps, order_seed):
+        rng = random.Random(order_seed)
+        out = [[] for _ in fns]
+        for _ in range(reps):
+            for i, f in enumerate(fns):
+                f(len(out[i]))
+                slow = 1.02 if self.read["ptr"] in self.slow else 1.0
+                out[i].append(self.ms[i] * slow * (1 + self.jitter * rng.random()))
+        return out
+
+
+def test_every_function_reads_every_copy_of_the_inputs_so_placement_cancels_out_of_the_ratio(monkeypatch):
+    """Base, candidate and A/A copy each read every copy of every read-only input set in turn: buffers
+    that sit where calls run slower slow all three alike, so neither the A/A control nor the speedup
+    carries it (with a private copy each, the base read its slow buffers on every call: A/A 1.02)."""
+    monkeypatch.setitem(timing.FULL, "min_reps", 18)  # 2 x 9: each (set, copy) pair twice
+    monkeypatch.setitem(timing.FULL, "max_reps", 18)
+    backend = PlacementBackend([0.2, 0.1, 0.2])
+    s = FakeSession(backend)
+
+    def reading(fn):
+        def call(x, weight, eps):
+            backend.reads(x)
+            return fn(x, weight, eps)
+        return call
+
+    s.base_fn, s._aa = reading(_rms), reading(_rms)
+    out = _verdict_dict(s)
+    timing.time_candidate(s, reading(_rms), cid=1, seed=0, mode="full", out=out, indices=[0])
+    sh = out["shapes"][0]
+    assert sh["attempts"] == 1 and abs(sh["aa_ratio"] - 1) < 0.002 and not out["timing"]["noisy"]
+    assert sh["speedup"] == pytest.approx(2.0, rel=0.002)
+    assert len(backend.slow) == timing.INPUT_SETS and backend.first_seen
+
+
+def test_only_read_only_inputs_rotate_written_ones_stay_with_their_function(tmp_path):
+    """Outputs and in-place buffers are written: each function keeps its own, so nothing one writes
+    reaches another, and the candidate's last timed output is still its own (checked)."""
+    (tmp_path / "fill.py").write_text(FILL_HARNESS)
+    s = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
+    s.harness = load_harness(tmp_path / "fill.py")
+    seen = {}
+
+    def recording(name):
+        def fill(cache, src):
+            seen.setdefault(name, {"cache": set(), "src": set()})
+            seen[name]["cache"].add(cache.data_ptr())
+            seen[name]["src"].add(src.data_ptr())
+            cache.copy_(src)
+        return fill
+
+    s.base_fn, s._aa = recording("base"), recording("aa")
+    out = {"shapes": [{"shape": {"n": 64}}], "violations": [], "details": {"messages": []}}
+    timing.time_candidate(s, recording("cand"), cid=1, seed=0, mode="full", out=out)
+    assert out["timed"] and out["violations"] == []
+    caches = [seen[n]["cache"] for n in ("base", "cand", "aa")]
+    assert all(len(c) == timing.INPUT_SETS for c in caches)
+    assert not (caches[0] & caches[1] or caches[0] & caches[2] or caches[1] & caches[2])
+    assert seen["base"]["src"] == seen["cand"]["src"] == seen["aa"]["src"]
+    assert len(seen["base"]["src"]) == 3 * timing.INPUT_SETS

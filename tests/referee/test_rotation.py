@@ -1,0 +1,45 @@
+"""The rotation of input buffers among the functions of one measurement (referee/rotation.py)."""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from kernelsmith.referee.rotation import Rotation
+
+
+def _originals(sets=3):
+    return [{"x": torch.full((4,), float(s)), "out": torch.zeros(4), "eps": [s]} for s in range(sets)]
+
+
+@pytest.mark.parametrize("n_fns", [2, 3])
+def test_every_run_of_calls_reads_every_copy_of_every_set_once(n_fns):
+    rot = Rotation(_originals(), n_fns, {"out"})
+    ptr = {rot.own[c][s]["x"].data_ptr(): (s, c) for c in range(n_fns) for s in range(3)}
+    period = 3 * n_fns  # sets x copies
+    for j in range(n_fns):
+        for _run in range(2):  # two whole runs in a row
+            seen = Counter()
+            for _ in range(period):
+                k, inputs = rot.inputs(j)
+                s, c = ptr[inputs["x"].data_ptr()]
+                assert s == k and inputs["x"][0].item() == k  # the copy holds the set it claims
+                seen[(s, c)] += 1
+            assert seen == {(s, c): 1 for s in range(3) for c in range(n_fns)}
+
+
+def test_written_tensors_and_other_values_stay_with_their_function():
+    rot = Rotation(_originals(), 3, {"out"})
+    for j in range(3):
+        for _ in range(9):
+            k, inputs = rot.inputs(j)
+            assert inputs["out"] is rot.own[j][k]["out"] and inputs["eps"] is rot.own[j][k]["eps"]
+
+
+def test_align_puts_the_functions_back_on_one_input_set_per_repetition():
+    rot = Rotation(_originals(), 3, set())
+    for _ in range(4):  # a probe that calls the first two only
+        rot.inputs(0), rot.inputs(1)
+    rot.align()
+    assert len({rot.inputs(j)[0] for j in range(3)}) == 1
+    assert rot.next_set(0) == rot.next_set(2)
