@@ -1,16 +1,17 @@
-"""Input buffers that the functions of one interleaved measurement read in rotation.
+"""Input and output buffers that the functions of one interleaved measurement use in rotation.
 
 On the H200 an identical call ran up to ~1.1% slower, on every take, on another copy of the same
 inputs (LMDeploy's sampler at 1 x 151,936; scripts/placement_probe.py): where the buffers sit moves
 the time, not only the code. With a private copy per function, that difference sat between base and
 candidate, and between the base and its A/A copy (the strays `aa_bias` had to bound, sessions 20-21).
-Here each function reads every function's copy of the read-only inputs in turn, so each ratio
-compares the same mix of placements.
+Here each function uses every function's copy of the tensors in turn, so each ratio compares the
+same mix of placements.
 
-Only read-only tensors rotate. Outputs and in-place buffers (written) stay with their function: what
-one function writes never reaches another, and the candidate's last output is its own to check.
-Read-only holds because the correctness trials reject a candidate that modifies any other input
-(input_mutation) before it is timed. Non-tensor values stay private too.
+Written tensors (outputs, in-place buffers) rotate too: the calls of one repetition use different
+copies, in-place buffers are restored before every call (timing.time_loop), and the candidate's
+last output is read from the copy it wrote and cloned before any other call runs. Read-only inputs
+stay read-only: the correctness trials reject a candidate that modifies any other input
+(input_mutation) before it is timed. Non-tensor values stay with their function.
 """
 
 from __future__ import annotations
@@ -25,31 +26,33 @@ from .input_cache import fresh_copy
 class Rotation:
     """Per function, its own copy of every input set, and the calls' views over all the copies."""
 
-    def __init__(self, originals: list[dict], n_fns: int, written: set[str]):
+    def __init__(self, originals: list[dict], n_fns: int):
         self.own = [[fresh_copy(s) for s in originals] for _ in range(n_fns)]  # [fn][set]
         self.calls = [0] * n_fns
-        # views[fn][copy][set]: fn's own written tensors and other values, copy's read-only tensors.
-        self.views = [[[{k: (self.own[c][s][k] if isinstance(v, torch.Tensor) and k not in written else v)
+        # views[fn][copy][set]: copy's tensors, fn's own other values.
+        self.views = [[[{k: (self.own[c][s][k] if isinstance(v, torch.Tensor) else v)
                          for k, v in self.own[j][s].items()}
                         for s in range(len(originals))] for c in range(n_fns)] for j in range(n_fns)]
 
-    def next_set(self, j: int) -> int:
-        """The input set function `j`'s next call reads."""
-        return self.calls[j] % len(self.own[0])
-
-    def inputs(self, j: int) -> tuple[int, dict]:
-        """(input set, inputs) of function `j`'s next call. Calls of one repetition share the set
-        while the functions' counts of calls agree (`align`)."""
+    def peek(self, j: int) -> tuple[int, dict]:
+        """(input set, inputs) of function `j`'s next call, without taking it."""
         n_sets, n = len(self.own[0]), len(self.own)
         k = self.calls[j]
-        self.calls[j] += 1
-        # Every n calls in a row read n different copies, and every lcm(sets, n) calls the copies
-        # shift by one against the sets: each run of sets * n calls reads every copy of every set
-        # once (with 3 sets and 3 copies a plain k % n would pair each set with one copy).
+        # Every n calls in a row use n different copies, and every lcm(sets, n) calls the copies
+        # shift by one against the sets: each run of sets * n calls uses every copy of every set
+        # once (with 3 sets and 3 copies a plain k % n would pair each set with one copy). While
+        # the counts agree (`align`), the calls of one repetition use different copies.
         copy = (j + k + k // math.lcm(n_sets, n)) % n
         return k % n_sets, self.views[j][copy][k % n_sets]
 
+    def inputs(self, j: int) -> tuple[int, dict]:
+        """(input set, inputs) of function `j`'s next call, taken."""
+        out = self.peek(j)
+        self.calls[j] += 1
+        return out
+
     def align(self) -> None:
         """Bring every function's count of calls to the furthest one's (after some were called
-        alone: the probe), so the calls of one repetition read the same input set again."""
+        alone: the probe), so the calls of one repetition share an input set and use different
+        copies again."""
         self.calls = [max(self.calls)] * len(self.calls)

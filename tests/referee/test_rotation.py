@@ -14,7 +14,7 @@ def _originals(sets=3):
 
 @pytest.mark.parametrize("n_fns", [2, 3])
 def test_every_run_of_calls_reads_every_copy_of_every_set_once(n_fns):
-    rot = Rotation(_originals(), n_fns, {"out"})
+    rot = Rotation(_originals(), n_fns)
     ptr = {rot.own[c][s]["x"].data_ptr(): (s, c) for c in range(n_fns) for s in range(3)}
     period = 3 * n_fns  # sets x copies
     for j in range(n_fns):
@@ -28,18 +28,21 @@ def test_every_run_of_calls_reads_every_copy_of_every_set_once(n_fns):
             assert seen == {(s, c): 1 for s in range(3) for c in range(n_fns)}
 
 
-def test_written_tensors_and_other_values_stay_with_their_function():
-    rot = Rotation(_originals(), 3, {"out"})
-    for j in range(3):
-        for _ in range(9):
-            k, inputs = rot.inputs(j)
-            assert inputs["out"] is rot.own[j][k]["out"] and inputs["eps"] is rot.own[j][k]["eps"]
+def test_the_calls_of_one_repetition_use_different_copies_and_other_values_stay_with_their_function():
+    rot = Rotation(_originals(), 3)
+    for _ in range(9):
+        views = [rot.inputs(j) for j in range(3)]
+        assert len({k for k, _ in views}) == 1  # one input set per repetition
+        assert len({v["out"].data_ptr() for _, v in views}) == 3  # written buffers: one copy each
+        for j, (k, v) in enumerate(views):
+            assert v["eps"] is rot.own[j][k]["eps"]
 
 
 def test_align_puts_the_functions_back_on_one_input_set_per_repetition():
-    rot = Rotation(_originals(), 3, set())
+    rot = Rotation(_originals(), 3)
     for _ in range(4):  # a probe that calls the first two only
         rot.inputs(0), rot.inputs(1)
     rot.align()
-    assert len({rot.inputs(j)[0] for j in range(3)}) == 1
-    assert rot.next_set(0) == rot.next_set(2)
+    assert rot.peek(0)[0] == rot.peek(2)[0]
+    views = [rot.inputs(j) for j in range(3)]
+    assert len({k for k, _ in views}) == 1 and len({v["x"].data_ptr() for _, v in views}) == 3

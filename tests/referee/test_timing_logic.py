@@ -400,28 +400,35 @@ def test_every_function_reads_every_copy_of_the_inputs_so_placement_cancels_out_
     assert len(backend.slow) == timing.INPUT_SETS and backend.first_seen
 
 
-def test_only_read_only_inputs_rotate_written_ones_stay_with_their_function(tmp_path):
-    """Outputs and in-place buffers are written: each function keeps its own, so nothing one writes
-    reaches another, and the candidate's last timed output is still its own (checked)."""
+def test_written_buffers_rotate_too_and_the_candidates_own_last_output_is_checked(tmp_path):
+    """In-place buffers rotate like the inputs (restored before every call); within a repetition no
+    two functions share one, and a candidate writing wrong values is caught although the base writes
+    the right ones into the same buffers on other repetitions."""
     (tmp_path / "fill.py").write_text(FILL_HARNESS)
     s = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
     s.harness = load_harness(tmp_path / "fill.py")
     seen = {}
 
-    def recording(name):
+    def recording(name, factor=1.0):
         def fill(cache, src):
-            seen.setdefault(name, {"cache": set(), "src": set()})
-            seen[name]["cache"].add(cache.data_ptr())
-            seen[name]["src"].add(src.data_ptr())
-            cache.copy_(src)
+            seen.setdefault(name, []).append((cache.data_ptr(), src.data_ptr()))
+            cache.copy_(src * factor)
         return fill
 
     s.base_fn, s._aa = recording("base"), recording("aa")
     out = {"shapes": [{"shape": {"n": 64}}], "violations": [], "details": {"messages": []}}
     timing.time_candidate(s, recording("cand"), cid=1, seed=0, mode="full", out=out)
     assert out["timed"] and out["violations"] == []
-    caches = [seen[n]["cache"] for n in ("base", "cand", "aa")]
-    assert all(len(c) == timing.INPUT_SETS for c in caches)
-    assert not (caches[0] & caches[1] or caches[0] & caches[2] or caches[1] & caches[2])
-    assert seen["base"]["src"] == seen["cand"]["src"] == seen["aa"]["src"]
-    assert len(seen["base"]["src"]) == 3 * timing.INPUT_SETS
+    caches = [{c for c, _ in seen[n]} for n in ("base", "cand", "aa")]
+    assert caches[0] == caches[1] == caches[2] and len(caches[0]) == 3 * timing.INPUT_SETS
+    # FakeBackend calls base, candidate and A/A in turn each repetition: the timed calls are the
+    # last 12 of the A/A's (warm-up and host timing aside), aligned with the candidate's probe.
+    n = 12
+    cand_timed = seen["cand"][2 * timing.INPUT_SETS:2 * timing.INPUT_SETS + n]
+    aa_timed = seen["aa"][timing.INPUT_SETS:timing.INPUT_SETS + n]
+    assert all(a[0] != b[0] for a, b in zip(cand_timed, aa_timed, strict=True))
+
+    seen.clear()
+    out = {"shapes": [{"shape": {"n": 64}}], "violations": [], "details": {"messages": []}}
+    timing.time_candidate(s, recording("cand", 2.0), cid=2, seed=0, mode="full", out=out)
+    assert "cached_result" in out["violations"]
