@@ -181,7 +181,7 @@ class JudgeTiming:
     def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool) -> dict:
         """One timing request to the runner and checks (a) and the output's; the claims with the
         judge's own base (`judge_base_ms`, `judge_host_ms`), or {"forged": [violation, why]}."""
-        from .timing import FULL, INPUT_SETS, SCREEN, timed_output_ok
+        from .timing import FULL, INPUT_SETS, SCREEN, changed_inputs_message, timed_output_ok
 
         made = self.timing_sets(shape, seed, INPUT_SETS)
         originals = [o for o, _ in made]
@@ -196,6 +196,11 @@ class JudgeTiming:
         why = sum_exceeds_wall(r, wall_ms, cfg["host_calls"] if host else 0)
         if why:
             return {"forged": ["forged_timing", why]}
+        changed = reply.get("changed_inputs")
+        if not (isinstance(changed, list) and all(isinstance(n, str) for n in changed)):
+            raise RunnerFailed("protocol", "the runner did not say whether the shared inputs changed")
+        if changed:  # the runner's own check; a lying runner is bounded by (b) as for any base it times
+            return {"forged": ["input_mutation", changed_inputs_message(changed[:8])]}
         last, k = (out or {}).get("last") if isinstance(out, dict) else None, reply.get("last_set")
         if not (isinstance(last, tuple) and isinstance(k, int) and 0 <= k < INPUT_SETS):
             raise RunnerFailed("protocol", "the runner did not return its last timed output")

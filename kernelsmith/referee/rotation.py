@@ -10,8 +10,9 @@ same mix of placements.
 Written tensors (outputs, in-place buffers) rotate too: the calls of one repetition use different
 copies, in-place buffers are restored before every call (timing.time_loop), and the candidate's
 last output is read from the copy it wrote and cloned before any other call runs. Read-only inputs
-stay read-only: the correctness trials reject a candidate that modifies any other input
-(input_mutation) before it is timed. Non-tensor values stay with their function.
+are shared, so one function's write would reach the others: the correctness trials reject a
+candidate that modifies them (input_mutation) before it is timed, and `changed` checks every copy
+again after the timing. Non-tensor values stay with their function.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import math
 
 import torch
 
+from . import correctness as C
 from .input_cache import fresh_copy
 
 
@@ -56,3 +58,9 @@ class Rotation:
         alone: the probe), so the calls of one repetition share an input set and use different
         copies again."""
         self.calls = [max(self.calls)] * len(self.calls)
+
+    def changed(self, originals: list[dict], written: set[str]) -> list[str]:
+        """The read-only tensors (not in `written`) that differ from `originals` on some copy."""
+        return sorted({k for copies in self.own for s, inputs in enumerate(copies)
+                       for k, v in C.tensors_of(inputs).items()
+                       if k not in written and not C.same_bits(v, originals[s][k])})

@@ -178,10 +178,18 @@ def time_shape(session, fn, shape: dict, si: int, cid: int, seed: int, mode: str
     # never handed to a kernel, only their copies are.
     made = session.timing_sets(shape, seed, INPUT_SETS)
     result = time_loop(session, fn, [o for o, _ in made], si, cid, seed, mode, host)
+    if result["changed_inputs"]:
+        return ShapeTiming.refused("input_mutation", changed_inputs_message(result["changed_inputs"]))
     last = result.pop("last_outs", None)
     if last is not None:
         result["timed_output_ok"] = timed_output_ok(session, last, made[result["last_set"]][1])
     return ShapeTiming.of(result)
+
+
+def changed_inputs_message(names: list[str]) -> str:
+    """Why a measurement is refused when inputs the functions share were written while timed."""
+    return (f"input(s) {', '.join(map(repr, names))} were modified while timed (the timed calls share "
+            "their read-only inputs, so the base's calls would have read the changed values)")
 
 
 def timed_output_ok(session, outs: tuple, expected: tuple) -> bool:
@@ -265,6 +273,8 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
             hb.append(backend.host_time(fns[0], cfg["host_calls"]))
             hc.append(backend.host_time(fns[1], cfg["host_calls"]))
         result["host_base"], result["host_cand"] = _median(hb), _median(hc)
+    # The functions shared the read-only inputs: a write by one reached the others' calls.
+    result["changed_inputs"] = rotation.changed(originals, set(h.outputs or []) | set(h.inplace))
     return result
 
 

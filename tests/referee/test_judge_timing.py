@@ -233,7 +233,8 @@ def test_an_audited_wrong_output_is_caught(audit_bites):
     lambda r: r.update(reps=10_000), lambda r: r.update(base=[0.1]), lambda r: r.update(cand=["x"] * 12),
     lambda r: r.update(aa=None), lambda r: r.update(base=[float("nan")] * 12), lambda r: r.pop("probe"),
     lambda r: r.update(late_reps=[-1, 0]), lambda r: r.update(late_reps=[1]),
-    lambda r: r.update(late_reps=["1", 0]), lambda r: r.update(late_reps=[10**9, 0])])
+    lambda r: r.update(late_reps=["1", 0]), lambda r: r.update(late_reps=[10**9, 0]),
+    lambda r: r.pop("changed_inputs"), lambda r: r.update(changed_inputs=[1])])
 def test_a_malformed_timing_reply_is_a_protocol_failure(bad):
     with pytest.raises(RunnerFailed) as e:
         _time(Judge(FakeBackend([0.2, 0.1, 0.2]), forge=bad))
@@ -283,3 +284,25 @@ def test_the_runners_count_of_late_repetitions_is_shown_and_decides_nothing():
     assert ok and all(sh["late_reps"] == {"retimed": 12, "kept": 3} for sh in claimed["shapes"])
     assert claimed["geomean_speedup"] == plain["geomean_speedup"]
     assert claimed["violations"] == plain["violations"] == []
+
+
+def test_shared_inputs_a_candidate_wrote_while_timed_are_an_input_mutation():
+    """The timed calls share their read-only inputs (rotation.py): the runner's check after the loop
+    reaches the judge, which refuses the measurement."""
+    judge = Judge(FakeBackend([0.2, 0.1, 0.2]))
+    judge.link.cand = writes_x_once_timed()
+    ok, out = _time(judge)
+    assert not ok and out["violations"] == ["input_mutation"] and "'x'" in out["details"]["messages"][0]
+
+
+def writes_x_once_timed():
+    """A correct rms_norm that, after its warm-up and probe, adds 1 to its input x after using it."""
+    calls = {"n": 0}
+
+    def cand(x, weight, eps):
+        y = _rms(x, weight, eps)
+        calls["n"] += 1
+        if calls["n"] == 2 * timing.INPUT_SETS + 1:
+            x.add_(1.0)
+        return y
+    return cand

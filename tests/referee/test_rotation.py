@@ -46,3 +46,13 @@ def test_align_puts_the_functions_back_on_one_input_set_per_repetition():
     assert rot.peek(0)[0] == rot.peek(2)[0]
     views = [rot.inputs(j) for j in range(3)]
     assert len({k for k, _ in views}) == 1 and len({v["x"].data_ptr() for _, v in views}) == 3
+
+
+def test_changed_names_the_read_only_tensors_written_on_any_copy():
+    originals = _originals()
+    rot = Rotation(originals, 2)
+    assert rot.changed(originals, {"out"}) == []
+    rot.own[1][2]["out"].fill_(7.0)  # written: allowed
+    assert rot.changed(originals, {"out"}) == []
+    rot.own[1][2]["x"][0] = -1.0
+    assert rot.changed(originals, {"out"}) == ["x"]

@@ -432,3 +432,23 @@ def test_written_buffers_rotate_too_and_the_candidates_own_last_output_is_checke
     out = {"shapes": [{"shape": {"n": 64}}], "violations": [], "details": {"messages": []}}
     timing.time_candidate(s, recording("cand", 2.0), cid=2, seed=0, mode="full", out=out)
     assert "cached_result" in out["violations"]
+
+
+def test_a_candidate_writing_a_shared_input_while_timed_is_an_input_mutation():
+    """Its own output stays right, but the base's later calls on that copy read the changed input:
+    the loop checks every copy after timing (rotation.Rotation.changed)."""
+    calls = {"n": 0}
+
+    def writes_once(x, weight, eps):
+        y = _rms(x, weight, eps)
+        calls["n"] += 1
+        if calls["n"] == 2 * timing.INPUT_SETS + 1:  # after its warm-up and the probe
+            weight.mul_(2.0)
+        return y
+
+    s = FakeSession(FakeBackend([0.2, 0.1, 0.2]))
+    out = _verdict_dict(s)
+    assert not timing.time_candidate(s, writes_once, cid=1, seed=0, mode="full", out=out, indices=[0])
+    assert out["violations"] == ["input_mutation"] and "'weight'" in out["details"]["messages"][0]
+    out = _verdict_dict(s)
+    assert timing.time_candidate(s, _rms, cid=2, seed=0, mode="full", out=out, indices=[0])
