@@ -16,20 +16,18 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import statistics
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from placement_probe import copies_of, load_base_and_aa  # scripts/ is this script's first path entry
 
 from kernelsmith.referee import rotation, timing
 from kernelsmith.referee.backend.cuda import CudaBackend
 from kernelsmith.target.harness import load_harness
-from kernelsmith.target.loader import load_operator_module
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "lmdeploy/pytorch/kernels/cuda/rms_norm.py"
-STUBS = {"lmdeploy.utils": ROOT / "targets/lmdeploy/stubs/lmdeploy_utils.py"}
 BUSY = max(1, (os.cpu_count() or 2) - 2)
 TAKES = 3
 COPIES = 6
@@ -64,11 +62,8 @@ def output_placement(backend, base, h) -> None:
     """The base on the same inputs, its output on COPIES buffers at different places, TAKES takes."""
     shape = h.shapes[1]
     inputs = h.make_inputs(shape, "cuda", 1000)
-    pads, outs = [], []
-    for k in range(COPIES):
-        pads.append(torch.empty((k << 20) + k * 4096, dtype=torch.uint8, device="cuda"))
-        outs.append(torch.empty_like(inputs["out"]))
-    fns = [lambda r, o=o: base(**{**inputs, "out": o}) for o in outs]
+    outs, _pads = copies_of([{"out": inputs["out"]}], COPIES)
+    fns = [lambda r, o=o[0]["out"]: base(**{**inputs, "out": o}) for o in outs]
     for f in fns:
         f(0)
     torch.cuda.synchronize()
@@ -84,11 +79,7 @@ def spin():
 
 
 def main() -> None:
-    root = Path(os.environ["LMDEPLOY_CHECKOUT"])
-    base = load_operator_module(root, FILE, tag="base", stubs=STUBS).rms_norm
-    copy = Path(tempfile.mkdtemp(prefix="aa-")) / Path(FILE).name
-    aa = load_operator_module(root, FILE, code=(root / FILE).read_text(), tag="aa", source_path=copy,
-                              stubs=STUBS).rms_norm
+    base, aa = load_base_and_aa(FILE, "rms_norm")
     h = load_harness(ROOT / "targets/lmdeploy/rms_norm.py")
     backend = CudaBackend()
     backend.init_context()

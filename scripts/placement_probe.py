@@ -30,14 +30,14 @@ TAKES = 3
 REPS = 150
 
 
-def load_sampler():
-    """The base launcher and its A/A copy, loaded as the referee's runner loads them."""
+def load_base_and_aa(file: str, entry: str):
+    """The base launcher of LMDeploy's `file` and its A/A copy, loaded as the referee's runner loads them."""
     root = Path(os.environ["LMDEPLOY_CHECKOUT"])
-    base = load_operator_module(root, FILE, tag="base", stubs=STUBS)
-    copy = Path(tempfile.mkdtemp(prefix="aa-")) / Path(FILE).name  # the runner's workdir/aa/<file>
-    aa = load_operator_module(root, FILE, code=(root / FILE).read_text(), tag="aa", source_path=copy,
+    base = load_operator_module(root, file, tag="base", stubs=STUBS)
+    copy = Path(tempfile.mkdtemp(prefix="aa-")) / Path(file).name  # the runner's workdir/aa/<file>
+    aa = load_operator_module(root, file, code=(root / file).read_text(), tag="aa", source_path=copy,
                               stubs=STUBS)
-    return base.multinomial_sampling, aa.multinomial_sampling
+    return getattr(base, entry), getattr(aa, entry)
 
 
 def copies_of(originals: list[dict], n: int) -> tuple[list[list[dict]], list]:
@@ -56,7 +56,7 @@ def caller(fn, sets):
 
 
 def main() -> None:
-    base, aa = load_sampler()
+    base, aa = load_base_and_aa(FILE, "multinomial_sampling")
     h = load_harness(ROOT / "targets/lmdeploy/multinomial_sampling.py")
     backend = CudaBackend()
     backend.init_context()

@@ -97,7 +97,7 @@ class ShapeTrials(ListedInputs):
         every candidate of the run: seeds per run seed, shape and trial); the candidate gets clones.
         """
         where = "shape " + ",".join(f"{k}={v}" for k, v in shape.items())
-        protected = set(self.harness.outputs or []) | set(self.harness.inplace)
+        protected = self.harness.written
         arena, prev_outs, identical, max_err = None, None, True, 0.0
         for t in range(TRIALS):
             entry = self.listed(shape, seed, t)

@@ -276,7 +276,7 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
             hc.append(backend.host_time(fns[1], cfg["host_calls"]))
         result["host_base"], result["host_cand"] = _median(hb), _median(hc)
     # The functions shared the read-only inputs: a write by one reached the others' calls.
-    result["changed_inputs"] = rotation.changed(originals, set(h.outputs or []) | set(h.inplace))
+    result["changed_inputs"] = rotation.changed(originals, h.written)
     return result
 
 

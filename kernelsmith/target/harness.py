@@ -59,6 +59,11 @@ class Harness:
         return self.bind(module) if self.bind is not None else getattr(module, entry)
 
     @property
+    def written(self) -> set[str]:
+        """The arguments the entry may write: OUTPUTS and INPLACE (every other input is read-only)."""
+        return set(self.outputs or []) | set(self.inplace)
+
+    @property
     def reference_source(self) -> str | None:
         """The reference function's source text (what the LLM's prompt shows), or None."""
         try:
