@@ -219,7 +219,8 @@ def sweep_section(sweep: dict) -> str:
     ]
     if sweep.get("table_id") is not None:
         got = sweep.get("table_geomean")
-        lines.append(f"- that table, measured after the grid (candidate #{sweep['table_id']}): "
+        when = "after the grid" if sweep.get("complete") else "once the time budget was spent"
+        lines.append(f"- that table, measured {when} (candidate #{sweep['table_id']}): "
                      + (f"{got:.2f}x" if got else "not faster than the best at the screen (no all-shape "
                         "geomean)"))
     return "\n".join(lines)

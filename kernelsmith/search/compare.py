@@ -96,7 +96,9 @@ def sweep_reference(run: Path, sweep: dict) -> tuple[float | None, str]:
     if sweep.get("table_id") is not None:
         got = sweep.get("table_geomean")
         return sweep["target_geomean"], (
-            f"sweep {run}: the per-shape table it measured after its grid (#{sweep['table_id']}, "
+            f"sweep {run}: the per-shape table it measured "
+            + ("after its grid" if sweep.get("complete") else "once its time budget was spent")
+            + f" (#{sweep['table_id']}, "
             + (f"{got:.3f}x" if got else "not faster at the screen")
             + f") or its best single config, whichever is higher; its per-shape best, "
             f"{per_shape or 0:.3f}x, is a maximum of single measurements, not a kernel")

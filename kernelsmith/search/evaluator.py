@@ -324,9 +324,7 @@ class Evaluator:
     def _evaluate(self, ref, row: Candidate, st: dict | None = None) -> bool:
         """Evaluate one candidate and store its verdict; False when the time budget ran out first
         (while its kernels compiled) and the row stays pending for a resume."""
-        base = row.is_base
-        code = None if base else row.code
-        if self.precompiler is not None and not base:
+        if self.precompiler is not None and not row.is_base:
             t0 = time.monotonic()
             # A slow compile (a huge block on one warp: a minute on the H200 host) must not keep
             # the run past its time budget.
@@ -339,20 +337,26 @@ class Evaluator:
                 return True
             if self._stopped():
                 return False
+        self._judge(ref, row)
+        return True
+
+    def _judge(self, ref, row: Candidate) -> None:
+        """Judge one candidate whose kernels are built (or that the referee builds) and store the verdict."""
+        base, code = row.is_base, (None if row.is_base else row.code)
         if not self.timed:
             verdict = ref.evaluate(code, candidate_id=row.id, timing="none", rendered=row.rendered)
             self._store(row, verdict, "none")
-            return True
+            return
         if base:
             # The base against itself: baseline times, roofline and the A/A noise floor.
             self._store(row, ref.evaluate(None, candidate_id=row.id, timing="full"), "full")
-            return True
+            return
         if row.get("awaiting_full"):
             # Archives written before the staged referee call (the screen, then a second call for
             # the full measurement) can hold a screened contender killed before its full one: a
             # resume still owes it that measurement. Nothing sets the column today.
             self._store(row, ref.evaluate(code, candidate_id=row.id, timing="full"), "full")
-            return True
+            return
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
@@ -362,7 +366,25 @@ class Evaluator:
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
                                contender_shapes=shapes, rendered=row.rendered)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")
-        return True
+
+    def judge_late(self, row: Candidate) -> None:
+        """Judge one candidate after the time budget as the search judges its own (a sweep's closing
+        table): the pool takes no more jobs and the first alive referee judges it, on the search's inputs."""
+        self.halt()
+        for i, (ref, st) in enumerate(zip(self.referees, self.stats, strict=True)):
+            if st.get("lost"):
+                continue
+            try:
+                self._judge(ref, row)
+            except WorkerLost as e:  # its node died: nothing was stored, the next one judges it
+                st["lost_why"] = str(e)
+                self._retire(i)
+                continue
+            return
+        from ..errors import KernelsmithError
+
+        raise KernelsmithError("every evaluation worker was lost (their Ray nodes died): candidate "
+                               f"#{row.id} stays pending; resume the run with --resume")
 
     def _store(self, row: Candidate, verdict: Verdict, timing: str) -> None:
         data = verdict.to_json()

@@ -71,7 +71,8 @@ class Search:
         self.prior_wall = float(self.archive.get_meta("wall_s", 0.0))  # earlier invocations (resume)
 
     # -- archive rows ---------------------------------------------------------------------------
-    def _record(self, p: Proposal, island: int, generation: int) -> int:
+    def record(self, p: Proposal, island: int, generation: int) -> int:
+        """Store a proposal in the archive: pending, or rejected at once (no code, a duplicate); its id."""
         from ..referee.verdict import Verdict
         from .edits import unified_diff
 
@@ -197,7 +198,7 @@ class Search:
         made = 0
         for slot_results in results:
             for island, p in slot_results:
-                cid = self._record(p, island, generation)
+                cid = self.record(p, island, generation)
                 row = self.archive.get(cid)
                 made += 1
                 if row.status != "pending":
@@ -458,8 +459,12 @@ def optimize(config: SearchConfig) -> SearchResult:
             search._best() if search.timed else None,
         )
         search.search(evaluator, started, in_flight_at_start)
-        search.timeline["search_s"] = round(time.time() - started, 2)
         progress.note(f"search stopped: {search.stop_reason}")
+        if search.run.get("command") == "sweep":
+            from .sweep import measure_table
+
+            measure_table(search, evaluator)
+        search.timeline["search_s"] = round(time.time() - started, 2)
         result = finish(search, evaluator, started)
         record_state(search.path, progress)
         return result

@@ -144,6 +144,55 @@ def test_a_sweep_cut_short_resumes_where_it_stopped(tmp_path, fake_gpu):
     assert len(screened) == len(set(screened)) == 66  # no point evaluated twice across the resume
 
 
+def test_a_sweep_cut_short_by_time_measures_its_table_and_a_resume_owes_the_whole_grids(
+        tmp_path, fake_gpu, monkeypatch):
+    from kernelsmith.search.loop import Search
+
+    base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "s"), mutator="grid", command="sweep",
+                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
+                referee_factory=model_referee.ModelReferee, seed=0, minutes=10)
+    should_stop = Search._should_stop
+
+    def time_up_after_40(self, evaluator, since):  # the time budget, spent after 40 proposals
+        if self.archive.proposals() >= 40:
+            return "time budget of 10 minutes spent"
+        return should_stop(self, evaluator, since)
+
+    monkeypatch.setattr(Search, "_should_stop", time_up_after_40)
+    first = optimize(SearchConfig(**base))
+    sweep = first["sweep"]
+    assert first["stop_reason"].startswith("time budget") and not sweep["complete"]
+    assert sweep["per_shape_table_beats_single"]
+    with Archive(tmp_path / "s" / "archive.sqlite") as a:
+        rows = a.all()
+    tables = [r for r in rows if r["mutator"] == "grid" and r["params"].get("table")]
+    # Once the budget is spent, the table the points so far make is judged like a point (the model
+    # referee's screen, then its full measurement as a contender): the claim is a measured kernel.
+    assert len(tables) == 1 and tables[0]["params"]["cut_short"] and tables[0]["id"] == rows[-1]["id"]
+    assert tables[0]["status"] == "evaluated" and tables[0]["timing"] == "full"
+    assert sweep["table_id"] == tables[0]["id"] and sweep["table_geomean"] == pytest.approx(
+        tables[0].trusted_speedup, abs=1e-4)
+    assert sweep["target_geomean"] == max(sweep["best_single_geomean"], sweep["table_geomean"])
+    # On the search's own inputs (seed 0), as the points were; the re-measurement comes after it.
+    assert [c["seed"] for c in model_referee.CALLS if c["cid"] == tables[0]["id"]][0] == 0
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert f"- that table, measured once the time budget was spent (candidate #{tables[0]['id']})" in report
+    data = compare_runs([tmp_path / "s"])
+    assert f"the per-shape table it measured once its time budget was spent (#{tables[0]['id']}" \
+        in data["reference_source"]
+    # A resume completes the grid and still judges the whole grid's table (unless it is this one).
+    monkeypatch.setattr(Search, "_should_stop", should_stop)
+    done = optimize(SearchConfig(**base, resume=True))
+    assert done["sweep"]["complete"] and done["sweep"]["proposed"] == 65
+    with Archive(tmp_path / "s" / "archive.sqlite") as a:
+        rows = a.all()
+    tables = [r for r in rows if r["mutator"] == "grid" and r["params"].get("table")]
+    codes = [r["code"] for r in rows]
+    assert len(codes) == len(set(codes))
+    assert [bool(r["params"].get("cut_short")) for r in tables] in ([True, False], [True])
+    assert all(r["status"] == "evaluated" for r in tables)
+
+
 def test_the_order_is_fixed_by_the_seed_and_a_huge_grid_is_sampled():
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
 
