@@ -137,30 +137,31 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
 def default_layout(config, device: str, gpus: list, points: int | None = None) -> tuple[int, int]:
     """(generations in flight, proposals per generation): default_pipeline's and one proposal per
     GPU, at least two; where that would keep more than BLIND_SHARE of the `points` a model learns in
-    flight, one proposal per GPU and as few generations as keep within it (at least one)."""
+    flight, fewer generations (not below PIPELINE), and where that is not enough, one proposal per
+    GPU and as few generations as keep within it (at least one)."""
+    from .run_config import PIPELINE
+
     batch = config.batch or max(2, len(gpus))
-    pipeline = default_pipeline(config, device, gpus, points)
+    pipeline = default_pipeline(config, device, gpus)
     allowed = int(points * BLIND_SHARE) if points is not None else None
-    if allowed is not None and pipeline * batch > allowed and not config.ray:
-        batch = config.batch or len(gpus)
-        pipeline = max(1, min(pipeline, allowed // batch))
+    if allowed is not None and not config.ray:  # a cluster's workers are many: its layout stays
+        pipeline = max(PIPELINE, min(pipeline, allowed // batch))  # fewer generations first
+        if pipeline * batch > allowed:
+            batch = config.batch or len(gpus)
+            pipeline = max(1, min(pipeline, allowed // batch))
     return pipeline, batch
 
 
-def default_pipeline(config, device: str, gpus: list, points: int | None = None) -> int:
+def default_pipeline(config, device: str, gpus: list) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
-    with compiling ahead on the CPU), else two (one evaluating, the next proposed); with `points`
-    (the size of a space a model learns), no more than BLIND_SHARE of it in flight."""
+    with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
     from .precompile import compile_processes, device_facts
     from .run_config import PIPELINE
 
     if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
         return PIPELINE
     batch = config.batch or max(2, len(gpus))
-    depth = min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch)
-    if points is not None:
-        depth = min(depth, int(points * BLIND_SHARE) // batch)
-    return max(PIPELINE, depth)
+    return max(PIPELINE, min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch))
 
 
 def _learned_points(config, task, device: str) -> int | None:

@@ -72,9 +72,9 @@ def test_a_small_space_the_model_learns_keeps_a_tenth_of_it_in_flight(tmp_path, 
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(precompile, "device_facts", lambda: H200)
     cfg = SearchConfig(target="demo", op="silu_and_mul")
-    assert resolve.default_pipeline(cfg, "cuda", [0], points=78) == 3
-    assert resolve.default_pipeline(cfg, "cuda", [0], points=432) == 12
-    assert resolve.default_pipeline(cfg, "cuda", [0], points=11) == 2  # never below PIPELINE
+    assert resolve.default_layout(cfg, "cuda", [0], points=78) == (3, 2)
+    assert resolve.default_layout(cfg, "cuda", [0], points=432) == (12, 2)
+    assert resolve.default_layout(cfg, "cuda", [0], points=40) == (2, 2)  # fewer generations first
     # What a new run records: the demo's 66 configs (the params mutator's), all of them for a sweep.
     monkeypatch.setattr("kernelsmith.referee.backend.cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
