@@ -212,7 +212,8 @@ def sweep_section(sweep: dict) -> str:
         grid,
         f"- best single configuration: {sweep['best_single_geomean']:.2f}x "
         + (f"(candidate #{best_id})" if best_id is not None else "(the base: none was faster)"),
-        f"- a configuration per shape (the best measured on each shape): "
+        f"- a configuration per shape (the best measured on each shape, a maximum over single "
+        f"measurements and so an upper guess, not a kernel): "
         f"{_f(sweep.get('per_shape_best_geomean'), '.2f')}x; a per-shape table "
         + ("beats the best single configuration by the params mutator's margin"
            if sweep.get("per_shape_table_beats_single") else "does not pay by the params mutator's margin"),

@@ -177,6 +177,7 @@ def test_a_sweep_cut_short_by_time_measures_its_table_and_a_resume_owes_the_whol
     assert [c["seed"] for c in model_referee.CALLS if c["cid"] == tables[0]["id"]][0] == 0
     report = (tmp_path / "s" / "report.md").read_text()
     assert f"- that table, measured once the time budget was spent (candidate #{tables[0]['id']})" in report
+    assert "a maximum over single measurements and so an upper guess, not a kernel" in report
     data = compare_runs([tmp_path / "s"])
     assert f"the per-shape table it measured once its time budget was spent (#{tables[0]['id']}" \
         in data["reference_source"]
