@@ -371,20 +371,24 @@ class Evaluator:
         """Judge one candidate after the time budget as the search judges its own (a sweep's closing
         table): the pool takes no more jobs and the first alive referee judges it, on the search's inputs."""
         self.halt()
+        self._on_first_alive(lambda ref: self._judge(ref, row), f"candidate #{row.id} stays pending")
+
+    def _on_first_alive(self, call, what: str):
+        """`call(referee)` on the first referee alive, after the pool halted; a worker lost meanwhile
+        (its Ray node died: nothing was measured) is retired and the next one is called. `what`: the
+        consequence said when every worker is lost."""
+        from ..errors import KernelsmithError
+
         for i, (ref, st) in enumerate(zip(self.referees, self.stats, strict=True)):
             if st.get("lost"):
                 continue
             try:
-                self._judge(ref, row)
-            except WorkerLost as e:  # its node died: nothing was stored, the next one judges it
+                return call(ref)
+            except WorkerLost as e:
                 st["lost_why"] = str(e)
                 self._retire(i)
-                continue
-            return
-        from ..errors import KernelsmithError
-
-        raise KernelsmithError("every evaluation worker was lost (their Ray nodes died): candidate "
-                               f"#{row.id} stays pending; resume the run with --resume")
+        raise KernelsmithError(f"every evaluation worker was lost (their Ray nodes died): {what}; "
+                               "resume the run with --resume")
 
     def _store(self, row: Candidate, verdict: Verdict, timing: str) -> None:
         data = verdict.to_json()
@@ -423,22 +427,10 @@ class Evaluator:
         row = Candidate.of(row)  # an archive row, or one built by hand (a code and an id)
         self.halt()
         timing = "full" if self.timed else "none"
-        for i, (ref, st) in enumerate(zip(self.referees, self.stats, strict=True)):
-            if st.get("lost"):
-                continue
-            try:
-                verdict = ref.evaluate(row.code, candidate_id=row.id, timing=timing, seed=seed,
-                                       fresh_compile=True)
-            except WorkerLost as e:  # its node died in the finals: nothing was measured, the next one
-                st["lost_why"] = str(e)
-                self._retire(i)
-                continue
-            return verdict.to_json()
-        from ..errors import KernelsmithError
-
-        raise KernelsmithError("every evaluation worker was lost (their Ray nodes died) before the final "
-                               f"re-measurement of #{row.id}: resume the run with --resume")
-
+        return self._on_first_alive(
+            lambda ref: ref.evaluate(row.code, candidate_id=row.id, timing=timing, seed=seed,
+                                     fresh_compile=True).to_json(),
+            f"no final re-measurement of #{row.id}")
 
 def shape_speedups(verdict: dict) -> dict[str, float] | None:
     """A verdict's speedup per listed shape, keyed by the shape's sorted JSON; None if any is missing."""

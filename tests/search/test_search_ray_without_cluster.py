@@ -121,6 +121,31 @@ def test_a_worker_lost_in_the_finals_hands_the_re_measurement_to_another(tmp_pat
             ev.close()
 
 
+def test_a_late_judgement_goes_to_the_next_alive_worker_or_stays_pending(tmp_path):
+    """A sweep's closing table (Evaluator.judge_late) judged past the budget: a lost worker hands it
+    to the next alive one; with none left the row stays pending and the error says to resume."""
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    evaluated: list = []
+    with Archive(tmp_path / "a.sqlite") as archive:
+        row, other = _rows(archive, task, 2)
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0}, evaluated))
+        try:
+            ev.judge_late(row)
+        finally:
+            ev.close()
+        assert evaluated == [(1, row["id"])] and ev.stats[0]["lost"]
+        assert archive.get(row["id"])["status"] == "evaluated"
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0,
+                       referee_factory=_losing_referee({0, 1}, []))
+        try:
+            with pytest.raises(KernelsmithError, match=f"candidate #{other['id']} stays pending; resume"):
+                ev.judge_late(other)
+        finally:
+            ev.close()
+        assert archive.get(other["id"])["status"] == "pending"
+
+
 def _gated_referee(made: list, limit=20.0, precompile=True):
     """The model referee behind a CompileGate, called the way a Ray actor calls it (ray_pool.py)."""
     from kernelsmith.search.ray_pool import CompileGate
