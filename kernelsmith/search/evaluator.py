@@ -432,6 +432,7 @@ class Evaluator:
                                      fresh_compile=True).to_json(),
             f"no final re-measurement of #{row.id}")
 
+
 def shape_speedups(verdict: dict) -> dict[str, float] | None:
     """A verdict's speedup per listed shape, keyed by the shape's sorted JSON; None if any is missing."""
     out = {}
