@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import time
 from pathlib import Path
 
 from ..errors import KernelsmithError
 from ..paths import cache_dir
-from ..scratch import ScratchDir
+from ..safefs import write_file
+from ..scratch import ScratchDir, remove_tree
 from .backend import device_info, usable_device
 from .compile_cache import BASE_SEED_LIMIT, read_folder
 from .phase_clock import PhaseClock
 from .pinned import task_files
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
 from .verdict import NO_TIMING_LINE, Verdict
+from .warm import referee_folders, worker_env
 from .warm import take as take_warm
-from .warm import worker_env
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 
@@ -67,8 +67,9 @@ class Referee:
         elif workdir is None:
             self._tmp = ScratchDir("kernelsmith-referee-")
             workdir = Path(self._tmp.name)
-        self.workdir = Path(workdir).resolve()
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        # `workdir` holds three folders: `work` (the sandbox's only writable one: workers and their
+        # fork server run there), `sources` (candidate files, written here) and `logs`.
+        self.workdir, self.sources, self.logs = referee_folders(Path(workdir).resolve())
         # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
         # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
         self.input_cache_bytes = input_cache_bytes
@@ -113,7 +114,7 @@ class Referee:
         if self.use_zygote and (self._zygote is None or not self._zygote.alive()):
             if self._zygote is not None:
                 self._zygote.close()
-            self._zygote = Zygote(self._env(), self.workdir, log=self.workdir / "zygote.log")
+            self._zygote = Zygote(self._env(), self.workdir, log=self.logs / "zygote.log")
             try:
                 self._zygote.wait_ready()  # a Python with torch and Triton imported, in the sandbox
             except OSError:
@@ -223,7 +224,7 @@ class Referee:
         worker.close() if close else worker.kill()
         for folder in (getattr(worker, "base_cache", None), getattr(worker, "runner_cache", None)):
             if folder:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder, tries=1)
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
@@ -277,9 +278,9 @@ class Referee:
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
         if code is not None:
-            source_path = self.workdir / "candidates" / f"c{cid}" / Path(self.task.operator.file).name
-            source_path.parent.mkdir(parents=True, exist_ok=True)
-            source_path.write_text(code)
+            # In a folder candidate code cannot write, without following any link (safefs.py).
+            source_path = self.sources / f"c{cid}" / Path(self.task.operator.file).name
+            write_file(source_path, code)
         if self._worker is None:
             try:
                 self._worker = self._start()

@@ -47,16 +47,29 @@ def set_cache_dir(path: str) -> None:
 
 
 def read_folder(path: str | Path, limit: int) -> dict[str, bytes] | None:
-    """Every file under `path` as {relative path: bytes}; None when they exceed `limit` bytes."""
+    """Every plain file under `path` as {relative path: bytes}; None when they exceed `limit` bytes.
+    Links and hardlinks are skipped and no link is followed (safefs): candidate code may have run
+    in a process that could write the folder's parent."""
+    from ..safefs import UnsafePath, open_dir, read_at
+
     out, total = {}, 0
-    root = Path(path)
-    for f in sorted(root.rglob("*")):
-        if f.is_file() and not f.is_symlink():
-            data = f.read_bytes()
-            total += len(data)
-            if total > limit:
-                return None
-            out[str(f.relative_to(root))] = data
+    try:
+        top = open_dir(path)
+    except (OSError, UnsafePath):
+        return out
+    try:
+        for folder, _dirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in sorted(files):
+                try:
+                    data = read_at(dir_fd, name)
+                except (OSError, UnsafePath):
+                    continue
+                total += len(data)
+                if total > limit:
+                    return None
+                out[os.path.normpath(os.path.join(folder, name))] = data
+    finally:
+        os.close(top)
     return out
 
 

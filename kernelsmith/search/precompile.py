@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from ..safefs import open_dir, write_file
 from ..scratch import ScratchDir
 
 JOB_TIMEOUT_S = 180.0
@@ -131,6 +132,12 @@ class Precompiler:
         if workdir is None:
             self._tmp = ScratchDir("kernelsmith-precompile-")
             workdir = Path(self._tmp.name)
+        # The compile processes write only `work`; candidate files go to `sources`, which they
+        # cannot write, so a link one of them planted never redirects the next file written.
+        root = Path(workdir).resolve()
+        workdir, self.sources = root / "work", root / "sources"
+        for folder in (workdir, self.sources):
+            os.close(open_dir(folder, create=True))
         self.spec = {
             "device": device,
             "root": str(task.root),
@@ -146,7 +153,6 @@ class Precompiler:
         # shapes reach the child (never the seed: the inputs' values stay unknown to candidate code).
         self.seed = seed
         self.harness = task.harness
-        workdir.mkdir(parents=True, exist_ok=True)
         self.pool = ThreadPoolExecutor(max_workers=workers)
         self.children: list[_Child] = []
         self.lock = threading.Lock()
@@ -182,9 +188,8 @@ class Precompiler:
         return _Child(self.spec)
 
     def _compile(self, cid: int, code: str) -> dict:
-        path = Path(self.spec["workdir"]) / f"c{cid}" / Path(self.spec["file"]).name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(code)
+        path = self.sources / f"c{cid}" / Path(self.spec["file"]).name
+        write_file(path, code)
         child = self._child()
         with self.lock:
             self.running[cid] = (child, None)

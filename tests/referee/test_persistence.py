@@ -106,8 +106,8 @@ def test_each_worker_compiles_the_base_in_its_own_folder(tmp_path, monkeypatch):
             private, beside = ref._worker.base_cache, ref._worker.runner_cache
             dirs = _dirs(ref.evaluate(probe, candidate_id=cid))
             assert dirs == {"base": [beside], "cand": str(shared)}
-            assert os.path.dirname(private) == str(tmp_path / "work" / ".triton-base")
-            assert os.path.dirname(beside) == str(tmp_path / "work" / ".triton-runner")
+            assert os.path.dirname(private) == str(tmp_path / "work" / "work" / ".triton-base")
+            assert os.path.dirname(beside) == str(tmp_path / "work" / "work" / ".triton-runner")
             # The rejected worker's folders are gone with it.
             assert not os.path.exists(private) and not os.path.exists(beside)
             seen.append(private)

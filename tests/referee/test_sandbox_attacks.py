@@ -89,7 +89,7 @@ def test_a_double_forked_child_dies_with_its_worker(tmp_path):
                  timeout_s=60, workdir=work) as ref:
         verdict = ref.evaluate((CORPUS / "cheats" / "rms_norm__double_fork.py").read_text(), candidate_id=9)
         assert "extra_threads" in verdict.violations and ref._worker is None  # recycled
-        started = work / "tmp" / "forked-started"
+        started = ref.workdir / "tmp" / "forked-started"  # the sandbox's writable work folder
         assert started.exists()  # the detached grandchild ran and could write there
         time.sleep(4.5)  # past its 3 s sleep, with the Referee (and its zygote) still alive
-        assert not (work / "tmp" / "forked-late").exists()
+        assert not (ref.workdir / "tmp" / "forked-late").exists()

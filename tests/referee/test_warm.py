@@ -25,13 +25,13 @@ def test_a_referee_adopts_the_warm_fork_server_of_its_device_and_judges_as_befor
     assert warm.waiting() == 1
     with Referee(demo_task("silu_and_mul"), device="interpret", seed=3, timeout_s=120) as ref:
         assert warm.waiting() == 0 and ref._zygote is not None
-        assert (ref.workdir / "zygote.log").exists()  # the folder the warm fork server runs in
+        assert (ref.logs / "zygote.log").exists()  # the warm fork server's log, beside its work folder
         code = (MINISERVE / "miniserve" / "kernels" / "silu_and_mul.py").read_text()
         v = ref.evaluate(code, candidate_id=1, timing="none")
         assert v.accepted, v.violations
         # Its boot began with a fork: the imports were paid before the Referee existed.
         assert "import torch" not in ref.boot_phases and "fork" in ref.boot_phases
-        folder = ref.workdir
+        folder = ref.workdir.parent  # the referee folder: work, sources, logs
     assert not folder.exists()
     # Another device (or GPU) does not take it; a Referee with a folder of its own does not either.
     warm.warm("interpret", [None])
