@@ -273,7 +273,8 @@ class Referee:
         return rendered and honest and self._worker is not None and not self.pinned.restore()
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
-                  contender_at: float | None = None, contender_shapes: dict | None = None) -> Verdict:
+                  contender_at: float | None = None, contender_shapes: dict | None = None,
+                  retried: bool = False) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -305,6 +306,10 @@ class Referee:
             return Verdict.rejected("crash", str(e))
         if not reply.get("ok"):
             self._recycle()
+            if reply.get("infrastructure") and not retried:
+                # The referee's own machinery failed, not the candidate: judged again on a new worker.
+                return self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
+                                      retried=True)
             return Verdict.rejected("crash", reply.get("error"))
         verdict = Verdict.from_json(reply["verdict"])
         verdict.device = dict(self.device_info or {})

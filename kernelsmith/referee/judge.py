@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -72,23 +73,127 @@ def holds_capabilities() -> bool:
     return False
 
 
-class RunnerLink:
-    """The judge's handle on its runner: the fork, requests, and death."""
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class RunnerTemplate:
+    """A clean process that forks a fresh runner per candidate, so no runner that ran one
+    candidate's code ever runs another's (or the final re-measurement).
+
+    Forked by the judge before it touches a device or loads anything of the task (a CUDA context
+    does not survive a fork), it keeps only its control socket and the log. Each runner is forked
+    twice (template -> short-lived middle -> runner) and the judge is the child subreaper, so every
+    runner is the judge's own child: the judge waits for it, signals it and sees how it died.
+    """
 
     def __init__(self):
         make_non_dumpable()
-        mine, theirs = pair()
+        _subreaper()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             mine.close()
-            from .runner import start
-
-            start(theirs, (1, 2))  # never returns
+            _template_main(theirs)  # never returns
         theirs.close()
+        self.pid, self.ctl = pid, mine
+        self.spawned = 0
+
+    def spawn(self) -> RunnerLink:
+        """A new runner (a fresh process that has run nothing), linked to this judge."""
+        mine, theirs = pair()
+        try:
+            self.ctl.settimeout(30.0)
+            socket.send_fds(self.ctl, [b"fork"], [theirs.fileno()])
+            reply = self.ctl.recv(64)
+        except OSError as e:
+            raise RunnerFailed("infrastructure", f"the runner template cannot fork a runner: {e}") from None
+        finally:
+            theirs.close()
+        if not reply.startswith(b"pid "):
+            raise RunnerFailed("infrastructure", "the runner template died (it forked no runner)")
+        self.spawned += 1
+        return RunnerLink(int(reply[4:]), mine)
+
+    def alive(self) -> bool:
+        """Whether the template still runs."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG)[0] == 0
+        except ChildProcessError:
+            return False
+
+    def close(self) -> None:
+        """Stop the template (runners it made are the judge's children, closed separately)."""
+        self.ctl.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def _subreaper() -> None:
+    """Make orphaned descendants (the runners, once their middle process exits) this process's."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # then only a PID namespace's init (the judge inside the sandbox) adopts them
+
+
+def _template_main(ctl: socket.socket) -> None:
+    """In the template: serve fork requests until the judge closes the socket. Never returns."""
+    code = 70
+    try:
+        from .runner import close_fds_except
+
+        devnull = os.open(os.devnull, os.O_RDONLY)  # fd 0 stays taken: no received socket lands there
+        os.dup2(devnull, 0)
+        close_fds_except({0, ctl.fileno(), 1, 2})
+        ctl.settimeout(None)
+        while True:
+            try:
+                _, fds, _, _ = socket.recv_fds(ctl, 16, 1)
+            except OSError:
+                break
+            if not fds:
+                break
+            r, w = os.pipe()
+            middle = os.fork()
+            if middle == 0:
+                os.close(r)
+                runner = os.fork()
+                if runner == 0:
+                    os.close(w)
+                    from .runner import start
+
+                    start(socket.socket(fileno=fds[0]), (1, 2))  # never returns
+                os.write(w, str(runner).encode())
+                os._exit(0)
+            os.close(w)
+            os.close(fds[0])
+            with os.fdopen(r, "rb") as f:
+                told = f.read()
+            os.waitpid(middle, 0)  # the runner is the judge's child from here on
+            ctl.send(b"pid " + told if told else b"failed")
+        code = 0
+    except BaseException:  # noqa: BLE001 - report, then leave without the judge's cleanup
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+class RunnerLink:
+    """The judge's handle on one runner: requests, and death."""
+
+    def __init__(self, pid: int, sock):
         self.pid = pid
-        self.chan = Channel(mine, "cpu", trusted_peer=False)
+        self.chan = Channel(sock, "cpu", trusted_peer=False)
         self.status: int | None = None
         self._last_sent: dict[str, torch.Tensor] = {}
 
@@ -156,6 +261,10 @@ class RunnerLink:
         except OSError:
             self._wait_dead()
             raise RunnerFailed("crash", self.death_note()) from None
+        return self.receive()
+
+    def receive(self) -> tuple[dict, object]:
+        """Wait for the runner's next reply (to a request sent earlier) and check it."""
         while True:
             try:
                 reply, out = self.chan.recv(timeout=1.0)
@@ -229,10 +338,10 @@ class RunnerLink:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def sweep(self) -> int:
-        """Kill every process but the judge and its runner, where the judge is a PID namespace's
-        init (inside the sandbox): what a candidate started (double-forked too) ends with its
-        evaluation, even when the worker is kept. Returns how many were killed."""
+    def sweep(self, keep: tuple[int, ...] = ()) -> int:
+        """Kill every process but the judge, its runner and `keep` (the runner template), where the
+        judge is a PID namespace's init (inside the sandbox): what a candidate started (double-forked
+        too) ends with its evaluation, even when the worker is kept. Returns how many were killed."""
         try:  # /proc must be this namespace's own (then its pids are ours to read)
             own = os.getpid() == 1 and os.readlink("/proc/self") == "1"
         except OSError:
@@ -241,7 +350,7 @@ class RunnerLink:
             return 0
         killed = []
         for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in (1, self.pid):
+            if name.isdigit() and int(name) not in (1, self.pid, *keep):
                 try:
                     os.kill(int(name), signal.SIGKILL)
                     killed.append(int(name))
@@ -253,6 +362,16 @@ class RunnerLink:
             except ChildProcessError:
                 pass
         return len(killed)
+
+    def retire(self) -> None:
+        """Kill the runner at once (it ran candidate code: nothing of it is kept) and reap it."""
+        if not self._dead():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait_dead()
+        self.chan.close()
 
     def close(self) -> None:
         """Ask the runner to exit; kill it if it does not."""

@@ -24,3 +24,8 @@ class CandidateError(Exception):
     def __init__(self, name: str, text: str):
         super().__init__(text.strip().splitlines()[-1] if text.strip() else name)
         self.name, self.text = name, text
+
+
+class InfrastructureError(RuntimeError):
+    """The referee's own machinery failed (the runner template died, a runner could not be
+    forked): not the candidate's doing, so the parent judges the candidate again on a new worker."""

@@ -321,12 +321,7 @@ def start(sock, log_fds: tuple[int, int]) -> None:
         os.close(devnull)
         os.dup2(log_fds[0], 1)
         os.dup2(log_fds[1], 2)
-        for fd in _open_fds():
-            if fd > 2 and fd != sock.fileno():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_fds_except({0, 1, 2, sock.fileno()})
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
         own = _own_user_namespace()
         chan = Channel(sock, "cpu", trusted_peer=True)
@@ -337,6 +332,16 @@ def start(sock, log_fds: tuple[int, int]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def close_fds_except(keep: set[int]) -> None:
+    """Close every descriptor of this process but `keep`."""
+    for fd in _open_fds():
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _open_fds() -> list[int]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
+from ..scratch import remove_tree
 from ..target.facts import shape_key
 from ..target.harness import load_harness
 from ..target.loader import load_operator_module
@@ -25,9 +27,9 @@ from . import static
 from .backend import get_backend
 from .compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from .input_cache import InputCache, default_budget, fresh_copy
-from .judge import RemoteFn, RunnerLink, holds_capabilities
+from .judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
 from .judge_timing import JudgeTiming
-from .link_errors import CandidateError, RunnerFailed
+from .link_errors import CandidateError, InfrastructureError, RunnerFailed
 from .phase_clock import PhaseClock
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from .verdict import REJECTIONS, in_progress
@@ -38,9 +40,13 @@ WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives
 class Session(ShapeTrials, JudgeTiming):
     """The judge's state: the harness, the base, the input cache, the backend and its runner."""
 
-    def __init__(self, spec: dict, link: RunnerLink):
+    def __init__(self, spec: dict, template: RunnerTemplate):
         clock = PhaseClock()
-        self.link = link
+        self.spec, self.template = spec, template
+        self.link = link = template.spawn()
+        self.dirty = False  # whether the runner has loaded candidate code (then it is replaced)
+        self.pending: RunnerLink | None = None  # the next runner, started and not yet waited for
+        self.runner_folders: list[str] = []
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
         # Made now, before any candidate code runs (in the runner): see compile_cache.py.
@@ -52,7 +58,8 @@ class Session(ShapeTrials, JudgeTiming):
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
-        link.set_device(str(self.dev), regions=bool(spec.get("shared_regions", True)))
+        self.use_regions = bool(spec.get("shared_regions", True))
+        link.set_device(str(self.dev), regions=self.use_regions)
         clock.mark("device_init")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
         self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
@@ -87,26 +94,13 @@ class Session(ShapeTrials, JudgeTiming):
             clock.mark("base_compile")
         # The runner boots beside the judge (its own device context, monitor, base and A/A), with
         # the judge's device numbers (two processes calibrating at once would disturb both).
-        self.runner_cache = str(make_private(self.workdir / ".triton-runner"))
-        reply, _ = link.request({"op": "init", "spec": {**spec, "runner_cache": self.runner_cache,
-                                                        "calibration": self.calibration,
-                                                        "base_cache_seed": runner_seed}})
-        if not reply.get("own_userns") and holds_capabilities():
-            raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
-                               "judge holds capabilities it could use against the judge; refusing to run")
-        # Tensors cross through buffers shared once (CUDA IPC on the GPU), else message files.
-        self.regions_off = link.probe_regions(self.dev)
+        self._runner_seed = runner_seed
+        self._profiles: dict = dict(spec.get("base_profiles") or {})
+        self.runner_cache = self._send_init(link)
+        self._ready_runner(link)
         clock.mark("runner_start")
-        if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
-            # The runner's pinned copies of cached inputs, as many bytes as the cache. Not on CUDA:
-            # there a device copy per request is cheap, while a pin doubles the cache's device
-            # memory, must be compared after every evaluation (IPC memory is writable), and torch
-            # may keep IPC-shared blocks until the worker exits (the code is there: tests/referee/
-            # test_gpu_ipc.py gives a budget by hand).
-            link.chan.regions.pins.budget = self.inputs.budget
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
-        self._profiles: dict = dict(spec.get("base_profiles") or {})
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
             # The first shape always runs in both processes: a first call's one-off set-up (the
             # interpreter's too) is paid here, not by the first candidate of a replacement worker.
@@ -119,6 +113,81 @@ class Session(ShapeTrials, JudgeTiming):
                 self.listed_base(self.listed(shape, self._profile_seed, t))
         clock.mark("input_cache")
         self.boot_phases = clock.phases
+
+    # -- runners: one per candidate ------------------------------------------------------------
+    def _send_init(self, link: RunnerLink) -> str:
+        """Send a new runner its init request (answered later, see _ready_runner); its private base
+        folder is made now, seeded with the base binaries, before any code runs there."""
+        folder = str(make_private(self.workdir / ".triton-runner"))
+        self.runner_folders.append(folder)
+        link.chan.send({"op": "init", "spec": {**self.spec, "runner_cache": folder,
+                                               "calibration": self.calibration,
+                                               "base_cache_seed": self._runner_seed,
+                                               "base_profiles": self._profiles}})
+        return folder
+
+    def _ready_runner(self, link: RunnerLink, clock: PhaseClock | None = None) -> None:
+        """Wait for a runner's init answer, then share the regions with it."""
+        reply, _ = link.receive()
+        if clock is not None:
+            clock.mark("runner_init")
+        if not reply.get("own_userns") and holds_capabilities():
+            raise RuntimeError("the referee's runner could not enter a user namespace of its own, and the "
+                               "judge holds capabilities it could use against the judge; refusing to run")
+        # Tensors cross through buffers shared once (CUDA IPC on the GPU), else message files.
+        self.regions_off = link.probe_regions(self.dev)
+        if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
+            # The runner's pinned copies of cached inputs, as many bytes as the cache. Not on CUDA:
+            # there a device copy per request is cheap, while a pin doubles the cache's device
+            # memory, must be compared after every evaluation (IPC memory is writable), and torch
+            # may keep IPC-shared blocks until the worker exits (the code is there: tests/referee/
+            # test_gpu_ipc.py gives a budget by hand).
+            link.chan.regions.pins.budget = self.inputs.budget
+
+    def start_next_runner(self) -> None:
+        """Retire a runner that loaded candidate code and start its replacement now: its init and
+        its first base call are sent at once, so its boot overlaps the time until the next
+        evaluation (never a measurement: nothing is timed between evaluations)."""
+        if not self.dirty or self.pending is not None:
+            return
+        old, self.dirty = self.link, False
+        old.retire()
+        for folder in self.runner_folders:
+            remove_tree(folder, tries=1)
+        self.runner_folders.clear()
+        link = self.template.spawn()
+        # Regions the first runner could not map stay off; the first message describes new ones.
+        link.set_device(str(self.dev), regions=self.use_regions and not self.regions_off)
+        if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
+            link.chan.regions.pins.budget = self.inputs.budget
+        self.runner_cache = self._send_init(link)
+        shape = self.harness.shapes_for(self.device)[0]
+        originals = self.listed(shape, self._profile_seed, 0).originals
+        # The first call's one-off set-up (the interpreter's too), paid before the candidate's.
+        link.chan.send({"op": "profile", "key": json.dumps(shape, sort_keys=True), "warm": True}, originals,
+                       pin=list(C.tensors_of(originals).values()))
+        self.pending = link
+
+    def _take_next_runner(self, clock: PhaseClock) -> None:
+        """Make the started replacement the runner, once its init and warm-up are answered."""
+        self.start_next_runner()
+        if self.pending is None:
+            return
+        link, self.pending = self.pending, None
+        self.link = link
+        reply, _ = link.receive()
+        if not reply.get("own_userns") and holds_capabilities():
+            raise RunnerFailed("infrastructure", "a new runner could not enter a user namespace of its own")
+        clock.mark("runner_init")
+        link.receive()
+        clock.mark("runner_warm")
+
+    def close_runners(self) -> None:
+        """Stop the runner and a replacement that is booting."""
+        for link in (self.link, self.pending):
+            if link is not None:
+                link.close()
+        self.pending = None
 
     def _peak_dtypes(self) -> list[str]:
         """The dtypes whose matmul rate the flops roofline needs (none without `flops`)."""
@@ -174,15 +243,15 @@ class Session(ShapeTrials, JudgeTiming):
         """The per-shape base profiles as plain data (for the parent to hand to later workers)."""
         return dict(self._profiles)
 
-    def base_profile(self, shape: dict, warm: bool = False) -> None:
+    def base_profile(self, shape: dict, warm: bool = False, judge: bool = True) -> None:
         """Have the runner record what the base does on one call for this shape (its launches, ops,
-        files, threads); `warm`: also compile the base (and the A/A copy) there, and here."""
+        files, threads); `warm`: also compile the base (and the A/A copy) there, and here (`judge`)."""
         key = json.dumps(shape, sort_keys=True)
         if key in self._profiles and not warm:
             return
         # The run's first trial inputs: the first candidate's check of this shape finds them made.
         originals = self.listed(shape, self._profile_seed, 0).originals
-        if warm:
+        if warm and judge:
             self.call(self.base_fn, fresh_copy(originals), float("nan"), None)  # the judge's own base
         reply, _ = self.link.request({"op": "profile", "key": key, "warm": warm}, originals,
                                      pin=list(C.tensors_of(originals).values()))
@@ -202,6 +271,12 @@ class Session(ShapeTrials, JudgeTiming):
         """
         out = in_progress()
         loaded = False
+        took, runner_clock = time.monotonic(), PhaseClock()
+        try:
+            self._take_next_runner(runner_clock)
+        except RunnerFailed as e:
+            raise InfrastructureError(e.message) from None
+        started_s = round(time.monotonic() - took, 4)
         self.link.chan.reset_stats()
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at,
@@ -225,7 +300,7 @@ class Session(ShapeTrials, JudgeTiming):
                 out["violations"].append("monkeypatch")
                 out["details"]["messages"].append("changed process-global settings that outlive the call: "
                                                   + "; ".join(late[:5]))
-        if self.link.sweep():
+        if self.link.sweep(keep=(self.template.pid,)):
             out["details"]["messages"].append("processes the candidate left running were killed")
         tampered = self.inputs.verify()
         regions = self.link.chan.regions
@@ -242,6 +317,14 @@ class Session(ShapeTrials, JudgeTiming):
                 "the referee's cached inputs or reference outputs changed during this evaluation "
                 "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
         out["details"]["input_cache"] = self.inputs.report()
+        # A runner that loaded this candidate's code judges nothing more: replaced now, its
+        # successor booting until the next evaluation (details.runner: what waiting for it cost).
+        out["details"]["runner"] = {"pid": self.link.pid, "fresh_wait_s": started_s,
+                                    "spawned": self.template.spawned, "phase_s": runner_clock.phases}
+        try:
+            self.start_next_runner()
+        except RunnerFailed as e:
+            out["details"]["messages"].append(f"the next runner could not be started: {e.message}")
         # What crossed to the runner and back, and the judge's seconds spent copying it.
         out["details"]["channel"] = dict(self.link.chan.stats)
         if self.regions_off:
@@ -273,6 +356,7 @@ class Session(ShapeTrials, JudgeTiming):
                     raise Rejected("import_error",
                                    f"the candidate does not define the entry function {self.entry!r}")
             loaded = True
+            self.dirty = self.dirty or code is not None
             self.link.request({"op": "load", "source_path": source_path, "cid": cid, "fresh": bool(fresh),
                                "shapes": [json.dumps(sh, sort_keys=True) for sh in shapes]})
             fn = RemoteFn("cand")

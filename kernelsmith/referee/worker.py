@@ -32,9 +32,12 @@ def main() -> int:
     # Imported before the fork (no device is touched), so the runner does not import torch again.
     from . import runner as _runner  # noqa: F401
     from . import session as _session  # noqa: F401
-    from .judge import RunnerLink
+    from .judge import RunnerTemplate
+    from .link_errors import InfrastructureError
 
-    link = RunnerLink()  # non-dumpable first, then the fork: the runner holds no answer channel
+    # Non-dumpable first, then the fork of a clean process that forks one runner per candidate:
+    # no runner holds the answer channel, and none outlives the candidate it ran.
+    template = RunnerTemplate()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -42,6 +45,7 @@ def main() -> int:
         op, nonce = msg.get("op"), msg.get("nonce")
         if op == "exit":
             if session is not None:
+                session.close_runners()
                 session.caches.remove()
             break
         try:
@@ -49,7 +53,7 @@ def main() -> int:
                 fd = int(msg["fd"])
                 from .session import Session  # imported with the runner's modules above
 
-                session = Session(msg["spec"], link)
+                session = Session(msg["spec"], template)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
                          "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
@@ -66,14 +70,16 @@ def main() -> int:
                     contender_shapes=msg.get("contender_shapes"))}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
+        except InfrastructureError as e:  # the parent judges the candidate again on a new worker
+            reply = {"ok": False, "error": str(e)[:4000], "infrastructure": True}
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
-            link.close()
+            template.close()
             return 2
         reply["nonce"] = nonce
         _answer(fd, reply)
-    link.close()
+    template.close()
     return 0
 
 

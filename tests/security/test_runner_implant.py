@@ -1,0 +1,49 @@
+"""Issue 38 item 4: no runner that ran one candidate's code runs another's.
+
+An accepted, correct candidate plants an implant in the process that ran it: its import patches
+the runner's session class so that whatever is loaded later runs as the base. On a runner kept
+for the next candidate, a wrong kernel then passed as the base. Every candidate now gets a fresh
+runner, so the wrong kernel is judged on its own outputs.
+"""
+
+from referee_helpers import DEMO_YAML, MINISERVE
+
+from kernelsmith.referee import Referee
+from kernelsmith.target.task import load_task
+
+# Registered at import as a garbage-collector callback; it strikes once the runner has let go of
+# this module (after this candidate's integrity check and settle), before the next candidate's
+# load takes its snapshot of the referee's classes. Its text is assembled at run time, so no
+# static rule sees a name.
+_PATCH = """
+import gc, sys
+def strike(phase, info, me=me):
+    if me in sys.modules:
+        return
+    gc.callbacks.remove(strike)
+    cls = sys.modules["kernelsmith.referee.runner"].RunnerSession
+    original = cls.named
+    def named(self, name, _original=original):
+        return _original(self, "base" if name == "cand" else name)
+    cls.named = named
+gc.callbacks.append(strike)
+"""
+
+IMPLANT = f'''
+exec(bytes.fromhex("{_PATCH.encode().hex()}").decode(), {{"me": __name__}})
+'''
+
+
+def test_an_implant_in_an_accepted_candidate_does_not_judge_the_next_one(tmp_path):
+    base = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text()
+    implanted = base + IMPLANT
+    # Wrong on every row: the launch passes a far larger eps than the caller's.
+    wrong = base.replace("out.stride(0), n_cols, eps,", "out.stride(0), n_cols, eps + 0.5,", 1)
+    assert wrong != base
+    task = load_task(str(DEMO_YAML), "rms_norm", checkout=str(MINISERVE))
+    with Referee(task, device="interpret", timeout_s=120, workdir=tmp_path / "ref") as ref:
+        first = ref.evaluate(implanted, candidate_id=1, timing="none")
+        assert first.accepted, first.feedback()  # correct and clean as far as the monitor can see
+        second = ref.evaluate(wrong, candidate_id=2, timing="none")
+        assert not second.accepted and "incorrect" in second.violations, second.feedback()
+        assert first.details["runner"]["pid"] != second.details["runner"]["pid"]
