@@ -11,22 +11,18 @@ from referee_helpers import DEMO_YAML, MINISERVE
 from kernelsmith.referee import Referee
 from kernelsmith.target.task import load_task
 
-# Registered at import as a garbage-collector callback; it strikes once the runner has let go of
-# this module (after this candidate's integrity check and settle), before the next candidate's
-# load takes its snapshot of the referee's classes. Its text is assembled at run time, so no
-# static rule sees a name.
+# Registered at import as a finalizer of this module object: it strikes when the runner lets go
+# of the module (the next candidate's load, before that load's snapshot of the referee's classes).
+# Its text is assembled at run time, so no static rule sees a name.
 _PATCH = """
-import gc, sys
-def strike(phase, info, me=me):
-    if me in sys.modules:
-        return
-    gc.callbacks.remove(strike)
+import sys, weakref
+def strike():
     cls = sys.modules["kernelsmith.referee.runner"].RunnerSession
     original = cls.named
     def named(self, name, _original=original):
         return _original(self, "base" if name == "cand" else name)
     cls.named = named
-gc.callbacks.append(strike)
+weakref.finalize(sys.modules[me], strike)
 """
 
 IMPLANT = f'''
