@@ -73,14 +73,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def profile(args) -> int:
     """`--profile`: warm up, profile `--candidates` evaluations, print the tables."""
-    from kernelsmith.referee.judge import RunnerLink
+    from kernelsmith.referee.judge import RunnerTemplate
     from kernelsmith.referee.session import Session
 
     runner_stats = Path(tempfile.mkdtemp(prefix="ks-runner-prof-")) / "runner.prof"
     totals = _step_timers() if args.steps else None
     if not args.steps:
         _profile_runner(runner_stats, args.warmup)
-    link = RunnerLink()  # forked before anything here touches CUDA, as in a worker
+    link = RunnerTemplate()  # forked before anything here touches CUDA, as in a worker
     task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
     with Referee(task, device=args.device) as ref:
         spec = ref._spec()  # what a worker's init request holds
@@ -96,7 +96,9 @@ def profile(args) -> int:
                 if totals is not None:
                     totals.clear()
                 t = time.monotonic()
-                v = session.evaluate(task.base_code, None, i + 2, "staged", args.seed, contender_at=1000.0)
+                # The base's own code, as kernelsmith renders it: one runner serves every evaluation.
+                v = session.evaluate(task.base_code, None, i + 2, "staged", args.seed, contender_at=1000.0,
+                                     rendered=True)
                 wall = time.monotonic() - t
                 if profiled:
                     prof.disable()
@@ -108,6 +110,7 @@ def profile(args) -> int:
                                      if totals is not None else {})}))
                 sys.stdout.flush()
         finally:
+            session.close_runners()
             session.caches.remove()
             link.close()
     if totals is not None:

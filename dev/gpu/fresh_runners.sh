@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What a fresh runner per candidate costs: `optimize --mutator params` on the demo's rms_norm and
-# LMDeploy's multinomial_sampling (full vocabulary), the tree before fresh runners (.head/before,
+# What a fresh runner per candidate costs: `optimize` with `--mutator params` (kernelsmith's own
+# renderings: the runner is kept) and `--mutator rewrite` (a fresh runner per candidate) on LMDeploy's
+# multinomial_sampling (full vocabulary), the tree before fresh runners (.head/before,
 # `git archive` of that commit's kernelsmith/) and the current tree, alternating, same seed and
 # minutes, in one device call. Prints evaluations per held GPU-minute per run and the ratio.
-#   FR_MINUTES_DEMO=1 FR_MINUTES_SAMPLER=1.5 bash dev/gpu/fresh_runners.sh
+#   FR_MINUTES_PARAMS=1.5 FR_MINUTES_REWRITE=1 bash dev/gpu/fresh_runners.sh
 # Needs .carry/lmdeploy (LMDeploy's kernels/ folder) and .carry/wheels (optuna) carried in.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,10 +14,11 @@ mkdir -p "$D"
 export KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
 export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
 WHEELS="$PWD/.carry/wheels"
-run() {  # name tree target op checkout minutes
-  local name=$1 tree=$2 target=$3 op=$4 co=$5 min=$6 t0=$SECONDS
+run() {  # name tree target op checkout minutes mutator
+  local name=$1 tree=$2 target=$3 op=$4 co=$5 min=$6 mutator=${7:-params} t0=$SECONDS
+  # -P: the current folder is not put first on the path, so the tree named here is the one imported.
   PYTHONPATH="$tree:$WHEELS" timeout $(python3 -c "print(int($min * 60 + 150))") \
-    python3 -m kernelsmith optimize "$target" "$op" --checkout "$co" --mutator params --seed 0 \
+    python3 -P -m kernelsmith optimize "$target" "$op" --checkout "$co" --mutator "$mutator" --seed 0 \
     --device cuda --minutes "$min" --out "$D/$name" --no-progress > "$D/$name.log" 2>&1
   echo "$name: exit $? in $((SECONDS - t0)) s"
   PYTHONPATH="$PWD:$WHEELS" python3 - "$D/$name" <<'PY'
@@ -33,15 +35,14 @@ print(f"  evaluations {res.get('evaluations')} wall_s {res.get('wall_s')} winner
       f" evals/held GPU-min {s.get('evals_per_held_gpu_minute')}")
 PY
 }
-MD=${FR_MINUTES_DEMO:-1}
-MS=${FR_MINUTES_SAMPLER:-1.5}
-for tree in before after; do
-  t=$([ $tree = before ] && echo "$PWD/.head/before" || echo "$PWD")
-  run "demo-$tree" "$t" demo rms_norm "$PWD/examples/miniserve" "$MD"
-done
-for tree in before after; do
-  t=$([ $tree = before ] && echo "$PWD/.head/before" || echo "$PWD")
-  run "sampler-$tree" "$t" lmdeploy multinomial_sampling "$PWD/.carry/lmdeploy" "$MS"
+MP=${FR_MINUTES_PARAMS:-1.5}
+MR=${FR_MINUTES_REWRITE:-1}
+for mutator in params rewrite; do
+  min=$([ $mutator = params ] && echo "$MP" || echo "$MR")
+  for tree in before after; do
+    t=$([ $tree = before ] && echo "$PWD/.head/before" || echo "$PWD")
+    run "sampler-$mutator-$tree" "$t" lmdeploy multinomial_sampling "$PWD/.carry/lmdeploy" "$min" "$mutator"
+  done
 done
 # The fresh runners' own numbers: how long each evaluation waited for its runner.
 PYTHONPATH="$PWD" python3 - "$D" <<'PY'

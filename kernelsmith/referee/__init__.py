@@ -250,7 +250,7 @@ class Referee:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
         verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
-                                 fresh_compile, contender_at, contender_shapes)
+                                 fresh_compile, contender_at, contender_shapes, rendered=rendered)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -274,7 +274,7 @@ class Referee:
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
                   contender_at: float | None = None, contender_shapes: dict | None = None,
-                  retried: bool = False) -> Verdict:
+                  retried: bool = False, rendered: bool = False) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -293,7 +293,7 @@ class Referee:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
                "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh,
-               "contender_at": contender_at, "contender_shapes": contender_shapes}
+               "contender_at": contender_at, "contender_shapes": contender_shapes, "rendered": bool(rendered)}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:
@@ -309,7 +309,7 @@ class Referee:
             if reply.get("infrastructure") and not retried:
                 # The referee's own machinery failed, not the candidate: judged again on a new worker.
                 return self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
-                                      retried=True)
+                                      retried=True, rendered=rendered)
             return Verdict.rejected("crash", reply.get("error"))
         verdict = Verdict.from_json(reply["verdict"])
         verdict.device = dict(self.device_info or {})

@@ -44,7 +44,9 @@ class Session(ShapeTrials, JudgeTiming):
         clock = PhaseClock()
         self.spec, self.template = spec, template
         self.link = link = template.spawn()
-        self.dirty = False  # whether the runner has loaded candidate code (then it is replaced)
+        # `dirty`: the runner must be replaced before the next evaluation (it loaded code no one but
+        # kernelsmith wrote from the base); `loaded_any`: it has loaded any candidate code at all.
+        self.dirty = self.loaded_any = False
         self.pending: RunnerLink | None = None  # the next runner, started and not yet waited for
         self.runner_folders: list[str] = []
         self.device = spec["device"]
@@ -150,7 +152,7 @@ class Session(ShapeTrials, JudgeTiming):
         evaluation (never a measurement: nothing is timed between evaluations)."""
         if not self.dirty or self.pending is not None:
             return
-        old, self.dirty = self.link, False
+        old, self.dirty, self.loaded_any = self.link, False, False
         old.retire()
         for folder in self.runner_folders:
             remove_tree(folder, tries=1)
@@ -261,10 +263,14 @@ class Session(ShapeTrials, JudgeTiming):
     # -- the evaluation -----------------------------------------------------------------------
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
                  fresh: bool = False, contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None) -> dict:
+                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
-        `fresh`: the candidate compiles in a new, empty Triton cache folder (the final check).
+        `fresh`: the candidate compiles in a new, empty Triton cache folder and runs in a runner that
+        has run no other candidate (the final check).
+        `rendered`: kernelsmith wrote `code` from the base's by setting launch values (params, sweep):
+        it holds no code the base lacks, so the runner may run the next candidate too; after any
+        other candidate code (a model's, a rewrite, a user's file) the runner is replaced.
         `timing="staged"`: screen timing on representative shapes, then on every shape, then,
         where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
         control) right away, on the same loaded candidate (staging.py).
@@ -272,6 +278,7 @@ class Session(ShapeTrials, JudgeTiming):
         out = in_progress()
         loaded = False
         took, runner_clock = time.monotonic(), PhaseClock()
+        self.dirty = self.dirty or (fresh and self.loaded_any)
         try:
             self._take_next_runner(runner_clock)
         except RunnerFailed as e:
@@ -280,7 +287,7 @@ class Session(ShapeTrials, JudgeTiming):
         self.link.chan.reset_stats()
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at,
-                                    contender_shapes)
+                                    contender_shapes, rendered)
         except RunnerFailed as e:
             out["violations"].append(e.reason)
             out["details"]["messages"].append(e.message)
@@ -333,7 +340,7 @@ class Session(ShapeTrials, JudgeTiming):
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
                   seed: int, fresh: bool, contender_at: float | None,
-                  contender_shapes: dict[str, float] | None = None) -> bool:
+                  contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> bool:
         """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
         clock = PhaseClock()
@@ -356,7 +363,9 @@ class Session(ShapeTrials, JudgeTiming):
                     raise Rejected("import_error",
                                    f"the candidate does not define the entry function {self.entry!r}")
             loaded = True
-            self.dirty = self.dirty or code is not None
+            if code is not None:
+                self.loaded_any = True
+                self.dirty = self.dirty or fresh or not rendered
             self.link.request({"op": "load", "source_path": source_path, "cid": cid, "fresh": bool(fresh),
                                "shapes": [json.dumps(sh, sort_keys=True) for sh in shapes]})
             fn = RemoteFn("cand")

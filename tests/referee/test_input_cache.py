@@ -245,8 +245,8 @@ def wrapped(tmp_path_factory):
         mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
         for name, sleep in (("fast", 0.0), ("slow", 0.3)):
             work = home / f"{name}-work"
-            work.mkdir()
-            task, log = _wrapped_task(home / name, sleep, work / "calls.log")
+            (work / "work").mkdir(parents=True)  # the referee's folder: the sandbox writes work/
+            task, log = _wrapped_task(home / name, sleep, work / "work" / "calls.log")
             made[name] = (Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False,
                                   workdir=work), log)
         yield made
@@ -319,8 +319,8 @@ def test_a_cache_too_small_for_anything_still_judges_on_the_run_inputs(tmp_path)
     from kernelsmith.referee import Referee
 
     work = tmp_path / "work"
-    work.mkdir()
-    task, log = _wrapped_task(tmp_path / "tiny", 0.0, work / "calls.log")
+    (work / "work").mkdir(parents=True)  # the referee's folder: the sandbox writes work/
+    task, log = _wrapped_task(tmp_path / "tiny", 0.0, work / "work" / "calls.log")
     with Referee(task, device="interpret", seed=77, timeout_s=120, prefork=False, input_cache_bytes=0,
                  workdir=work) as ref:
         ref.start()

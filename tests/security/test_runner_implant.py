@@ -43,3 +43,24 @@ def test_an_implant_in_an_accepted_candidate_does_not_judge_the_next_one(tmp_pat
         second = ref.evaluate(wrong, candidate_id=2, timing="none")
         assert not second.accepted and "incorrect" in second.violations, second.feedback()
         assert first.details["runner"]["pid"] != second.details["runner"]["pid"]
+
+
+def test_only_kernelsmiths_own_renderings_share_a_runner_and_the_final_check_gets_a_new_one(tmp_path):
+    base = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text()
+    task = load_task(str(DEMO_YAML), "rms_norm", checkout=str(MINISERVE))
+    with Referee(task, device="interpret", timeout_s=120, workdir=tmp_path / "ref") as ref:
+        def pid(cid, **kw):
+            verdict = ref.evaluate(base + f"\n# {cid}\n", candidate_id=cid, timing="none", **kw)
+            assert verdict.accepted, verdict.feedback()
+            return verdict.details["runner"]["pid"]
+
+        # Launch values set by kernelsmith (params, sweep): no code the base lacks, runner kept.
+        a, b = pid(1, rendered=True), pid(2, rendered=True)
+        assert a == b
+        # The final re-measurement never shares a runner with another candidate.
+        c = pid(3, rendered=True, fresh_compile=True)
+        assert c != b
+        # A model's (or any other) code leaves a runner that judges nothing more.
+        d = pid(4)
+        e = pid(5, rendered=True)
+        assert len({c, d, e}) == 3
