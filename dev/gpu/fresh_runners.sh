@@ -4,7 +4,7 @@
 # multinomial_sampling (full vocabulary), the tree before fresh runners (.head/before,
 # `git archive` of that commit's kernelsmith/) and the current tree, alternating, same seed and
 # minutes, in one device call. Prints evaluations per held GPU-minute per run and the ratio.
-#   FR_MINUTES_PARAMS=1.5 FR_MINUTES_REWRITE=1 bash dev/gpu/fresh_runners.sh
+#   bash dev/gpu/fresh_runners.sh
 # Needs .carry/lmdeploy (LMDeploy's kernels/ folder) and .carry/wheels (optuna) carried in.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,13 +35,15 @@ print(f"  evaluations {res.get('evaluations')} wall_s {res.get('wall_s')} winner
       f" evals/held GPU-min {s.get('evals_per_held_gpu_minute')}")
 PY
 }
-MP=${FR_MINUTES_PARAMS:-1.5}
-MR=${FR_MINUTES_REWRITE:-1}
-for mutator in params rewrite; do
-  min=$([ $mutator = params ] && echo "$MP" || echo "$MR")
+# FR_RUNS: which runs, as target:op:mutator:minutes (default: the sampler with params, the demo with
+# rewrite: kernelsmith's renderings keep their runner, the rewrite mutator's candidates get fresh ones).
+RUNS=${FR_RUNS:-"lmdeploy:multinomial_sampling:params:1.5 demo:rms_norm:rewrite:1"}
+for spec in $RUNS; do
+  IFS=: read -r target op mutator min <<< "$spec"
+  co=$([ "$target" = demo ] && echo "$PWD/examples/miniserve" || echo "$PWD/.carry/$target")
   for tree in before after; do
     t=$([ $tree = before ] && echo "$PWD/.head/before" || echo "$PWD")
-    run "sampler-$mutator-$tree" "$t" lmdeploy multinomial_sampling "$PWD/.carry/lmdeploy" "$min" "$mutator"
+    run "$target-$op-$mutator-$tree" "$t" "$target" "$op" "$co" "$min" "$mutator"
   done
 done
 # The fresh runners' own numbers: how long each evaluation waited for its runner.
