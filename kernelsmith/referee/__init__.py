@@ -193,7 +193,11 @@ class Referee:
             pass  # only a record
 
     def _start(self) -> WorkerProcess:
-        spawned, self._spare = (self._spare or self._spawn()), None
+        spawned, self._spare = self._spare, None
+        if spawned is not None and spawned[0].proc.poll() is not None:
+            self._kill(spawned[0])  # the spare died waiting (its fork server with it): not used
+            spawned = None
+        spawned = spawned or self._spawn()
         try:
             return self._ready(spawned)
         except RefereeError:
@@ -303,6 +307,14 @@ class Referee:
             return Verdict.rejected("timeout", text.strip())
         except WorkerDied as e:
             self._recycle()
+            if not retried:
+                # The judge died, not (only) the runner: its fork server, the host or a signal from
+                # outside may have killed it. Judged once more on a new worker; a second death is
+                # the candidate's own.
+                again = self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
+                                       retried=True, rendered=rendered)
+                again.details.setdefault("messages", []).insert(0, f"judged again after: {e}"[:2000])
+                return again
             return Verdict.rejected("crash", str(e))
         if not reply.get("ok"):
             self._recycle()
