@@ -345,3 +345,50 @@ def test_kill_9_of_optimize_ends_its_broker(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# A process that starts the broker from a thread (the lazy start in a proposal thread), then forks a
+# child that keeps the broker's request pipe open, as a fork server would: neither the death signal
+# (bound to the starting thread) nor the pipe's end can tell the broker that this process died.
+LAZY_PARENT = """
+import os, sys, threading, time
+from kernelsmith.search.mutators.broker import Broker
+box = []
+starter = threading.Thread(target=lambda: box.append(Broker(sys.argv[1], "sk-test-key-for-tests")))
+starter.start()
+starter.join()
+ask = dict(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=8, seed=0,
+           timeout_s=120.0)
+threading.Thread(target=lambda: box[0].complete(**ask), daemon=True).start()
+holder = os.fork()
+if holder == 0:
+    time.sleep(60)
+    os._exit(0)
+print(box[0].proc.pid, holder, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_broker_started_off_the_main_thread_dies_with_its_parent(tmp_path):
+    with ScriptedLLM([], default={"hang": True}) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", LAZY_PARENT, srv.base_url], stdout=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        broker, holder = (int(x) for x in proc.stdout.readline().split())
+        try:
+            end = time.monotonic() + 60
+            while not srv.requests and time.monotonic() < end:
+                time.sleep(0.1)
+            assert srv.requests, "no request reached the endpoint"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert _alive(holder)  # the request pipe is still open
+            end = time.monotonic() + 2.0
+            while _alive(broker) and time.monotonic() < end:
+                time.sleep(0.05)
+            assert not _alive(broker), "the broker outlived its parent's kill -9"
+        finally:
+            for pid in (broker, holder):
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
