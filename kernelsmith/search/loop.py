@@ -342,9 +342,13 @@ class Search:
                         continue
                     # Nothing new from what this generation may see. With verdicts still in flight
                     # the next generation (which sees them) may find more, a per-shape table say.
-                    if not in_flight:  # (a model asked nothing past the deadline: the time budget)
-                        self.stop_reason = (self._should_stop(evaluator, since)
-                                            or "search space exhausted: no new proposal could be made")
+                    if not in_flight:
+                        # A model asks nothing in the last second of the time budget (llm.py): the
+                        # budget stopped the run, not the search space.
+                        late = evaluator.past_deadline() or any(
+                            getattr(m, "out_of_time", lambda: False)() for m in self.mutators)
+                        self.stop_reason = (f"time budget of {self.minutes} minutes spent" if late
+                                            else "search space exhausted: no new proposal could be made")
                     dry = True
             if not in_flight:
                 break

@@ -392,3 +392,20 @@ def test_a_broker_started_off_the_main_thread_dies_with_its_parent(tmp_path):
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_no_time_left_for_a_request_stops_the_run_on_its_time_budget(tmp_path, monkeypatch):
+    import kernelsmith.search.mutators.llm as llm
+    from kernelsmith.cli import main
+
+    # With less than MIN_REQUEST_S of the budget left the model is not asked: the run's first
+    # generation gets no proposal, and the run stops on its time budget, not "search space exhausted".
+    monkeypatch.setattr(llm, "MIN_REQUEST_S", 1e9)
+    out = tmp_path / "run"
+    with ScriptedLLM([], default={"content": _good_edit()}) as srv:
+        for key, value in _llm_env(srv, tmp_path).items():
+            monkeypatch.setenv(key, value)
+        rc = main(_optimize_cmd(out, "--minutes", "5")[3:])
+    assert rc == 1 and not srv.requests
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "time budget of 5.0 minutes spent" and result["proposals"] == 0

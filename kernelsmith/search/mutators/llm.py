@@ -98,6 +98,11 @@ class LLMMutator:
         """Seconds left before the run's deadline (None: no deadline)."""
         return None if self.deadline is None else self.deadline - time.time()
 
+    def out_of_time(self) -> bool:
+        """True when so little of the run's time is left that no request starts (the loop's stop reason)."""
+        left = self.time_left()
+        return left is not None and left < MIN_REQUEST_S
+
     def _waiting(self) -> None:
         """Print the waiting line through the run's log, at most every `wait_note_s` seconds, once
         the oldest request in flight has waited that long (the broker counts every caller's)."""
@@ -124,8 +129,7 @@ class LLMMutator:
 
         log: list[dict] = []
         for attempt in range(self.settings.max_retries + 1):
-            left = self.time_left()
-            if left is not None and left < MIN_REQUEST_S:
+            if self.out_of_time():
                 self._cut(log, attempt + 1, "no request started: the run's time budget was spent")
                 break
             self.stats["requests"] += 1
@@ -147,8 +151,7 @@ class LLMMutator:
                 kind, retry, err = e.kind, e.retry, e.detail
                 if e.stat:
                     self.stats[e.stat] += 1
-            left = self.time_left()
-            if kind == "timeout" and left is not None and left < MIN_REQUEST_S:
+            if kind == "timeout" and self.out_of_time():
                 # The run's end cut it (or came with it): no retry could be answered.
                 self._cut(log, attempt + 1, f"no answer in the {time.monotonic() - t0:.0f} s it waited")
                 break
@@ -186,8 +189,7 @@ class LLMMutator:
         limit = 1 + self.settings.fix_attempts if max_answers is None else max(1, max_answers)
         out: list[Proposal] = []
         while len(out) < limit:
-            left = self.time_left()
-            if left is not None and left < MIN_REQUEST_S:
+            if self.out_of_time():
                 return out  # nothing asked: no proposal (the loop stops at the deadline)
             answer, log = self.chat(messages, rng)
             meta = {"model": self.settings.model, "failed_attempts": log}
