@@ -143,6 +143,8 @@ class Broker:
             if time.monotonic() >= end:
                 with self._lock:
                     self._pending.pop(rid, None)
+                if p.done.is_set():  # the answer came as the wait ended
+                    break
                 raise LLMCallError("timeout", True, "the LLM broker did not answer in time", "timeouts")
             if on_wait is not None:
                 on_wait()
