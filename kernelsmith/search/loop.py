@@ -188,7 +188,8 @@ class Search:
                     break
             results[slot] = [(island, p) for p in results[slot]]
         if llm_jobs:
-            with ThreadPoolExecutor(max_workers=min(8, len(llm_jobs))) as pool:
+            # One thread per proposal: the broker sends them to the endpoint at once (broker.py).
+            with ThreadPoolExecutor(max_workers=len(llm_jobs)) as pool:
                 futures = [
                     (slot, pool.submit(m.propose, parent, insp, rng, known, quota))
                     for slot, m, parent, insp, rng, quota in llm_jobs
@@ -295,6 +296,9 @@ class Search:
         def arm_deadline() -> None:
             if self.minutes is not None:
                 evaluator.stop_at(started + self.minutes * 60 - self.prior_wall)
+                for m in self.mutators:  # a model's requests end with the run too (llm.py)
+                    if hasattr(m, "stop_at"):
+                        m.stop_at(started + self.minutes * 60 - self.prior_wall)
 
         best = self._tallied_best()
         since = int(self.archive.get_meta("since_best", 0))
@@ -339,7 +343,12 @@ class Search:
                     # Nothing new from what this generation may see. With verdicts still in flight
                     # the next generation (which sees them) may find more, a per-shape table say.
                     if not in_flight:
-                        self.stop_reason = "search space exhausted: no new proposal could be made"
+                        # A model asks nothing in the last second of the time budget (llm.py): the
+                        # budget stopped the run, not the search space.
+                        late = evaluator.past_deadline() or any(
+                            getattr(m, "out_of_time", lambda: False)() for m in self.mutators)
+                        self.stop_reason = (f"time budget of {self.minutes} minutes spent" if late
+                                            else "search space exhausted: no new proposal could be made")
                     dry = True
             if not in_flight:
                 break

@@ -38,7 +38,7 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     if "llm" in chosen:
         settings = llm_settings()
         if settings.problem is None:
-            out.append(LLMMutator(task, settings, device=device))
+            out.append(LLMMutator(task, settings, device=device, note=note))
         elif name == "llm":
             raise ConfigError("environment", settings.problem, "KERNELSMITH_LLM_*")
         else:

@@ -4,8 +4,11 @@ Each POST /v1/chat/completions takes the next step of the script:
   {"content": "..."}                       200 with that answer
   {"status": 429} / {"status": 503}        an error status (with a JSON error body)
   {"sleep": 3.0, "content": "..."}         answer late (client timeouts)
+  {"hang": True}                           never answer (until the server stops)
   callable(request_json) -> step           decide from the request (e.g. echo the prompt)
-When the script runs out, `default` is used. Every request is recorded (headers and JSON body).
+When the script runs out, `default` is used. Every request is recorded (headers, JSON body and `at`,
+its time.monotonic() of arrival), and `max_active` is the most requests the server held at once
+(requests sent in parallel overlap).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ class ScriptedLLM:
         self.default = default or {"status": 500}
         self.requests: list[dict] = []
         self.lock = threading.Lock()
+        self.active = 0
+        self.max_active = 0
+        self.stopping = threading.Event()  # releases the hanging requests
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,10 +39,23 @@ class ScriptedLLM:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with owner.lock:
-                    owner.requests.append({"path": self.path, "headers": dict(self.headers), "json": body})
+                    owner.requests.append({"path": self.path, "headers": dict(self.headers), "json": body,
+                                           "at": time.monotonic()})
                     step = owner.script.pop(0) if owner.script else owner.default
+                    owner.active += 1
+                    owner.max_active = max(owner.max_active, owner.active)
+                try:
+                    self.answer(body, step)
+                finally:
+                    with owner.lock:
+                        owner.active -= 1
+
+            def answer(self, body, step):
                 if callable(step):
                     step = step(body)
+                if step.get("hang"):
+                    owner.stopping.wait()
+                    return
                 if step.get("sleep"):
                     time.sleep(step["sleep"])
                 status = step.get("status", 200)
@@ -85,5 +104,6 @@ class ScriptedLLM:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()

@@ -2,17 +2,22 @@
 
 Settings come from KERNELSMITH_LLM_BASE_URL / _MODEL / _API_KEY (falling back to OPENAI_BASE_URL /
 OPENAI_API_KEY), or a yaml file named by KERNELSMITH_LLM_CONFIG (keys: base_url, model, api_key,
-timeout_s, max_retries, temperature, max_tokens); the environment wins over the file. Timeouts,
-429s, 5xx and dropped connections are retried a bounded number of times with backoff; an answer
-that cannot be used (no edits, SEARCH text not found, not Python) is recorded as a malformed
+timeout_s, max_retries, temperature, max_tokens, wait_note_s); the environment wins over the file.
+Timeouts, 429s, 5xx and dropped connections are retried a bounded number of times with backoff; an
+answer that cannot be used (no edits, SEARCH text not found, not Python) is recorded as a malformed
 proposal and the model gets one chance to fix it. The requests go through the LLM broker
 (broker.py), the one process that holds the key and imports the `openai` package.
+
+The run's deadline (`--minutes`, `stop_at`) bounds every request: a request's timeout and its
+retries shrink to the time left, none starts once it is spent, and a request the deadline cut is a
+failed proposal like any other. While requests wait, a line says so every `wait_note_s` seconds.
 """
 
 from __future__ import annotations
 
 import ast
 import random
+import threading
 import time
 
 from ...pysource import parse
@@ -22,6 +27,7 @@ from . import Proposal
 from .llm_settings import LLMSettings, llm_settings  # noqa: F401 (the mutator's settings, named here too)
 
 MAX_DEAD_CALLS = 3  # consecutive requests that fail after every retry: the model is unreachable
+MIN_REQUEST_S = 1.0  # with less of the run's time left no request starts (it could not be answered)
 
 
 def _defines(code: str, name: str) -> bool:
@@ -31,16 +37,30 @@ def _defines(code: str, name: str) -> bool:
                for n in tree.body)
 
 
+def _no_answer(log: list[dict]) -> str:
+    """The error of a proposal whose request got no answer, from its failed attempts."""
+    if log and log[-1]["error"] == "deadline":
+        earlier = "; ".join(x["error"] for x in log[:-1])
+        return (f"the model did not answer before the run's time budget (--minutes) ran out: "
+                f"{log[-1]['detail']}" + (f" (earlier attempts: {earlier})" if earlier else ""))
+    why = "; ".join(f"{x['error']}" for x in log) or "no answer"
+    return f"the model did not answer ({why})"
+
+
 class LLMMutator:
     """Proposals from a chat model; every answer (usable or not) becomes one Proposal."""
 
     name = "llm"
 
-    def __init__(self, task, settings: LLMSettings, *, device: str = "cuda"):
+    def __init__(self, task, settings: LLMSettings, *, device: str = "cuda", note=None):
         self.task = task
         self.settings = settings
         self.device_hint = "an NVIDIA GPU" if device == "cuda" else "an NVIDIA GPU (checked here on CPU)"
+        self.note = note  # the run's log (Progress.note): the waiting line goes there
+        self.deadline: float | None = None  # time.time() when the run's --minutes end (stop_at)
         self.dead_calls = 0
+        self._noted = float("-inf")  # when the last waiting line was printed
+        self._note_lock = threading.Lock()
         self.stats = {
             "requests": 0,
             "retries": 0,
@@ -49,6 +69,7 @@ class LLMMutator:
             "server_errors": 0,
             "connection_errors": 0,
             "failed": 0,
+            "deadline": 0,
         }
 
     @property
@@ -69,13 +90,50 @@ class LLMMutator:
             self.settings.api_key = None
         return self.settings.broker
 
+    def stop_at(self, when: float | None) -> None:
+        """The run's deadline (time.time()): no request outlasts it (the loop's `--minutes`)."""
+        self.deadline = when
+
+    def time_left(self) -> float | None:
+        """Seconds left before the run's deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.time()
+
+    def out_of_time(self) -> bool:
+        """True when so little of the run's time is left that no request starts (the loop's stop reason)."""
+        left = self.time_left()
+        return left is not None and left < MIN_REQUEST_S
+
+    def _waiting(self) -> None:
+        """Print the waiting line through the run's log, at most every `wait_note_s` seconds, once
+        the oldest request in flight has waited that long (the broker counts every caller's)."""
+        if self.note is None:
+            return
+        n, oldest = self.broker().in_flight()
+        every = self.settings.wait_note_s
+        with self._note_lock:
+            now = time.monotonic()
+            if n == 0 or oldest < every or now - self._noted < every:
+                return
+            self._noted = now
+        self.note(f"waiting for the LLM endpoint ({n} request{'s' if n != 1 else ''}, oldest {oldest:.0f} s)")
+
+    def _cut(self, log: list[dict], attempt: int, detail: str) -> None:
+        """Record that the run's deadline ended this call."""
+        self.stats["deadline"] += 1
+        log.append({"attempt": attempt, "error": "deadline", "detail": detail})
+
     def chat(self, messages: list[dict], rng: random.Random) -> tuple[str | None, list[dict]]:
-        """(answer text or None, log of failed attempts) with bounded retries on transient errors."""
+        """(answer text or None, log of failed attempts) with bounded retries on transient errors,
+        all within the run's deadline."""
         from .broker import LLMCallError
 
         log: list[dict] = []
         for attempt in range(self.settings.max_retries + 1):
+            if self.out_of_time():
+                self._cut(log, attempt + 1, "no request started: the run's time budget was spent")
+                break
             self.stats["requests"] += 1
+            t0 = time.monotonic()
             try:
                 text = self.broker().complete(
                     model=self.settings.model,
@@ -84,6 +142,8 @@ class LLMMutator:
                     max_tokens=self.settings.max_tokens,
                     seed=rng.randrange(1 << 31),
                     timeout_s=self.settings.timeout_s,
+                    ends_at=self.deadline,
+                    on_wait=self._waiting,
                 )
                 self.dead_calls = 0
                 return text, log
@@ -91,13 +151,23 @@ class LLMMutator:
                 kind, retry, err = e.kind, e.retry, e.detail
                 if e.stat:
                     self.stats[e.stat] += 1
+            if kind == "timeout" and self.out_of_time():
+                # The run's end cut it (or came with it): no retry could be answered.
+                self._cut(log, attempt + 1, f"no answer in the {time.monotonic() - t0:.0f} s it waited")
+                break
             log.append({"attempt": attempt + 1, "error": kind, "detail": err[:300]})
             if not retry or attempt == self.settings.max_retries:
                 break
+            pause = self.settings.backoff_s * (2**attempt) * (0.5 + rng.random())
+            left = self.time_left()
+            if left is not None and left - pause < MIN_REQUEST_S:
+                self._cut(log, attempt + 2, "no retry: the run's time budget ends before one is answered")
+                break
             self.stats["retries"] += 1
-            time.sleep(self.settings.backoff_s * (2**attempt) * (0.5 + rng.random()))
+            time.sleep(pause)
         self.stats["failed"] += 1
-        self.dead_calls += 1
+        if not (log and log[-1]["error"] == "deadline"):  # a call cut short says nothing of the endpoint
+            self.dead_calls += 1
         return None, log
 
     def propose(
@@ -119,11 +189,12 @@ class LLMMutator:
         limit = 1 + self.settings.fix_attempts if max_answers is None else max(1, max_answers)
         out: list[Proposal] = []
         while len(out) < limit:
+            if self.out_of_time():
+                return out  # nothing asked: no proposal (the loop stops at the deadline)
             answer, log = self.chat(messages, rng)
             meta = {"model": self.settings.model, "failed_attempts": log}
             prompt = render_prompt(messages)
             if answer is None:
-                why = "; ".join(f"{x['error']}" for x in log) or "no answer"
                 out.append(
                     Proposal(
                         self.name,
@@ -132,7 +203,7 @@ class LLMMutator:
                         prompt=prompt,
                         params=meta,
                         inspiration_ids=insp_ids,
-                        error=f"the model did not answer ({why})",
+                        error=_no_answer(log),
                     )
                 )
                 return out

@@ -3,7 +3,7 @@ start of the LLM broker (broker.py) that then holds the key.
 
 Settings come from KERNELSMITH_LLM_BASE_URL / _MODEL / _API_KEY (falling back to OPENAI_BASE_URL /
 OPENAI_API_KEY), or a yaml file named by KERNELSMITH_LLM_CONFIG (keys: base_url, model, api_key,
-timeout_s, max_retries, temperature, max_tokens); the environment wins over the file.
+timeout_s, max_retries, temperature, max_tokens, wait_note_s); the environment wins over the file.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class LLMSettings:
     temperature: float = 0.8
     max_tokens: int = 8192
     backoff_s: float = 2.0
+    wait_note_s: float = 15.0  # while requests wait for the endpoint, a line says so this often
     problem: str | None = None
     broker: object = field(default=None, repr=False)  # the process holding the key (broker.py)
 
