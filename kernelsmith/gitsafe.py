@@ -37,6 +37,10 @@ _KEEP_ENV = ("GIT_SSH", "GIT_SSH_COMMAND")
 class GitFailed(KernelsmithError):
     """A git command exited non-zero (the message names the command and git's error)."""
 
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
+
 
 def has_git() -> bool:
     """Whether the git command line is available."""
@@ -85,7 +89,7 @@ def run(git_dir: str | os.PathLike | None, *args: str, work_tree: str | os.PathL
     if check and proc.returncode != 0:
         err = proc.stderr if text else proc.stderr.decode("utf-8", "replace")
         shown = " ".join(str(a) for a in args[:4])
-        raise GitFailed(f"git {shown} failed in {git_dir or where}: {err.strip()[-400:]}")
+        raise GitFailed(f"git {shown} failed in {git_dir or where}: {err.strip()[-400:]}", err)
     return proc
 
 

@@ -294,7 +294,7 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
         doc["reason"] = (f"{len(lost)} test(s) passing on the base fail with the winner" if lost
                          else "every test that passed on the base passes with the winner")
     except KernelsmithError as e:
-        doc["reason"] = f"cannot prepare a clean base checkout: {e}"
+        doc["reason"] = f"cannot prepare a fresh worktree at the base: {e}"
     finally:
         remove_tree(str(scratch))
 
