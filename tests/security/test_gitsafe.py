@@ -81,3 +81,32 @@ def test_a_cache_worktree_maps_to_its_store_never_to_its_own_git_file(tmp_path):
         assert head_sha(wt) == (sha, True)  # the store's record, not the planted repository's HEAD
     finally:
         subprocess.run(["rm", "-rf", str(wt), str(store)], check=True)
+
+
+def test_publish_git_ignores_an_inherited_git_dir(tmp_path, monkeypatch):
+    """Publish's scratch repository (bot/gitops.py) against a local remote: a GIT_DIR in the
+    environment naming a repository with hooks neither redirects its commands nor runs them."""
+    from bot.gitops import Publisher
+
+    src = _repo(tmp_path / "up")
+    (src / "pkg").mkdir()
+    (src / "pkg" / "op.py").write_text("old\n")
+    ident = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+             "GIT_COMMITTER_EMAIL": "t@t"}
+    gitsafe.run(src / ".git", "add", "-A", work_tree=src, cwd=src)
+    gitsafe.run(src / ".git", "commit", "-q", "-m", "op", work_tree=src, cwd=src, env=ident)
+    server = tmp_path / "srv"
+    (server / "owner").mkdir(parents=True)
+    gitsafe.run(None, "clone", "-q", "--bare", str(src), str(server / "owner" / "name.git"), cwd=tmp_path)
+    evil = _repo(tmp_path / "evil")
+    marker = tmp_path / "marker"
+    _plant(evil / ".git", marker)
+    monkeypatch.setenv("GIT_DIR", str(evil / ".git"))
+    pub = Publisher(tmp_path / "work", f"file://{server}", "owner/name", "owner/name",
+                    token_fn=lambda name: None)
+    tip = pub.fetch_base("main")
+    update = pub.update_branch("kernelsmith/op", "main", tip, "pkg/op.py", b"new\n", "faster op")
+    assert update.action == "created" and not marker.exists()
+    shown = gitsafe.out(server / "owner" / "name.git", "show", "kernelsmith/op:pkg/op.py")
+    assert shown == "new"
+    assert not gitsafe.ok(evil / ".git", "rev-parse", "--verify", "-q", "refs/remotes/base/main")
