@@ -5,7 +5,7 @@ worktree made fresh from the store, and the winner is written with safefs before
 
 import json
 
-from hostile_demo import OP_FILE, demo_target, make_run, needs_sandbox, python_first_on_path
+from hostile_demo import OP_FILE, ROOT, demo_target, make_run, needs_sandbox, python_first_on_path
 
 from kernelsmith import safefs
 from kernelsmith.cli import main
@@ -16,7 +16,7 @@ WINNER_MARK = "# kernelsmith-winner-under-test"
 
 
 def _hostile_conftest(victim) -> str:
-    base = (demo_target.__globals__["ROOT"] / "examples" / "miniserve" / "tests" / "conftest.py").read_text()
+    base = (ROOT / "examples" / "miniserve" / "tests" / "conftest.py").read_text()
     return base + f"""
 _OP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), {OP_FILE!r})
 _SEEN = []
