@@ -1,8 +1,10 @@
 """Git side of publishing: one bot-authored commit on top of the run's base, pushed over HTTPS.
 
 Works in a private bare repository (no work tree, no checkout of target code, nothing executed
-from it). The token travels in an `http.extraHeader` set through the environment of each git call,
-never in a URL, a remote's config or a command line. The runner has no git identity: author and
+from it); every git command goes through kernelsmith.gitsafe (the repository named explicitly, hooks
+and fsmonitor off, no system or global configuration, no inherited GIT_* variable). The token
+travels in an `http.extraHeader` set through the environment of each git call, never in a URL, a
+remote's config or a command line. The runner has no git identity: author and
 committer are set explicitly to the bot's.
 """
 
@@ -14,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelsmith import gitsafe
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.target.checkout import BOT_AUTHOR
 
@@ -34,7 +37,7 @@ class BranchUpdate:
 
 
 def _env(token: str | None) -> dict:
-    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
@@ -46,11 +49,10 @@ class Publisher:
     """A scratch bare repository that fetches the base, builds the commit and pushes the branch."""
 
     def __init__(self, workdir: Path, server_url: str, base_repo: str, push_repo: str, token_fn):
-        import git  # gitpython: imported here so kernelsmith imports without it
-
-        self._git_mod = git
         workdir.mkdir(parents=True, exist_ok=True)
-        self.repo = git.Repo.init(workdir, bare=True)
+        self.git_dir = Path(workdir)
+        if not (self.git_dir / "HEAD").is_file():
+            self._run("init", "-q", "--bare", "--template=", str(workdir), repo=None, cwd=workdir)
         self.names = {"base": base_repo, "push": push_repo}
         self.base_url = push_url(server_url, base_repo)
         self.token_fn = token_fn  # owner/name -> a currently valid token for it
@@ -58,20 +60,23 @@ class Publisher:
         self._remote("push", push_url(server_url, push_repo))
 
     def _remote(self, name: str, url: str) -> None:
-        names = [r.name for r in self.repo.remotes]
-        if name in names:
-            self.repo.git.remote("set-url", name, url)
+        if gitsafe.ok(self.git_dir, "config", "--get", f"remote.{name}.url"):
+            self._run("remote", "set-url", name, url)
         else:
-            self.repo.git.remote("add", name, url)
+            self._run("remote", "add", name, url)
 
-    def _run(self, *args: str, remote: str | None = None, env: dict | None = None, **kw) -> str:
+    def _run(self, *args: str, remote: str | None = None, env: dict | None = None, repo: str = "own",
+             cwd: Path | None = None, text: bool = True) -> str | bytes:
+        """git on this scratch repository (`repo=None`: none yet, for `init`), through gitsafe."""
         full_env = _env(self.token_fn(self.names[remote]) if remote else None)
         full_env.update(env or {})
         try:
-            return self.repo.git.execute(["git", *args], env=full_env, **kw)
-        except self._git_mod.GitCommandError as e:
-            err = (e.stderr or "").strip().replace("\n", " ")[-400:]
+            proc = gitsafe.run(self.git_dir if repo == "own" else None, *args, env=full_env, cwd=cwd,
+                               text=text)
+        except gitsafe.GitFailed as e:
+            err = e.stderr.strip().replace("\n", " ")[-400:]
             raise GitError(f"git {args[0]} failed: {err}") from None
+        return proc.stdout.strip() if text else proc.stdout
 
     def fetch_base(self, base_branch: str, base_sha: str | None = None) -> str:
         """Fetch the base branch (commits and trees only); returns its tip. With `base_sha`, require
@@ -120,11 +125,11 @@ class Publisher:
 
     def build_commit(self, base_sha: str, file_rel: str, content: bytes, message: str) -> str:
         """A commit whose parent is `base_sha` and whose tree is the base's with `file_rel` replaced."""
-        index = Path(self.repo.git_dir) / "kernelsmith.index"
+        index = self.git_dir / "kernelsmith.index"
         index.unlink(missing_ok=True)
         ienv = {"GIT_INDEX_FILE": str(index)}
         self._run("read-tree", base_sha, env=ienv)
-        staged = Path(self.repo.git_dir) / "kernelsmith.blob"
+        staged = self.git_dir / "kernelsmith.blob"
         staged.write_bytes(content)
         blob = self._run("hash-object", "-w", "--no-filters", str(staged))
         mode = "100644"
@@ -159,13 +164,10 @@ class Publisher:
 
     def file_at(self, rev: str, file_rel: str) -> bytes | None:
         """A file's bytes at a commit (its blob is fetched on demand from the partial clone)."""
-        try:
-            out = self.repo.git.execute(["git", "cat-file", "blob", f"{rev}:{file_rel}"],
-                                        env=_env(self.token_fn(self.names["base"])), stdout_as_string=False,
-                                        strip_newline_in_stdout=False)  # the exact bytes: they are hashed
-        except self._git_mod.GitCommandError:
+        try:  # the exact bytes (they are hashed); a lazy fetch of the blob needs the token
+            return self._run("cat-file", "blob", f"{rev}:{file_rel}", remote="base", text=False)
+        except GitError:
             return None
-        return out
 
     def update_branch(self, branch: str, base_branch: str, base_sha: str, file_rel: str, content: bytes,
                       message: str) -> BranchUpdate:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import safefs
 from .errors import KernelsmithError
 from .paths import cache_dir
 from .sandbox import summary as sandbox_summary
@@ -31,6 +31,7 @@ from .target.checkout import clean_worktree, run_setup, safe_env, venv_env
 
 DEFAULT_TIMEOUT_S = 1800.0
 TAIL_LINES = 60
+MAX_WINNER_BYTES = 1 << 20  # the winner is one source file (publish takes at most 1 MiB too)
 _COUNT_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b")
 _SUMMARY_RE = re.compile(r"(?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected)|no tests ran)"
                          r".* in [\d.]+s")
@@ -85,9 +86,9 @@ def parse_pytest_counts(output: str) -> dict | None:
 
 def parse_junit(path: Path) -> dict[str, str]:
     """Test id -> "passed" | "failed" | "error" | "skipped" from a pytest junit XML file."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
+    try:  # the tests wrote it: a plain file only, never read through a link they planted
+        root = ET.fromstring(safefs.read_file(path, limit=64 << 20))
+    except (OSError, ET.ParseError, safefs.UnsafePath):
         return {}
     outcomes = {}
     for case in root.iter("testcase"):
@@ -250,45 +251,85 @@ def _find_operator(target, run: dict):
 
 
 def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, log) -> None:
+    """Base and winner, each in a worktree made fresh from the store: the winner is written into a
+    tree no test has run in yet, so nothing the base's tests planted (a link at the operator's path,
+    a rewritten `.git`) is followed, read back or handed to git."""
     env = safe_env({"KERNELSMITH_TARGET_DIR": str(target.path.parent), "PYTHONDONTWRITEBYTECODE": "1"})
     if not has_cuda:
         env["TRITON_INTERPRET"] = "1"  # kernels run under the Triton interpreter on a CPU machine
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=cache_dir()))
+    checkout, base_sha = Path(run["checkout"]), run["base_sha"]
     try:
-        # A new worktree per verify (never a cached one): nothing an earlier run planted is there.
-        with clean_worktree(Path(run["checkout"]), run["base_sha"], scratch / "tree") as tree:
-            run_setup(target, tree)
-            env = venv_env(tree, env)  # what setup installed is in the worktree's own environment
-            junit = scratch / "out" / "junit.xml"
-            sandbox_tmp = scratch / "out"
-            log(f"verify: base: {op.test}")
-            base = run_command(op.test, tree, env, timeout_s, junit, sandbox_tmp)
-            base_bench = _bench(op, tree, env, timeout_s, log, "base", sandbox_tmp)
-            doc["base"] = base.side(base_bench)
-            reason = why_not_runnable(base, has_cuda)
-            if reason is None and base_bench is not None and base_bench.exit_code != 0:
-                reason = f"the benchmark command fails on the base (exit {base_bench.exit_code})"
-            if reason is not None:
-                doc["reason"] = reason
-                doc["winner"] = _not_run(op, "the base could not run")
+        try:
+            winner_code = safefs.read_file(winner_file, limit=MAX_WINNER_BYTES)
+        except (OSError, safefs.UnsafePath) as e:
+            doc["reason"] = f"cannot read the winner {winner_file.name}: {e}"
+            return
+        with clean_worktree(checkout, base_sha, scratch / "base") as tree:
+            base, base_bench = _run_side(op, target, tree, env, timeout_s, log, "base", scratch / "out-base")
+        doc["base"] = base.side(base_bench)
+        reason = why_not_runnable(base, has_cuda)
+        if reason is None and base_bench is not None and base_bench.exit_code != 0:
+            reason = f"the benchmark command fails on the base (exit {base_bench.exit_code})"
+        if reason is not None:
+            doc["reason"] = reason
+            doc["winner"] = _not_run(op, "the base could not run")
+            return
+        with clean_worktree(checkout, base_sha, scratch / "winner") as tree:
+            try:
+                place_winner(tree, op.file, winner_code)
+            except (OSError, safefs.UnsafePath) as e:
+                doc["reason"] = f"cannot place the winner at {op.file}: {e}"
+                doc["winner"] = _not_run(op, "the winner could not be placed")
                 return
-            shutil.copyfile(winner_file, tree / op.file)
-            log(f"verify: winner: {op.test}")
-            win = run_command(op.test, tree, env, timeout_s, junit, sandbox_tmp)
-            win_bench = _bench(op, tree, env, timeout_s, log, "winner", sandbox_tmp)
-            doc["winner"] = win.side(win_bench)
-            lost = regressions(base, win)
-            if win_bench is not None and win_bench.exit_code != 0:
-                lost.append(f"the benchmark command fails with the winner (exit {win_bench.exit_code})")
-            doc["newly_failing"] = lost
-            doc["regression"] = bool(lost)
-            doc["status"] = "regression" if lost else "pass"
-            doc["reason"] = (f"{len(lost)} test(s) passing on the base fail with the winner" if lost
-                             else "every test that passed on the base passes with the winner")
+            win, win_bench = _run_side(op, target, tree, env, timeout_s, log, "winner",
+                                       scratch / "out-winner")
+        doc["winner"] = win.side(win_bench)
+        lost = regressions(base, win)
+        if win_bench is not None and win_bench.exit_code != 0:
+            lost.append(f"the benchmark command fails with the winner (exit {win_bench.exit_code})")
+        doc["newly_failing"] = lost
+        doc["regression"] = bool(lost)
+        doc["status"] = "regression" if lost else "pass"
+        doc["reason"] = (f"{len(lost)} test(s) passing on the base fail with the winner" if lost
+                         else "every test that passed on the base passes with the winner")
     except KernelsmithError as e:
-        doc["reason"] = f"cannot prepare a clean base checkout: {e}"
+        doc["reason"] = f"cannot prepare a fresh worktree at the base: {e}"
     finally:
         remove_tree(str(scratch))
+
+
+def place_winner(tree: Path, rel: str, code: bytes) -> None:
+    """Write the winner at `tree/rel` without following a link on the way (safefs): `tree` was just
+    made by git, but a link the repository itself holds on that path is refused, not followed."""
+    parts = safefs.relative_parts(rel)
+    root = safefs.open_dir(os.path.realpath(tree))  # made by this process: its own path is trusted
+    try:
+        parent = safefs.open_subdir(root, parts[:-1]) if len(parts) > 1 else os.dup(root)
+        try:
+            safefs.write_at(parent, parts[-1], code)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(root)
+
+
+def _run_side(op, target, tree: Path, env: dict, timeout_s: float, log, side: str,
+              out: Path) -> tuple[CommandResult, CommandResult | None]:
+    """`setup`, then the test and benchmark commands, in the fresh tree of one side."""
+    run_setup(target, tree)
+    env = venv_env(tree, env)  # what setup installed is in the worktree's own environment
+    out.mkdir(parents=True, exist_ok=True)
+    log(f"verify: {side}: {op.test}")
+    res = run_command(op.test, tree, env, timeout_s, out / "junit.xml", out)
+    return res, _bench(op, tree, env, timeout_s, log, side, out)
+
+
+def preflight(checkout: str | Path, base_sha: str) -> None:
+    """Fail now, with one clear line, where verify could not make its worktrees later."""
+    from .target.checkout import preflight as checkout_preflight
+
+    checkout_preflight(Path(checkout), base_sha)
 
 
 def _bench(op, tree: Path, env: dict, timeout_s: float, log, side: str,

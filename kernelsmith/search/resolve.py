@@ -75,6 +75,10 @@ def resolve_run(config):
             task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                              harness="facts")
             device, gpus = resolving.result()
+    if task.operator.test:  # verify will need fresh worktrees of this checkout: fail now, not at the end
+        from ..verify import preflight
+
+        preflight(task.root, task.base_sha)
     out = out or default_run_dir(task.target.name, task.operator.name)
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")

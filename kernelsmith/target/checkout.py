@@ -3,26 +3,32 @@ user-given folder (`--checkout DIR`, which needs neither gitpython nor git).
 
 Layout under cache_dir():
   repos/<target>-<key>.git        bare clone of clone_url (fetched on later runs, never edited)
-  worktrees/<target>-<key>/<sha>  a worktree at one base commit, reset and cleaned of every untracked
-                                  and ignored file at each use; `setup` runs again in it each time
+  worktrees/<target>-<key>/<sha>  a worktree at one base commit, deleted and added anew at each use
+                                  (`setup` runs again in it each time)
   snapshots/<target>-<key>        a plain folder clone_url (the demo) copied into a git repository
+
+`setup` (and, in verify's own fresh worktrees, the tests) may write a worktree, its `.git` file
+included; git is run only on the bare store, named explicitly (kernelsmith/gitsafe.py), never in a
+worktree after target code ran there.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import gitsafe
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
+from ..scratch import remove_tree
 from .config import Target
 
 BOT_AUTHOR = ("kernelsmith[bot]", "kernelsmith@users.noreply.github.com")
@@ -49,18 +55,46 @@ def safe_env(extra: dict | None = None) -> dict:
     return env
 
 
-def _git(cwd: Path, *args: str, check: bool = True) -> str:
-    env_id = ["-c", f"user.name={BOT_AUTHOR[0]}", "-c", f"user.email={BOT_AUTHOR[1]}"]
-    out = subprocess.run(["git", *env_id, *args], cwd=cwd, capture_output=True, text=True,
-                         env=safe_env({"GIT_TERMINAL_PROMPT": "0"}))
-    if check and out.returncode != 0:
-        raise KernelsmithError(f"git {' '.join(args)} failed in {cwd}: {out.stderr.strip()}")
-    return out.stdout.strip()
+def _git(git_dir: Path | None, *args: str, cwd: Path | None = None, work_tree: Path | None = None,
+         check: bool = True) -> str:
+    """git on the repository `git_dir` only, through kernelsmith.gitsafe (hooks and fsmonitor off)."""
+    ident = {"GIT_AUTHOR_NAME": BOT_AUTHOR[0], "GIT_AUTHOR_EMAIL": BOT_AUTHOR[1],
+             "GIT_COMMITTER_NAME": BOT_AUTHOR[0], "GIT_COMMITTER_EMAIL": BOT_AUTHOR[1]}
+    try:
+        return gitsafe.out(git_dir, *args, cwd=cwd, work_tree=work_tree, env=ident, check=check)
+    except gitsafe.GitFailed as e:
+        raise KernelsmithError(str(e)) from None
 
 
 def has_git() -> bool:
     """Whether the git command line is available."""
-    return shutil.which("git") is not None
+    return gitsafe.has_git()
+
+
+def _cache_worktree_key(folder: Path) -> str | None:
+    """The cache key of `folder` when it is one of the cache's worktrees (worktrees/<key>/<sha>)."""
+    root = (cache_dir() / "worktrees").resolve()
+    try:
+        rel = Path(folder).resolve().relative_to(root).parts
+    except ValueError:
+        return None
+    return rel[0] if len(rel) >= 2 else None
+
+
+def git_dir_for(folder: str | Path) -> Path | None:
+    """The repository trusted git commands use for the checkout `folder`, or None without one.
+
+    A cache worktree (where `setup` ran, `.git` included) maps to its bare store in the cache, by the
+    cache's own layout: its `.git` file is never read. Any other folder (`--checkout DIR`, a snapshot)
+    is one kernelsmith ran no target code in: its own `.git`.
+    """
+    folder = Path(os.path.abspath(folder))
+    key = _cache_worktree_key(folder)
+    if key is not None:
+        store = cache_dir() / "repos" / f"{key}.git"
+        return store if store.is_dir() else None
+    dotgit = folder / ".git"
+    return dotgit if dotgit.exists() else None
 
 
 def tree_hash(folder: Path) -> str:
@@ -76,9 +110,14 @@ def tree_hash(folder: Path) -> str:
 
 def head_sha(folder: Path) -> tuple[str, bool]:
     """(HEAD commit, True) for a git folder; (content hash, False) without git."""
-    if has_git() and (Path(folder) / ".git").exists():
+    git_dir = git_dir_for(folder) if has_git() else None
+    if git_dir is not None:
+        if _cache_worktree_key(Path(folder)) is not None:
+            # A cache worktree's HEAD is read from the store's record of it, not from its `.git`.
+            git_dir = gitsafe.worktree_meta(git_dir, Path(os.path.abspath(folder)))
         try:
-            return _git(folder, "rev-parse", "HEAD"), True
+            if git_dir is not None:
+                return _git(git_dir, "rev-parse", "--verify", "HEAD^{commit}"), True
         except KernelsmithError:
             pass
     return tree_hash(folder), False
@@ -92,8 +131,9 @@ def is_commit(sha: str) -> bool:
 def read_at_base(folder: Path, base_sha: str, rel: str) -> bytes | None:
     """The bytes of `rel` at the base commit (git), or in the folder itself (no git); None if absent."""
     folder = Path(folder)
-    if is_commit(base_sha) and has_git() and (folder / ".git").exists():
-        out = subprocess.run(["git", "show", f"{base_sha}:{rel}"], cwd=folder, capture_output=True)
+    git_dir = git_dir_for(folder) if is_commit(base_sha) and has_git() else None
+    if git_dir is not None:
+        out = gitsafe.run(git_dir, "cat-file", "blob", f"{base_sha}:{rel}", text=False, check=False)
         return out.stdout if out.returncode == 0 else None
     p = folder / rel
     return p.read_bytes() if p.is_file() else None
@@ -178,9 +218,10 @@ def _snapshot_plain_folder(target: Target, local: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(local, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
         if has_git():
-            _git(tmp, "init", "-q", "-b", target.base)
-            _git(tmp, "add", "-A")
-            _git(tmp, "commit", "-q", "-m", "kernelsmith: snapshot of the bundled source")
+            _git(None, "init", "-q", "--template=", "-b", target.base, str(tmp), cwd=tmp.parent)
+            _git(tmp / ".git", "add", "-A", cwd=tmp, work_tree=tmp)
+            _git(tmp / ".git", "commit", "-q", "--no-verify", "-m",
+                 "kernelsmith: snapshot of the bundled source", cwd=tmp, work_tree=tmp)
         tmp.rename(dest)
     return dest
 
@@ -203,8 +244,8 @@ def prepare_checkout(target: Target, checkout: str | Path | None = None, *, setu
             raise ConfigError(target.path, f"local clone_url {url} not found", "clone_url")
         if not (local / ".git").exists() and not (local / "HEAD").exists():
             snap = _snapshot_plain_folder(target, local)
-            if not has_git() or importlib.util.find_spec("git") is None:
-                # Without gitpython (the GPU box) the one-commit snapshot itself is the checkout.
+            if not has_git():
+                # Without git the snapshot (a plain copy, content-hashed) itself is the checkout.
                 sha, is_git = head_sha(snap)
                 return Checkout(snap, sha, is_git)
             url = str(snap)
@@ -212,86 +253,78 @@ def prepare_checkout(target: Target, checkout: str | Path | None = None, *, setu
 
 
 def _worktree_checkout(target: Target, url: str, setup: bool = True) -> Checkout:
-    """Clone or fetch `url` into the cache, then a clean worktree at the tip of `base`."""
-    try:
-        import git  # gitpython: imported here so the referee and --checkout work without it
-    except ImportError:
-        raise KernelsmithError("cloning a target needs GitPython (pip install GitPython); "
-                               "or pass --checkout DIR with a prepared checkout") from None
+    """Fetch `url` into the cache's bare store, then a worktree made fresh at the tip of `base`."""
+    if not has_git():
+        raise KernelsmithError("cloning a target needs the git command line; "
+                               "or pass --checkout DIR with a prepared checkout")
     key = _cache_key(target, url)
     bare = cache_dir() / "repos" / f"{key}.git"
     with _locked(bare.with_suffix(".lock")):
-        repo = _clone_or_fetch(git, url, bare, target)
-        sha = repo.commit(f"refs/remotes/origin/{target.base}").hexsha
+        _clone_or_fetch(url, bare, target)
+        sha = _git(bare, "rev-parse", "--verify", f"refs/remotes/origin/{target.base}^{{commit}}")
         wt = cache_dir() / "worktrees" / key / sha[:12]
-        _ensure_worktree(repo, wt, sha)
-        _prune_worktrees(repo, wt.parent, keep=wt)
+        _fresh_worktree(bare, wt, sha)
+        _prune_worktrees(bare, wt.parent, keep=wt)
     if setup and target.setup:
         run_setup(target, wt)
     return Checkout(wt, sha, True)
 
 
-def _clone_or_fetch(git, url: str, bare: Path, target: Target):
+def _clone_or_fetch(url: str, bare: Path, target: Target) -> None:
+    """The bare store: made by this process, fetched into, never handed writable to target code."""
     refspec = f"+refs/heads/{target.base}:refs/remotes/origin/{target.base}"
     try:
-        if bare.exists():
-            repo = git.Repo(bare)
-        else:
+        if not (bare / "HEAD").is_file():
             bare.parent.mkdir(parents=True, exist_ok=True)
-            repo = git.Repo.init(bare, bare=True)
-            repo.create_remote("origin", url)
-        with repo.git.custom_environment(GIT_TERMINAL_PROMPT="0"):
-            repo.remotes.origin.fetch(refspec)
-    except git.GitCommandError as e:
-        raise ConfigError(target.path, f"cannot fetch branch {target.base!r} from {url}: "
-                          f"{(e.stderr or str(e)).strip()}", "base") from None
-    return repo
+            _git(None, "init", "-q", "--bare", "--template=", str(bare), cwd=bare.parent)
+        _git(bare, "fetch", "-q", "--no-tags", "--no-recurse-submodules", url, refspec)
+    except KernelsmithError as e:
+        raise ConfigError(target.path, f"cannot fetch branch {target.base!r} from {url}: {e}",
+                          "base") from None
 
 
-def _ensure_worktree(repo, wt: Path, sha: str) -> None:
-    """A clean worktree at `sha`, as new: nothing an earlier run left in it survives."""
-    if wt.exists() and (wt / ".git").exists():
-        # Tracked edits are reverted and every untracked or ignored file goes too (-ffdx): a file
-        # planted by an earlier run's setup or tests never reaches this run. Setup then runs again.
-        repo.git.execute(["git", "-C", str(wt), "reset", "-q", "--hard", sha])
-        repo.git.execute(["git", "-C", str(wt), "clean", "-q", "-ffdx"])
-        return
-    shutil.rmtree(wt, ignore_errors=True)
-    repo.git.worktree("prune")
+def _fresh_worktree(store: Path, wt: Path, sha: str) -> None:
+    """A new worktree of `store` at `sha` in `wt`: an older tree there is deleted (never reset or
+    cleaned by git: setup and tests ran in it and could have rewritten its `.git`), then added anew."""
+    if os.path.lexists(wt):
+        remove_tree(str(wt))
+        if os.path.lexists(wt):
+            raise KernelsmithError(f"{wt}: cannot remove the old worktree")
+    _git(store, "worktree", "prune")
     wt.parent.mkdir(parents=True, exist_ok=True)
-    repo.git.worktree("add", "--detach", "-f", str(wt), sha)
+    _git(store, "worktree", "add", "--detach", "-f", str(wt), sha)
 
 
-def _prune_worktrees(repo, folder: Path, keep: Path) -> None:
-    """Keep the newest KEEP_WORKTREES worktrees of this repository, remove older ones."""
-    trees = sorted((p for p in folder.iterdir() if p.is_dir() and p != keep),
+def _prune_worktrees(store: Path, folder: Path, keep: Path) -> None:
+    """Keep the newest KEEP_WORKTREES worktrees of this repository, delete older ones (by removing
+    the folder, then `worktree prune` in the store: git never looks inside them)."""
+    trees = sorted((p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and p != keep),
                    key=lambda p: p.stat().st_mtime, reverse=True)
     for old in trees[KEEP_WORKTREES - 1:]:
-        try:
-            repo.git.worktree("remove", "--force", str(old))
-        except Exception:  # a worktree another process still uses stays; prune catches it later
-            continue
+        remove_tree(str(old))
+    _git(store, "worktree", "prune", check=False)
 
 
 @contextmanager
 def clean_worktree(checkout: Path, base_sha: str, dest: Path):
-    """A clean copy of `checkout` at `base_sha` in `dest` (git worktree, or a plain copy without git).
+    """A fresh copy of `checkout` at `base_sha` in `dest` (a new git worktree of the checkout's
+    store, or a plain copy without git), deleted on exit.
 
-    A plain copy is only trusted when its content hash still equals `base_sha`.
+    git runs only on the store (git_dir_for): never in `dest` once untrusted code may have run there,
+    nor in `checkout`. A plain copy is only trusted when its content hash still equals `base_sha`.
     """
     checkout, dest = Path(checkout), Path(dest)
-    shutil.rmtree(dest, ignore_errors=True)
+    if os.path.lexists(dest):
+        remove_tree(str(dest))
     dest.parent.mkdir(parents=True, exist_ok=True)
     if is_commit(base_sha):
-        if not has_git():
-            raise KernelsmithError(f"{checkout}: base {base_sha[:12]} is a git commit, but git is missing")
-        _git(checkout, "worktree", "add", "--detach", "-f", str(dest), base_sha)
+        store = worktree_store(checkout, base_sha)
+        _git(store, "worktree", "add", "--detach", "-f", str(dest), base_sha)
         try:
             yield dest
         finally:
-            _git(checkout, "worktree", "remove", "--force", str(dest), check=False)
-            shutil.rmtree(dest, ignore_errors=True)
-            _git(checkout, "worktree", "prune", check=False)
+            remove_tree(str(dest))
+            _git(store, "worktree", "prune", check=False)
         return
     current = tree_hash(checkout)
     if current != base_sha:
@@ -302,4 +335,35 @@ def clean_worktree(checkout: Path, base_sha: str, dest: Path):
     try:
         yield dest
     finally:
-        shutil.rmtree(dest, ignore_errors=True)
+        remove_tree(str(dest))
+
+
+def worktree_store(checkout: Path, base_sha: str) -> Path:
+    """The store fresh worktrees of `checkout` at `base_sha` come from; one clear error when git, the
+    store or the commit is missing."""
+    if not has_git():
+        raise KernelsmithError(f"{checkout}: base {base_sha[:12]} is a git commit, but git is missing")
+    store = git_dir_for(checkout)
+    if store is None:
+        raise KernelsmithError(f"{checkout}: no git repository found for base {base_sha[:12]} "
+                               f"(neither the cache's store nor {checkout}/.git)")
+    if not gitsafe.ok(store, "cat-file", "-e", f"{base_sha}^{{commit}}"):
+        raise KernelsmithError(f"{checkout}: base commit {base_sha[:12]} is not in {store}")
+    return store
+
+
+def preflight(checkout: Path, base_sha: str) -> None:
+    """Prove that verify can make its fresh worktrees of `checkout` at `base_sha` (one is added with
+    --no-checkout and deleted): KernelsmithError with one clear line when it cannot."""
+    if not is_commit(base_sha):
+        return  # a plain folder: verify copies it, after checking its content hash
+    store = worktree_store(Path(checkout), base_sha)
+    probe = Path(tempfile.mkdtemp(prefix="kernelsmith-preflight-", dir=cache_dir())) / "tree"
+    try:
+        _git(store, "worktree", "add", "--detach", "--no-checkout", "-f", str(probe), base_sha)
+    except KernelsmithError as e:
+        raise KernelsmithError(f"{checkout}: verify could not make a worktree at {base_sha[:12]}: "
+                               f"{str(e).splitlines()[0]}") from None
+    finally:
+        remove_tree(str(probe.parent))
+        _git(store, "worktree", "prune", check=False)

@@ -11,13 +11,13 @@ import ast
 import copy
 import os
 import re
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import gitsafe
 from ..errors import ConfigError
 from ..pysource import parse, reachable
-from .checkout import Checkout, has_git, is_commit
+from .checkout import Checkout, git_dir_for, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .state import entry as state_entry
 from .state import source_hash, staleness
@@ -108,15 +108,13 @@ class ScanResult:
         return out
 
 
-def _git_show(folder: Path, ref: str, rel: str) -> str | None:
-    out = subprocess.run(["git", "show", f"{ref}:{rel}"], cwd=folder, capture_output=True, text=True)
+def _git_show(git_dir: Path, ref: str, rel: str) -> str | None:
+    out = gitsafe.run(git_dir, "cat-file", "blob", f"{ref}:{rel}", check=False)
     return out.stdout if out.returncode == 0 else None
 
 
-def _ref_exists(folder: Path, ref: str) -> bool:
-    out = subprocess.run(["git", "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], cwd=folder,
-                         capture_output=True, text=True)
-    return out.returncode == 0
+def _ref_exists(git_dir: Path, ref: str) -> bool:
+    return gitsafe.ok(git_dir, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}")
 
 
 def read_repo_config(target: Target, co: Checkout) -> tuple[str | None, str]:
@@ -126,11 +124,12 @@ def read_repo_config(target: Target, co: Checkout) -> tuple[str | None, str]:
     checkout's base commit; a folder without git offers only its own copy.
     """
     root = Path(co.path)
-    if co.is_git and has_git() and is_commit(co.base_sha):
+    git_dir = git_dir_for(root) if co.is_git and has_git() and is_commit(co.base_sha) else None
+    if git_dir is not None:  # the store, never a worktree's `.git` that setup could have rewritten
         for ref in (f"refs/remotes/origin/{target.base}", f"refs/heads/{target.base}"):
-            if _ref_exists(root, ref):
-                return _git_show(root, ref, REPO_CONFIG), ref
-        return _git_show(root, co.base_sha, REPO_CONFIG), co.base_sha[:12]
+            if _ref_exists(git_dir, ref):
+                return _git_show(git_dir, ref, REPO_CONFIG), ref
+        return _git_show(git_dir, co.base_sha, REPO_CONFIG), co.base_sha[:12]
     path = root / REPO_CONFIG
     return (path.read_text() if path.is_file() else None), "working tree"
 

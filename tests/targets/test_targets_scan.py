@@ -126,7 +126,7 @@ def test_checkout_dir_needs_neither_gitpython_nor_git(tmp_path, fixture_repo, mo
     monkeypatch.setattr("shutil.which", lambda name: None)  # and no git command line
     co = prepare_checkout(target, fixture_repo)
     assert not co.is_git and co.base_sha == tree_hash(fixture_repo)
-    with pytest.raises(KernelsmithError, match="GitPython"):
+    with pytest.raises(KernelsmithError, match="git command line"):
         prepare_checkout(target)
 
 
