@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
+from .mdtext import safe_text
 from .referee.verdict import aa_bias_factor
 from .rundir import RunDir, load_run, write_json, write_text
 from .search.candidate import candidates
@@ -42,7 +43,9 @@ def _f(x, fmt: str, none: str = "n/a") -> str:
 
 
 def _shape(shape: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape.items())
+    # Shape fields come from the harness (target-repository content) and, in a published run,
+    # from a run directory untrusted code wrote: escaped like every other artifact text.
+    return ", ".join(f"{safe_text(k, 60)}={safe_text(v, 60)}" for k, v in shape.items())
 
 
 def shape_table(shapes: list[dict], timed: bool) -> str:
