@@ -66,6 +66,10 @@ def run_new(args: argparse.Namespace) -> int:
     co = prepare_checkout(target, args.checkout, setup=False)
     path = write_skeleton(target, args.op, co.path)
     print(f"wrote {path}")
-    print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run "
-          f"`kernelsmith harness check {args.target} {args.op}`")
+    from ..reproduce import join
+    from .scan import where_args
+
+    where = where_args(args)
+    check = join(["kernelsmith", "harness", "check", where[0], args.op, *where[1:]])
+    print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run `{check}`")
     return 0

@@ -34,12 +34,20 @@ def run(args: argparse.Namespace) -> int:
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     co = prepare_checkout(target, args.checkout, setup=not args.static)
-    result = scan_target(target, co, load_state(), static=args.static)
+    result = scan_target(target, co, load_state(), static=args.static, where=where_args(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
         render(result)
     return 0 if result.ok else 2
+
+
+def where_args(args: argparse.Namespace) -> list[str]:
+    """TARGET (as typed: it resolves the same from this folder) and `--checkout DIR` when given,
+    for commands this one suggests."""
+    from ..reproduce import local_path
+
+    return [args.target, *(["--checkout", local_path(args.checkout)] if args.checkout else [])]
 
 
 def render(result) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..pysource import parse, reachable
+from ..reproduce import join
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .state import entry as state_entry
@@ -73,6 +74,8 @@ class ScanResult:
     hotspots: list[Hotspot]
     warnings: list[str] = field(default_factory=list)
     sandbox: dict | None = None  # how harnesses were imported (None: --static, none was)
+    # TARGET and `--checkout DIR` as suggested commands repeat them (default: the target's name)
+    where: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -93,18 +96,21 @@ class ScanResult:
     def suggestions(self) -> list[str]:
         """How to give a harness to each operator without one and each uncovered hotspot mark."""
         out = []
-        t = self.target
+        where = self.where or [self.target]
+
+        def cmd(action: str, op: str) -> str:
+            # The target and `--checkout` as this scan was given them: the line works when pasted.
+            return "`" + join(["kernelsmith", "harness", action, where[0], op, *where[1:]]) + "`"
+
         for op in self.operators:
             if not Path(op.harness).exists():
-                out.append(f"{op.name} has no harness file yet: `kernelsmith harness new {t} {op.name}` "
-                           f"writes a skeleton to {op.harness}, then `kernelsmith harness check {t} "
-                           f"{op.name}`")
+                out.append(f"{op.name} has no harness file yet: {cmd('new', op.name)} "
+                           f"writes a skeleton to {op.harness}, then {cmd('check', op.name)}")
         for h in self.hotspots:
             if h.operator is None:
                 out.append(f"{h.function} ({h.file}:{h.line}) needs a harness: add an operator to the target "
                            f"(file: {h.file}, entry: the Python function that runs it, harness: a path), "
-                           f"then `kernelsmith harness new {t} NAME` and "
-                           f"`kernelsmith harness check {t} NAME`")
+                           f"then {cmd('new', 'NAME')} and {cmd('check', 'NAME')}")
         return out
 
 
@@ -291,10 +297,12 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict,
     )
 
 
-def scan_target(target: Target, co: Checkout, state: dict, static: bool = False) -> ScanResult:
+def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
+                where: list[str] | None = None) -> ScanResult:
     """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout.
 
-    `static`: harnesses are checked without being imported (see operator_status)."""
+    `static`: harnesses are checked without being imported (see operator_status). `where`: the
+    TARGET argument and `--checkout DIR` the suggested commands repeat."""
     merged = with_repo_operators(target, co)
     root = Path(co.path)
     found = harness_problems(merged.operators, root, static)
@@ -313,4 +321,4 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False)
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,
-                      sandbox=None if static else sandbox.summary())
+                      sandbox=None if static else sandbox.summary(), where=list(where or []))
