@@ -20,6 +20,7 @@ from ..pysource import parse, reachable
 from ..reproduce import join
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
+from .harness_static import check_harness_static
 from .state import entry as state_entry
 from .state import source_hash, staleness
 
@@ -217,26 +218,6 @@ def _has_entry(code: str, entry: str) -> bool:
             if entry in {a.asname or a.name for a in node.names}:
                 return True
     return False
-
-
-def check_harness_static(path: Path) -> None:
-    """The harness file's required names, read from its syntax tree without running it (ConfigError)."""
-    try:
-        tree = parse(Path(path).read_text(), filename=str(path))
-    except FileNotFoundError:
-        raise ConfigError(path, "harness file not found") from None
-    except SyntaxError as e:
-        raise ConfigError(path, f"syntax error at line {e.lineno}: {e.msg}") from None
-    defined = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined.update(t.id for t in targets if isinstance(t, ast.Name))
-    for name in ("SHAPES", "make_inputs", "reference"):
-        if name not in defined:
-            raise ConfigError(path, "missing (checked without importing the harness)", name)
 
 
 def harness_problems(ops: list[Operator], root: Path, static: bool = False) -> list[str | None]:
