@@ -146,7 +146,7 @@ def with_repo_operators(target: Target, co: Checkout) -> Target:
     """A copy of `target` plus the operators of the repo's `.kernelsmith.yml` (clash: ConfigError)."""
     text, _ = read_repo_config(target, co)
     merged = copy.copy(target)
-    merged.operators = list(target.operators)
+    merged.operators, merged.broken = list(target.operators), dict(target.broken)
     if text is None:
         return merged
     where = Path(co.path) / REPO_CONFIG
@@ -278,6 +278,11 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict,
     )
 
 
+def _source_of(e: ConfigError, target: Target) -> str:
+    """"yaml" or ".kernelsmith.yml": which file an operator's error is about."""
+    return "yaml" if Path(e.file) == target.path else REPO_CONFIG
+
+
 def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
                 where: list[str] | None = None) -> ScanResult:
     """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout.
@@ -298,6 +303,10 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
                 covered.setdefault((op.file, fn), op.name)
     hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get((f, fn)))
                 for f, ln, fn in find_hotspots(root, warnings)]
+    # Operators the loader could not take are listed with their error; the others are scanned.
+    ops += [OperatorStatus(name=name, source=_source_of(e, merged), file="", entry="", harness="",
+                           harness_ok=False, source_hash=None, stale=False, stale_reason="not loaded",
+                           problems=[str(e)]) for name, e in merged.broken.items()]
     from .. import sandbox
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
