@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     c.set_defaults(func=run_check)
     n = sub.add_parser("new", help="write a harness skeleton from the entry's signature (never overwrites)",
                        description="Writes the harness file the operator's yaml entry names, from the entry "
-                       "function's signature: shapes named after its arguments, a seeded make_inputs, a "
+                       "function's signature (and body): shape fields for its tensors and sizes, constants "
+                       "for its other scalars, enum defaults left to the entry, a seeded make_inputs, a "
                        "reference stub whose TODO `harness check` reports. Exit 0, or 2 (file exists, no "
                        "such operator or entry).")
     n.add_argument("target", help="target yaml path or name under the targets folder")
