@@ -42,3 +42,10 @@ def local_path(path: str | os.PathLike) -> str:
 def join(words: list[str]) -> str:
     """A shell line: words quoted as needed, `<…>` placeholders left bare for the reader to fill in."""
     return " ".join(w if _PLACEHOLDER.match(w) else shlex.quote(w) for w in words)
+
+
+def harness_line(action: str, op: str, target: str, checkout: str | None = None,
+                 targets: str | None = None) -> str:
+    """`kernelsmith [--targets DIR] harness ACTION TARGET OP [--checkout DIR]`, as a shell line."""
+    return join(["kernelsmith", *(["--targets", targets] if targets else []), "harness", action, target, op,
+                 *(["--checkout", checkout] if checkout else [])])

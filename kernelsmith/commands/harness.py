@@ -67,10 +67,9 @@ def run_new(args: argparse.Namespace) -> int:
     co = prepare_checkout(target, args.checkout, setup=False)
     path = write_skeleton(target, args.op, co.path)
     print(f"wrote {path}")
-    from ..reproduce import join
+    from ..reproduce import harness_line
     from .scan import where_args
 
-    where = where_args(args)
-    check = join(["kernelsmith", "harness", "check", where[0], args.op, *where[1:]])
+    check = harness_line("check", args.op, **where_args(args))
     print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run `{check}`")
     return 0

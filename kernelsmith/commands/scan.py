@@ -42,12 +42,14 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 2
 
 
-def where_args(args: argparse.Namespace) -> list[str]:
-    """TARGET (as typed: it resolves the same from this folder) and `--checkout DIR` when given,
-    for commands this one suggests."""
+def where_args(args: argparse.Namespace) -> dict:
+    """TARGET (as typed: it resolves the same from this folder), `--checkout DIR` and `--targets
+    DIR` when given, for the commands this one suggests (reproduce.harness_line)."""
     from ..reproduce import local_path
 
-    return [args.target, *(["--checkout", local_path(args.checkout)] if args.checkout else [])]
+    targets = getattr(args, "targets", None)
+    return {"target": args.target, "checkout": local_path(args.checkout) if args.checkout else None,
+            "targets": local_path(targets) if targets else None}
 
 
 def render(result) -> None:

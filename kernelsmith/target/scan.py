@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..pysource import parse, reachable
-from ..reproduce import join
+from ..reproduce import harness_line
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .harness_static import check_harness_static
@@ -75,8 +75,9 @@ class ScanResult:
     hotspots: list[Hotspot]
     warnings: list[str] = field(default_factory=list)
     sandbox: dict | None = None  # how harnesses were imported (None: --static, none was)
-    # TARGET and `--checkout DIR` as suggested commands repeat them (default: the target's name)
-    where: list[str] = field(default_factory=list)
+    # TARGET, `--checkout DIR` and `--targets DIR` as suggested commands repeat them (keys target,
+    # checkout, targets; default: the target's name alone)
+    where: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -97,11 +98,11 @@ class ScanResult:
     def suggestions(self) -> list[str]:
         """How to give a harness to each operator without one and each uncovered hotspot mark."""
         out = []
-        where = self.where or [self.target]
+        where = {"target": self.target, **self.where}
 
         def cmd(action: str, op: str) -> str:
             # The target and `--checkout` as this scan was given them: the line works when pasted.
-            return "`" + join(["kernelsmith", "harness", action, where[0], op, *where[1:]]) + "`"
+            return "`" + harness_line(action, op, **where) + "`"
 
         for op in self.operators:
             if not Path(op.harness).exists():
@@ -284,11 +285,11 @@ def _source_of(e: ConfigError, target: Target) -> str:
 
 
 def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
-                where: list[str] | None = None) -> ScanResult:
+                where: dict | None = None) -> ScanResult:
     """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout.
 
     `static`: harnesses are checked without being imported (see operator_status). `where`: the
-    TARGET argument and `--checkout DIR` the suggested commands repeat."""
+    TARGET argument, `--checkout DIR` and `--targets DIR` the suggested commands repeat."""
     merged = with_repo_operators(target, co)
     root = Path(co.path)
     found = harness_problems(merged.operators, root, static)
@@ -311,4 +312,4 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,
-                      sandbox=None if static else sandbox.summary(), where=list(where or []))
+                      sandbox=None if static else sandbox.summary(), where=dict(where or {}))

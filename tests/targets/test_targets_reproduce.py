@@ -103,3 +103,17 @@ def test_target_arg_never_gives_an_absolute_path(tmp_path):
     assert target_arg(repo / "ci" / "kernels.yaml") == "ci/kernels.yaml"
     assert target_arg(tmp_path / "elsewhere" / "targets" / "b.yaml") == "b"
     assert target_arg(tmp_path / "elsewhere" / "c.yaml") == "<path to c.yaml>"
+
+
+def test_a_target_named_through_targets_is_suggested_with_it(tmp_path, fixture_repo, capsys, monkeypatch):
+    make_target(tmp_path, fixture_repo)
+    (tmp_path / "targets" / "fix" / "scale.py").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert main(["--targets", "targets", "scan", "fix", "--checkout", "upstream", "--json"]) == 2
+    tips = json.loads(capsys.readouterr().out)["suggestions"]
+    new = "kernelsmith --targets targets harness new fix scale --checkout upstream"
+    assert any(f"`{new}`" in t for t in tips)
+    monkeypatch.chdir(tmp_path / "upstream")   # pasted elsewhere, a bare name would not resolve...
+    assert main(shlex.split(new)[1:]) == 2
+    monkeypatch.chdir(tmp_path)                # ...from where scan ran, it does
+    assert main(shlex.split(new)[1:]) == 0
