@@ -94,3 +94,14 @@ def test_work_item_slugs_are_one_per_target_and_operator():
     # A forged slug in the work list is never used: it is derived again.
     forged = json.dumps([{"target": "demo", "op": "rms_norm", "slug": "../elsewhere"}])
     assert from_json(forged)[0].slug == "demo-rms_norm"
+
+
+def test_publishing_an_operator_the_loader_could_not_take_gives_its_own_error(tmp_path):
+    from bot.pullrequest import PublishError, publish_spec
+
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n"
+                                     " - {name: good, file: k.py, entry: k, harness: h.py}\n"
+                                     " - {name: bad, file: k.py, entry: k}\n")
+    assert publish_spec("t", "good", str(tmp_path)).file == "k.py"
+    with pytest.raises(PublishError, match=r"operators\[1\]\.harness: missing required field"):
+        publish_spec("t", "bad", str(tmp_path))
