@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+from kernelsmith.mdtext import ZWJ, safe_text  # noqa: F401 - the bot's escaping, shared with report.md
 from kernelsmith.report import NO_TIMING, mermaid, shape_table, slower_shapes
 from kernelsmith.search.mutators.rewrites.explain import sentence
 
@@ -22,22 +23,6 @@ MARKER_PREFIX = "<!-- kernelsmith:pr "
 _MARKER_LINE = re.compile(r"<!-- kernelsmith:pr (\{[^\n]*\}) -->\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
-ZWJ = "\u200d"
-
-
-def safe_text(text: str, limit: int = 200) -> str:
-    """One line of untrusted text made inert in markdown: HTML escaped, mentions, issue references
-    and autolinks broken with a zero-width joiner, link and emphasis characters backslash-escaped,
-    shortened to `limit` characters."""
-    text = " ".join(str(text).split())[:limit]
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = re.sub(r"@(?=[A-Za-z0-9_-])", "@" + ZWJ, text)
-    text = re.sub(r"#(?=\d)", "#" + ZWJ, text)
-    text = re.sub(r"(?i)\b(GH)-(?=\d)", r"\1" + ZWJ + "-", text)
-    text = re.sub(r"://", ":" + ZWJ + "//", text)          # no autolinks
-    text = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:3] + ZWJ + ".", text)
-    text = re.sub(r"([\\\[\]()*_~|!])", r"\\\1", text)      # no links, images or emphasis
-    return text.replace("`", "'")
 
 
 def fence(text: str, info: str = "") -> str:

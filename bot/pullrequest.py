@@ -102,6 +102,8 @@ def publish_spec(target: str, op: str, targets: str | None = None, *, repo: str 
     for o in t.operators:
         if o.name == op:
             return _checked(PublishSpec(t, op, o.file, o.min_speedup, t.name, o.test, o.benchmark))
+    if op in t.broken:  # in the yaml, but not loadable: its own error, not "not found"
+        raise PublishError(str(t.broken[op]))
     # An operator of the repo's own .kernelsmith.yml carries the repo name as its branch target.
     return PublishSpec(t, op, None, DEFAULT_MIN_SPEEDUP, t.repo.split("/")[1])
 

@@ -24,15 +24,19 @@ class WorkItem:
 
     @property
     def slug(self) -> str:
-        """`<target>-<op>`: the run directory's name."""
-        return f"{self.target}-{self.op}"
+        """`<target>-<op>` with every `-` of the target doubled: the run directory's (and the
+        workflow's artifact's) name, one per (target, op). An operator name starts with a letter
+        or digit, so the first lone `-` ends the target: `demo` + `x-rms_norm` is `demo-x-rms_norm`,
+        `demo-x` + `rms_norm` is `demo--x-rms_norm`."""
+        return f"{self.target.replace('-', '--')}-{self.op}"
 
 
 def to_json(items: list[WorkItem]) -> str:
-    """The work list as the gate job's output."""
-    return json.dumps([asdict(i) for i in items])
+    """The work list as the gate job's output (each item with its `slug`, for the workflow)."""
+    return json.dumps([dict(asdict(i), slug=i.slug) for i in items])
 
 
 def from_json(text: str | None) -> list[WorkItem]:
-    """The work list from the gate job's output (empty when there is none)."""
-    return [WorkItem(**d) for d in json.loads(text or "[]")]
+    """The work list from the gate job's output (empty when there is none); the slug is derived
+    again from target and operator, never read."""
+    return [WorkItem(**{k: v for k, v in d.items() if k != "slug"}) for d in json.loads(text or "[]")]

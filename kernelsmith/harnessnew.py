@@ -1,8 +1,9 @@
 """`kernelsmith harness new`: a harness skeleton written from the entry function's signature.
 
 The signature is read from the syntax tree (no target code runs). Tensor arguments get shape
-fields named after them, scalars their defaults; `make_inputs` is seeded; `reference` raises
-NotImplementedError with a TODO that `harness check` reports as "reference not written".
+fields named after them; floats, ints, bools, strings become constants, ints that size something
+shape fields, enum defaults stay the entry's (harnessargs.py); `make_inputs` is seeded; `reference`
+raises NotImplementedError with a TODO that `harness check` reports as "reference not written".
 """
 
 from __future__ import annotations
@@ -11,41 +12,48 @@ import ast
 from pathlib import Path
 
 from .errors import ConfigError
+from .harnessargs import classify
 from .pysource import parse
-
-SCALARS = {"int": "8", "float": "1e-6", "bool": "False", "str": '""'}
 
 
 def entry_arguments(source: str, entry: str, where: str) -> list[tuple[str, str | None, str | None]]:
     """(name, annotation, default) for each argument of the top-level function `entry`."""
+    return _arguments(entry_function(source, entry, where))
+
+
+def entry_function(source: str, entry: str, where: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The top-level function `entry` of `source` (ConfigError naming `where` when absent)."""
     try:
         tree = parse(source)
     except SyntaxError as e:
         raise ConfigError(where, f"does not parse: {e.msg} (line {e.lineno})") from None
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
-            args = node.args
-            positional = args.posonlyargs + args.args
-            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-            pairs = list(zip(positional, defaults, strict=True))
-            pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
-            return [(a.arg, ast.unparse(a.annotation) if a.annotation is not None else None,
-                     ast.unparse(d) if d is not None else None) for a, d in pairs if a.arg != "self"]
+            return node
     raise ConfigError(where, f"no top-level function {entry!r}", "entry")
 
 
-def _is_tensor(annotation: str | None, default: str | None) -> bool:
-    if annotation is not None:
-        return "Tensor" in annotation
-    return default is None or default == "None"
+def _arguments(node) -> list[tuple[str, str | None, str | None]]:
+    args = node.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults, strict=True))
+    pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
+    return [(a.arg, ast.unparse(a.annotation) if a.annotation is not None else None,
+             ast.unparse(d) if d is not None else None) for a, d in pairs if a.arg != "self"]
 
 
-def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]]) -> str:
-    """The text of a harness module for `entry(args)`."""
-    tensors = [name for name, ann, default in args if _is_tensor(ann, default)]
-    scalars = [(name, ann, default) for name, ann, default in args if name not in tensors]
+def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
+             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> str:
+    """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
+    body say which arguments are tensors and which strings it compares with."""
+    kinds = classify(fn if fn is not None else ast.parse("def f(): pass").body[0], args)
+    tensors = [a.name for a in kinds if a.kind == "tensor"]
+    sizes = [a for a in kinds if a.kind == "size"]
     gpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 4096), ("cols", 4096))}
     cpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 3), ("cols", 64))}
+    gpu.update({a.name: int(a.gpu) for a in sizes})
+    cpu.update({a.name: int(a.value) for a in sizes})
     first = tensors[0] if tensors else None
     lines = [
         f'"""Harness for {repo}\'s {entry}({", ".join(a for a, _, _ in args)}) in {file}.',
@@ -75,12 +83,22 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
     for t in tensors:
         lines.append(f'    {t} = torch.randn(shape["{t}_rows"], shape["{t}_cols"], generator=g, '
                      "device=device).to(dtype)")
-    returned = [f'"{t}": {t}' for t in tensors]
-    for name, ann, default in scalars:
-        value = default if default is not None else SCALARS.get(ann or "", "None")
-        returned.append(f'"{name}": {value}')
-    lines.append("    return {" + ", ".join(returned) + "}")
-    params = ", ".join(a for a, _, _ in args)
+    for a in kinds:
+        if a.kind == "default":
+            lines.append(f"    # {a.name}: {a.why} (add it below to test another value)")
+    lines.append("    return {")
+    for a in kinds:
+        if a.kind == "tensor":
+            lines.append(f'        "{a.name}": {a.name},')
+        elif a.kind == "size":
+            lines.append(f'        "{a.name}": shape["{a.name}"],  # {a.why}')
+        elif a.kind != "default":
+            lines.append(f'        "{a.name}": {a.value},  # {a.why}')
+    lines.append("    }")
+    # Arguments left at the entry's default come last, as keywords with a default of their own.
+    params = ", ".join([a.name for a in kinds if a.kind != "default"]
+                       + (["*"] if any(a.kind == "default" for a in kinds) else [])
+                       + [f"{a.name}=None" for a in kinds if a.kind == "default"])
     lines += [
         "",
         "",
@@ -117,7 +135,7 @@ def write_skeleton(target, op_name: str, root: Path) -> Path:
     source = Path(root) / op.file
     if not source.is_file():
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op_name}.file")
-    args = entry_arguments(source.read_text(errors="replace"), op.entry, str(source))
+    fn = entry_function(source.read_text(errors="replace"), op.entry, str(source))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(skeleton(target.repo, op.file, op.entry, args))
+    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn), fn))
     return path

@@ -76,8 +76,12 @@ def controls(b: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         scale = float(finite.abs().max()) if finite.numel() else 1.0
         scale = scale if scale > 0 else 1.0
         out.append(("zeros", torch.zeros_like(b)))
-        pattern = (torch.arange(f.numel(), device=f.device) % 2).reshape(f.shape).to(f.dtype)
-        out.append(("a dropped term (half the elements off by 5% of the output's scale)",
+        # Every other element; a one-element output (a loss with reduction="sum") has that one
+        # element off, or the control would equal the base and pass any tolerance.
+        odd = torch.arange(f.numel(), device=f.device) % 2
+        pattern = (odd if f.numel() > 1 else 1 - odd).reshape(f.shape).to(f.dtype)
+        what = "half the elements" if f.numel() > 1 else "the one element"
+        out.append((f"a dropped term ({what} off by 5% of the output's scale)",
                     (f - 0.05 * scale * pattern).to(b.dtype)))
         flat = f.reshape(-1).clone()
         k = max(1, flat.numel() // 100)

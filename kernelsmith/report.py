@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
+from .mdtext import safe_text
 from .referee.verdict import aa_bias_factor
+from .reproduce import checkout_placeholder, join, local_path, target_arg
 from .rundir import RunDir, load_run, write_json, write_text
 from .search.candidate import candidates
 
@@ -42,7 +43,9 @@ def _f(x, fmt: str, none: str = "n/a") -> str:
 
 
 def _shape(shape: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape.items())
+    # Shape fields come from the harness (target-repository content) and, in a published run,
+    # from a run directory untrusted code wrote: escaped like every other artifact text.
+    return ", ".join(f"{safe_text(k, 60)}={safe_text(v, 60)}" for k, v in shape.items())
 
 
 def shape_table(shapes: list[dict], timed: bool) -> str:
@@ -155,13 +158,19 @@ def search_stats(rows, result: dict) -> str:
 
 
 def repro(run: dict, rd_path: Path) -> str:
-    """Commands that reproduce the run and re-check the winner."""
-    target = Path(run["target"])
+    """Commands that reproduce the run and re-check the winner, as they work when pasted from the
+    project's folder: the target by name (or repository-relative path), the `--checkout` the run
+    used as a placeholder (a folder of the machine that ran it), no absolute path of that machine."""
+    target = target_arg(run["target"])
+    where = []
+    if _checkout_given(run):
+        where = ["--checkout", checkout_placeholder(run.get("repo"))]
     cmd = [
         "kernelsmith",
         "optimize",
-        str(target),
+        target,
         run["op"],
+        *where,
         "--seed",
         str(run.get("seed", 0)),
         "--mutator",
@@ -170,20 +179,29 @@ def repro(run: dict, rd_path: Path) -> str:
         run.get("device", "auto"),
     ]
     if run.get("command") == "sweep":  # the grid: no mutator or budget to choose
-        cmd[1], cmd[6:8] = "sweep", []
+        i = cmd.index("--mutator")
+        cmd[1], cmd[i:i + 2] = "sweep", []
     if run.get("budget") is not None:
         cmd += ["--budget", str(run["budget"])]
     if run.get("minutes") is not None:
         cmd += ["--minutes", str(run["minutes"])]
-    check = [
-        "kernelsmith",
-        "evaluate",
-        str(target),
-        run["op"],
-        "--candidate",
-        str(rd_path / "winner" / Path(run["file"]).name),
-    ]
-    return "```sh\n" + shlex.join(cmd) + "\n" + shlex.join(check) + "\n```"
+    rd = local_path(rd_path)
+    rd = "<run dir>" if Path(rd).is_absolute() else rd
+    winner = f"{rd}/winner/{Path(run['file']).name}"
+    check = ["kernelsmith", "evaluate", target, run["op"], *where, "--candidate", winner]
+    return "```sh\n" + join(cmd) + "\n" + join(check) + "\n```"
+
+
+def _checkout_given(run: dict) -> bool:
+    """Whether the run was given `--checkout` (run.json says so; older runs: a checkout outside
+    the cache folder, where only a given folder lies)."""
+    if "checkout_given" in run:
+        return bool(run["checkout_given"])
+    if not run.get("checkout"):
+        return False
+    from .paths import cache_dir
+
+    return cache_dir().resolve() not in Path(run["checkout"]).resolve().parents
 
 
 def slower_shapes(shapes: list[dict]) -> list[str]:

@@ -44,16 +44,9 @@ def test_defaults(tmp_path):
 @pytest.mark.parametrize("text,field", [
     ("operators: []\n", "repo"),
     ("repo: noslash\n", "repo"),
-    ("repo: a/b\noperators: [{name: x, file: f.py, entry: e}]\n", "operators[0].harness"),
-    ("repo: a/b\noperators: [{name: x, entry: e, harness: h.py}]\n", "operators[0].file"),
-    ("repo: a/b\noperators: [{name: x, file: f.py, entry: 'not ok', harness: h.py}]\n", "operators[0].entry"),
-    ("repo: a/b\noperators: [{name: x, file: ../f.py, entry: e, harness: h.py}]\n", "operators[0].file"),
-    ("repo: a/b\noperators: [{name: x, file: f.py, entry: e, harness: h.py, min_speedup: fast}]\n",
-     "operators[0].min_speedup"),
     ("repo: a/b\nlabels: performance\n", "labels"),
     ("repo: a/b\nbogus: 1\n", "bogus"),
-    ("repo: a/b\noperators:\n - {name: x, file: f.py, entry: e, harness: h.py}\n"
-     " - {name: x, file: g.py, entry: e, harness: h.py}\n", "operators[1].name"),
+    ("repo: a/b\noperators: {x: 1}\n", "operators"),
 ])
 def test_bad_yaml_names_field(tmp_path, text, field):
     p = _write(tmp_path, text)
@@ -61,6 +54,42 @@ def test_bad_yaml_names_field(tmp_path, text, field):
         load_target(p)
     assert e.value.field == field
     assert str(p) in str(e.value)
+
+
+# One operator the loader cannot take no longer takes the file down (issue 41, item 4): the file
+# loads, and the operator's error, naming file and field, comes when it is named.
+@pytest.mark.parametrize("items,field", [
+    (["{name: x, file: f.py, entry: e}"], "operators[0].harness"),
+    (["{name: x, entry: e, harness: h.py}"], "operators[0].file"),
+    (["{name: x, file: f.py, entry: 'not ok', harness: h.py}"], "operators[0].entry"),
+    (["{name: x, file: ../f.py, entry: e, harness: h.py}"], "operators[0].file"),
+    (["{name: x, file: f.py, entry: e, harness: h.py, min_speedup: fast}"], "operators[0].min_speedup"),
+    (["{name: x, file: f.py, entry: e, harness: h.py}", "{name: x, file: g.py, entry: e, harness: h.py}"],
+     "operators[1].name"),
+    (["{name: x, file: f.py, entry: e, harness: h.py, bogus: 1}"], "operators[0].bogus"),
+])
+def test_a_bad_operator_is_an_error_when_named_and_the_others_load(tmp_path, items, field):
+    p = _write(tmp_path, "repo: a/b\noperators:\n" + "".join(f" - {i}\n" for i in items))
+    t = load_target(p)
+    assert t.operators == [] and set(t.broken) == {"x"}
+    with pytest.raises(ConfigError) as e:
+        t.operator("x")
+    assert e.value.field == field and str(p) in str(e.value)
+    # Beside a good operator (after it: the bad one's index moves by one), that one is served.
+    good = " - {name: fine, file: ok.py, entry: ok, harness: h.py}\n"
+    t = load_target(_write(tmp_path, "repo: a/b\noperators:\n" + good + "".join(f" - {i}\n" for i in items),
+                           "mixed.yaml"))
+    assert [o.name for o in t.operators] == ["fine"] and set(t.broken) == {"x"}
+    assert t.operator("fine").entry == "ok"
+    with pytest.raises(ConfigError, match="mixed.yaml"):
+        t.operator("x")
+
+
+def test_an_operator_without_a_usable_name_is_kept_by_position(tmp_path):
+    t = load_target(_write(tmp_path, "repo: a/b\noperators:\n - 3\n - {name: 'no good', file: f.py}\n"
+                                     " - {name: ok, file: f.py, entry: e, harness: h.py}\n"))
+    assert [o.name for o in t.operators] == ["ok"] and set(t.broken) == {"operators[0]", "operators[1]"}
+    assert t.broken["operators[1]"].field == "operators[1].name"
 
 
 def test_broken_yaml_names_line(tmp_path):

@@ -201,7 +201,10 @@ def test_a_hostile_harness_under_optimize_and_export(tmp_path, listener, sibling
     ("raise RuntimeError('no harness today')\n", "import failed: RuntimeError: no harness today"),
 ])
 def test_a_harness_that_crashes_at_import_is_one_error_naming_it(tmp_path, monkeypatch, capsys, text, says):
-    yaml = _target(tmp_path, text, monkeypatch)
+    # It defines the harness names first, so the syntax-tree check lets it reach the import.
+    names = ("SHAPES = []\n\n\ndef make_inputs(shape, device, seed):\n    return {}\n\n\n"
+             "def reference():\n    pass\n\n\n")
+    yaml = _target(tmp_path, names + text, monkeypatch)
     assert main(["optimize", str(yaml), "rms_norm", "--budget", "1", "--mutator", "params", "--device",
                  "interpret", "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,5 +1,6 @@
 """Gate: the Actions event → the work list. A comment's author's permission is asked first,
-before anything is written (a reaction, a reply); only then is the command answered (comment.py).
+before anything is written; a user without write permission gets no reaction and no reply; only a
+permitted user's command is answered (comment.py).
 In the workflow this is the gate job, which holds a token that can comment but not push."""
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def work_items(ctx: Context) -> list[WorkItem]:
 
 
 def from_comment(ctx: Context, payload: dict) -> list[WorkItem]:
-    """A `/kernelsmith` comment: permission, then a reaction and the reply, then the command."""
+    """A `/kernelsmith` comment: permission (nothing at all for a user without it), then a reaction
+    and the reply, then the command."""
     posted = payload.get("comment") or {}
     user = (posted.get("user") or {})
     if payload.get("action") != "created" or user.get("type") == "Bot":
@@ -51,14 +53,16 @@ def from_comment(ctx: Context, payload: dict) -> list[WorkItem]:
     repo_name = (payload.get("repository") or {}).get("full_name") or ctx.env.repository
     repo = ctx.auth.repo(repo_name)
     login = user.get("login", "")
-    # The permission is asked first: nothing is written for anyone before it is known.
+    # The permission is asked first, and a user without it gets nothing written at all: no
+    # reaction, no reply (a reply would @-mention them, and anyone could make the bot post).
     role = permission(repo, login)
+    if role not in ALLOWED_ROLES:
+        ctx.log(f"kernelsmith-bot: ignored a command by a user with {role!r} permission "
+                f"(needs write, maintain or admin)")
+        return []
     issue = repo.get_issue((payload.get("issue") or {}).get("number"))
     issue.get_comment(posted["id"]).create_reaction("eyes")
     reply = Reply(issue, text("header", command=_quote_cmd(posted.get("body")), login=login))
-    if role not in ALLOWED_ROLES:
-        reply.set(text("refused", repo=repo_name, login=login, role=role))
-        return []
     return comment.answer(ctx, asked, repo, repo_name, issue, reply)
 
 

@@ -24,7 +24,8 @@ def run(ctx: Context, item: WorkItem) -> Path:
         out.rename(_aside(out))
     target = ctx.target(item.target)
     if item.replay is not None:
-        diff = ctx.runs_dir / f"{item.slug}.replay.diff"
+        # Beside the run directories but under a name no slug can take (names start alphanumeric).
+        diff = ctx.runs_dir / ".replay" / f"{item.slug}.diff"
         diff.parent.mkdir(parents=True, exist_ok=True)
         diff.write_text(item.replay)
         code = ctx.engine.optimize(target.path, item.op, out, None, item.minutes, replay=diff)

@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     c.set_defaults(func=run_check)
     n = sub.add_parser("new", help="write a harness skeleton from the entry's signature (never overwrites)",
                        description="Writes the harness file the operator's yaml entry names, from the entry "
-                       "function's signature: shapes named after its arguments, a seeded make_inputs, a "
+                       "function's signature (and body): shape fields for its tensors and sizes, constants "
+                       "for its other scalars, enum defaults left to the entry, a seeded make_inputs, a "
                        "reference stub whose TODO `harness check` reports. Exit 0, or 2 (file exists, no "
                        "such operator or entry).")
     n.add_argument("target", help="target yaml path or name under the targets folder")
@@ -66,6 +67,9 @@ def run_new(args: argparse.Namespace) -> int:
     co = prepare_checkout(target, args.checkout, setup=False)
     path = write_skeleton(target, args.op, co.path)
     print(f"wrote {path}")
-    print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run "
-          f"`kernelsmith harness check {args.target} {args.op}`")
+    from ..reproduce import harness_line
+    from .scan import where_args
+
+    check = harness_line("check", args.op, **where_args(args))
+    print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run `{check}`")
     return 0

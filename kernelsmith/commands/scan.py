@@ -34,12 +34,22 @@ def run(args: argparse.Namespace) -> int:
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     co = prepare_checkout(target, args.checkout, setup=not args.static)
-    result = scan_target(target, co, load_state(), static=args.static)
+    result = scan_target(target, co, load_state(), static=args.static, where=where_args(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
         render(result)
     return 0 if result.ok else 2
+
+
+def where_args(args: argparse.Namespace) -> dict:
+    """TARGET (as typed: it resolves the same from this folder), `--checkout DIR` and `--targets
+    DIR` when given, for the commands this one suggests (reproduce.harness_line)."""
+    from ..reproduce import local_path
+
+    targets = getattr(args, "targets", None)
+    return {"target": args.target, "checkout": local_path(args.checkout) if args.checkout else None,
+            "targets": local_path(targets) if targets else None}
 
 
 def render(result) -> None:

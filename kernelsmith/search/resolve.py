@@ -101,6 +101,7 @@ def resolve_run(config):
         argv=config.argv,
     )
     run["command"] = config.command
+    run["checkout_given"] = config.checkout is not None  # report.md's Reproduce lines repeat it
     # The population's layout and the stop rule, so a --resume without the same flags keeps them.
     run["islands"] = config.islands or _default_islands(budget)
     run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit

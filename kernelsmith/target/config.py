@@ -54,6 +54,9 @@ class Target:
     stubs: dict[str, Path] = field(default_factory=dict)
     max_open_prs: int = DEFAULT_MAX_OPEN_PRS
     budget_minutes: float | None = None
+    # Operators the loader could not take, by name (or `operators[i]`): their error, raised when
+    # one is named; the others are served all the same.
+    broken: dict[str, ConfigError] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -65,6 +68,8 @@ class Target:
         for op in self.operators:
             if op.name == name:
                 return op
+        if name in self.broken:
+            raise self.broken[name]
         known = ", ".join(o.name for o in self.operators) or "none"
         raise ConfigError(self.path, f"unknown operator {name!r} (known: {known})", "operators")
 
@@ -130,44 +135,68 @@ def parse_yaml(text: str, path: Path) -> dict:
     return data
 
 
-def parse_operators(raw, path: Path, harness_root: Path, source: str) -> list[Operator]:
-    """Parse an `operators:` list; harness paths are resolved against `harness_root`."""
+def parse_operators(raw, path: Path, harness_root: Path, source: str,
+                    broken: dict[str, ConfigError] | None = None) -> list[Operator]:
+    """Parse an `operators:` list; harness paths are resolved against `harness_root`.
+
+    An operator the loader cannot take does not take the others down: its ConfigError goes into
+    `broken` under its name (or `operators[i]` when it has none), raised when it is named
+    (`Target.operator`) and listed by scan. Without `broken`, the first such error is raised."""
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise ConfigError(path, "must be a list of operators", "operators")
+    found: dict[str, ConfigError] = {}
     ops: list[Operator] = []
-    seen: set[str] = set()
+    at: dict[str, list[int]] = {}
     for i, item in enumerate(raw):
-        where = f"operators[{i}]."
-        if not isinstance(item, dict):
-            raise ConfigError(path, "must be a mapping", f"operators[{i}]")
-        unknown = sorted(set(item) - _OPERATOR_KEYS)
-        if unknown:
-            raise ConfigError(path, f"unknown field(s) {', '.join(unknown)}", f"{where}{unknown[0]}")
-        name = _require(item, "name", path, where)
-        if not _NAME_RE.match(name):
-            raise ConfigError(path, f"{name!r} is not a valid name (letters, digits, _ . -)", f"{where}name")
-        if name in seen:
-            raise ConfigError(path, f"duplicate operator name {name!r}", f"{where}name")
-        seen.add(name)
-        file = _require(item, "file", path, where)
-        if Path(file).is_absolute() or ".." in Path(file).parts:
-            raise ConfigError(path, "must be a path inside the repository", f"{where}file")
-        entry = _require(item, "entry", path, where)
-        if not entry.isidentifier():
-            raise ConfigError(path, f"{entry!r} is not a Python function name", f"{where}entry")
-        harness = (harness_root / _require(item, "harness", path, where)).resolve()
-        min_speedup = _optional(item, "min_speedup", path, where, (int, float), DEFAULT_MIN_SPEEDUP)
-        ops.append(Operator(
-            name=name, file=file, entry=entry, harness=harness,
-            test=_optional(item, "test", path, where, str),
-            benchmark=_optional(item, "benchmark", path, where, str),
-            min_speedup=float(min_speedup),
-            checked=_optional(item, "checked", path, where, str),
-            source=source,
-        ))
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            at.setdefault(item["name"], []).append(i)
+    for i, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        key = name if isinstance(name, str) and _NAME_RE.match(name) else f"operators[{i}]"
+        try:
+            if len(at.get(name, ())) > 1:  # which one is meant cannot be known: neither is served
+                where = " and ".join(f"operators[{j}]" for j in at[name])
+                raise ConfigError(path, f"duplicate operator name {name!r} ({where})",
+                                  f"operators[{at[name][-1]}].name")
+            ops.append(_parse_operator(item, i, path, harness_root, source))
+        except ConfigError as e:
+            if broken is None:
+                raise
+            found.setdefault(key, e)
+    if broken is not None:
+        broken.update(found)
     return ops
+
+
+def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -> Operator:
+    """One entry of an `operators:` list (ConfigError naming its field)."""
+    where = f"operators[{i}]."
+    if not isinstance(item, dict):
+        raise ConfigError(path, "must be a mapping", f"operators[{i}]")
+    unknown = sorted(set(item) - _OPERATOR_KEYS)
+    if unknown:
+        raise ConfigError(path, f"unknown field(s) {', '.join(unknown)}", f"{where}{unknown[0]}")
+    name = _require(item, "name", path, where)
+    if not _NAME_RE.match(name):
+        raise ConfigError(path, f"{name!r} is not a valid name (letters, digits, _ . -)", f"{where}name")
+    file = _require(item, "file", path, where)
+    if Path(file).is_absolute() or ".." in Path(file).parts:
+        raise ConfigError(path, "must be a path inside the repository", f"{where}file")
+    entry = _require(item, "entry", path, where)
+    if not entry.isidentifier():
+        raise ConfigError(path, f"{entry!r} is not a Python function name", f"{where}entry")
+    harness = (harness_root / _require(item, "harness", path, where)).resolve()
+    min_speedup = _optional(item, "min_speedup", path, where, (int, float), DEFAULT_MIN_SPEEDUP)
+    return Operator(
+        name=name, file=file, entry=entry, harness=harness,
+        test=_optional(item, "test", path, where, str),
+        benchmark=_optional(item, "benchmark", path, where, str),
+        min_speedup=float(min_speedup),
+        checked=_optional(item, "checked", path, where, str),
+        source=source,
+    )
 
 
 def load_target(path: str | os.PathLike) -> Target:
@@ -194,6 +223,7 @@ def load_target(path: str | os.PathLike) -> Target:
         stubs[str(mod)] = (path.parent / rel).resolve()
     max_open = _optional(data, "max_open_prs", path, "", int, DEFAULT_MAX_OPEN_PRS)
     budget = _optional(data, "budget_minutes", path, "", (int, float))
+    broken: dict[str, ConfigError] = {}
     target = Target(
         path=path, repo=repo,
         base=_optional(data, "base", path, "", str, "main"),
@@ -201,11 +231,12 @@ def load_target(path: str | os.PathLike) -> Target:
         fork=fork,
         setup=_optional(data, "setup", path, "", str),
         labels=labels,
-        operators=parse_operators(data.get("operators"), path, path.parent, "yaml"),
+        operators=parse_operators(data.get("operators"), path, path.parent, "yaml", broken),
         checked=_optional(data, "checked", path, "", (str, int, float)),
         stubs=stubs,
         max_open_prs=max_open,
         budget_minutes=float(budget) if budget is not None else None,
+        broken=broken,
     )
     if target.checked is not None:
         target.checked = str(target.checked)
@@ -222,8 +253,13 @@ def merge_repo_operators(target: Target, repo_yaml: Path, data: dict | None = No
     unknown = sorted(set(data) - {"operators"})
     if unknown:
         raise ConfigError(repo_yaml, f"unknown field(s) {', '.join(unknown)} (only operators)", unknown[0])
-    ops = parse_operators(data.get("operators"), repo_yaml, repo_yaml.parent, ".kernelsmith.yml")
-    known = {o.name for o in target.operators}
+    broken: dict[str, ConfigError] = {}
+    ops = parse_operators(data.get("operators"), repo_yaml, repo_yaml.parent, ".kernelsmith.yml", broken)
+    known = {o.name for o in target.operators} | set(target.broken)
+    for name, e in broken.items():
+        if name in known:
+            raise ConfigError(repo_yaml, f"operator {name!r} is also defined in {target.path}", e.field)
+    target.broken = {**target.broken, **broken}
     for i, op in enumerate(ops):
         if op.name in known:
             raise ConfigError(repo_yaml, f"operator {op.name!r} is also defined in {target.path}",

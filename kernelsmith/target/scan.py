@@ -17,8 +17,10 @@ from pathlib import Path
 from .. import gitsafe
 from ..errors import ConfigError
 from ..pysource import parse, reachable
+from ..reproduce import harness_line
 from .checkout import Checkout, git_dir_for, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
+from .harness_static import check_harness_static
 from .state import entry as state_entry
 from .state import source_hash, staleness
 
@@ -73,6 +75,9 @@ class ScanResult:
     hotspots: list[Hotspot]
     warnings: list[str] = field(default_factory=list)
     sandbox: dict | None = None  # how harnesses were imported (None: --static, none was)
+    # TARGET, `--checkout DIR` and `--targets DIR` as suggested commands repeat them (keys target,
+    # checkout, targets; default: the target's name alone)
+    where: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -93,18 +98,21 @@ class ScanResult:
     def suggestions(self) -> list[str]:
         """How to give a harness to each operator without one and each uncovered hotspot mark."""
         out = []
-        t = self.target
+        where = {"target": self.target, **self.where}
+
+        def cmd(action: str, op: str) -> str:
+            # The target and `--checkout` as this scan was given them: the line works when pasted.
+            return "`" + harness_line(action, op, **where) + "`"
+
         for op in self.operators:
             if not Path(op.harness).exists():
-                out.append(f"{op.name} has no harness file yet: `kernelsmith harness new {t} {op.name}` "
-                           f"writes a skeleton to {op.harness}, then `kernelsmith harness check {t} "
-                           f"{op.name}`")
+                out.append(f"{op.name} has no harness file yet: {cmd('new', op.name)} "
+                           f"writes a skeleton to {op.harness}, then {cmd('check', op.name)}")
         for h in self.hotspots:
             if h.operator is None:
                 out.append(f"{h.function} ({h.file}:{h.line}) needs a harness: add an operator to the target "
                            f"(file: {h.file}, entry: the Python function that runs it, harness: a path), "
-                           f"then `kernelsmith harness new {t} NAME` and "
-                           f"`kernelsmith harness check {t} NAME`")
+                           f"then {cmd('new', 'NAME')} and {cmd('check', 'NAME')}")
         return out
 
 
@@ -138,7 +146,7 @@ def with_repo_operators(target: Target, co: Checkout) -> Target:
     """A copy of `target` plus the operators of the repo's `.kernelsmith.yml` (clash: ConfigError)."""
     text, _ = read_repo_config(target, co)
     merged = copy.copy(target)
-    merged.operators = list(target.operators)
+    merged.operators, merged.broken = list(target.operators), dict(target.broken)
     if text is None:
         return merged
     where = Path(co.path) / REPO_CONFIG
@@ -212,26 +220,6 @@ def _has_entry(code: str, entry: str) -> bool:
     return False
 
 
-def check_harness_static(path: Path) -> None:
-    """The harness file's required names, read from its syntax tree without running it (ConfigError)."""
-    try:
-        tree = parse(Path(path).read_text(), filename=str(path))
-    except FileNotFoundError:
-        raise ConfigError(path, "harness file not found") from None
-    except SyntaxError as e:
-        raise ConfigError(path, f"syntax error at line {e.lineno}: {e.msg}") from None
-    defined = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined.update(t.id for t in targets if isinstance(t, ast.Name))
-    for name in ("SHAPES", "make_inputs", "reference"):
-        if name not in defined:
-            raise ConfigError(path, "missing (checked without importing the harness)", name)
-
-
 def harness_problems(ops: list[Operator], root: Path, static: bool = False) -> list[str | None]:
     """Per operator, what is wrong with its harness (None: nothing): read from its syntax tree
     (`static`, runs no target code), else imported in a sandboxed child of its own (a crash or a
@@ -290,10 +278,17 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict,
     )
 
 
-def scan_target(target: Target, co: Checkout, state: dict, static: bool = False) -> ScanResult:
+def _source_of(e: ConfigError, target: Target) -> str:
+    """"yaml" or ".kernelsmith.yml": which file an operator's error is about."""
+    return "yaml" if Path(e.file) == target.path else REPO_CONFIG
+
+
+def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
+                where: dict | None = None) -> ScanResult:
     """Operators (yaml + `.kernelsmith.yml`), their status and the hotspot marks of a checkout.
 
-    `static`: harnesses are checked without being imported (see operator_status)."""
+    `static`: harnesses are checked without being imported (see operator_status). `where`: the
+    TARGET argument, `--checkout DIR` and `--targets DIR` the suggested commands repeat."""
     merged = with_repo_operators(target, co)
     root = Path(co.path)
     found = harness_problems(merged.operators, root, static)
@@ -308,8 +303,12 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False)
                 covered.setdefault((op.file, fn), op.name)
     hotspots = [Hotspot(file=f, line=ln, function=fn, operator=covered.get((f, fn)))
                 for f, ln, fn in find_hotspots(root, warnings)]
+    # Operators the loader could not take are listed with their error; the others are scanned.
+    ops += [OperatorStatus(name=name, source=_source_of(e, merged), file="", entry="", harness="",
+                           harness_ok=False, source_hash=None, stale=False, stale_reason="not loaded",
+                           problems=[str(e)]) for name, e in merged.broken.items()]
     from .. import sandbox
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,
-                      sandbox=None if static else sandbox.summary())
+                      sandbox=None if static else sandbox.summary(), where=dict(where or {}))

@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from .config import Operator, Target, load_target, resolve_target
 from .facts import HarnessFacts
 from .harness import Harness, load_harness
+from .harness_static import check_harness_static
 
 HARNESS_MODES = ("import", "facts", None)
 
@@ -54,6 +55,9 @@ def make_task(target: Target, op_name: str, root: Path, base_sha: str,
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op.name}.file")
     code = file_path.read_text()
     root = Path(root).resolve()
+    # What can be known without running harness code, before any child starts: one line naming
+    # the harness file, never a traceback from the referee's worker.
+    check_harness_static(op.harness, f"operators.{op.name}.harness in {target.path}")
     if harness == "facts":
         from ..harnessfacts import gather
 

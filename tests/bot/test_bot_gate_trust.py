@@ -38,12 +38,13 @@ def test_an_issue_by_someone_else_with_the_dashboard_title_is_ignored(gh, tmp_pa
 
 
 def test_the_permission_is_asked_before_anything_is_written(gh, tmp_path, monkeypatch):
-    comment(gh, tmp_path, monkeypatch, "reader", "/kernelsmith optimize rms_norm")
+    # For a permitted user (a read user gets nothing written at all: the test below).
+    comment(gh, tmp_path, monkeypatch, "maintainer", "/kernelsmith help")
     gh.state.requests.clear()
     code, engine = run_bot(gh, tmp_path)
     assert code == 0 and engine.calls == []
     reqs = gh.state.requests
-    asked = next(i for i, r in enumerate(reqs) if r[1].endswith("/collaborators/reader/permission"))
+    asked = next(i for i, r in enumerate(reqs) if r[1].endswith("/collaborators/maintainer/permission"))
     first_write = next(i for i, r in enumerate(reqs) if r[0] not in ("GET", "HEAD"))
     assert asked < first_write
 
@@ -89,5 +90,29 @@ def test_names_with_a_trailing_newline_do_not_pass(tmp_path):
     with pytest.raises(ConfigError, match="owner/name"):
         load_target(yaml)
     yaml.write_text('repo: a/b\noperators:\n  - {name: "op\\n", file: k.py, entry: f, harness: h.py}\n')
-    with pytest.raises(ConfigError, match="not a valid name"):
-        load_target(yaml)
+    # The file loads (its other operators would be served); that operator is never one of them.
+    t = load_target(yaml)
+    assert t.operators == [] and "not a valid name" in str(t.broken["operators[0]"])
+    with pytest.raises(ConfigError):
+        t.operator("op\n")
+
+
+@pytest.mark.parametrize("body", ["/kernelsmith optimize rms_norm", "/kernelsmith rebase",
+                                  "/kernelsmith ignore rms_norm", "/kernelsmith help"])
+@pytest.mark.parametrize("stage", ["all", "gate"])
+def test_a_read_user_gets_no_reaction_no_reply_and_no_work(gh, tmp_path, monkeypatch, body, stage):
+    # `kernelsmith-bot run` on an issue_comment outside Actions (no workflow step checked the
+    # permission first): the bot itself writes nothing for the user, not even a reaction.
+    c = comment(gh, tmp_path, monkeypatch, "reader", body)
+    gh.state.requests.clear()
+    if stage == "all":
+        code, engine = run_bot(gh, tmp_path)
+        assert engine.calls == []
+    else:
+        code = main(["run", "--stage", "gate", "--runs", str(tmp_path / "runs")])
+        out = (tmp_path / "output.txt").read_text().split("\n")
+        assert out[0].startswith("work<<") and out[1] == "[]" and out[4] == "0"
+    assert code == 0
+    assert gh.state.writes() == []
+    assert c["reactions"] == [] and replies(gh, c) == []
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

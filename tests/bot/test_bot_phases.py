@@ -76,3 +76,32 @@ def test_the_cli_publishes_through_the_publish_phase(gh, tmp_path, monkeypatch):
     assert state["pr"]["number"] == pr["number"] and state["run_dir"] == str(run)
     (dash,) = [i for i in gh.repo.issues.values() if i["title"] == TITLE]
     assert read_block(dash["body"])["operators"]["demo/rms_norm"]["pr"]["number"] == pr["number"]
+
+
+def test_work_item_slugs_are_one_per_target_and_operator():
+    from bot.work import WorkItem, from_json, to_json
+
+    a, b = WorkItem("demo", "x-rms_norm"), WorkItem("demo-x", "rms_norm")
+    assert a.slug != b.slug
+    assert WorkItem("demo", "rms_norm").slug == "demo-rms_norm"   # the common case reads as before
+    names = [("a", "b-c"), ("a-b", "c"), ("a-", "b"), ("a", "-b"), ("a--b", "c"), ("a-", "-b-c"),
+             ("a.b", "c"), ("a", "b.c"), ("a-b-c", "d"), ("a", "b-c-d")]
+    slugs = [WorkItem(t, o).slug for t, o in names if not o.startswith("-")]
+    assert len(set(slugs)) == len(slugs)
+    items = from_json(to_json([a, b]))
+    assert [(i.target, i.op) for i in items] == [("demo", "x-rms_norm"), ("demo-x", "rms_norm")]
+    assert [d["slug"] for d in json.loads(to_json([a, b]))] == [a.slug, b.slug]
+    # A forged slug in the work list is never used: it is derived again.
+    forged = json.dumps([{"target": "demo", "op": "rms_norm", "slug": "../elsewhere"}])
+    assert from_json(forged)[0].slug == "demo-rms_norm"
+
+
+def test_publishing_an_operator_the_loader_could_not_take_gives_its_own_error(tmp_path):
+    from bot.pullrequest import PublishError, publish_spec
+
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n"
+                                     " - {name: good, file: k.py, entry: k, harness: h.py}\n"
+                                     " - {name: bad, file: k.py, entry: k}\n")
+    assert publish_spec("t", "good", str(tmp_path)).file == "k.py"
+    with pytest.raises(PublishError, match=r"operators\[1\]\.harness: missing required field"):
+        publish_spec("t", "bad", str(tmp_path))

@@ -79,7 +79,7 @@ def test_gpu_job_holds_no_credentials_and_publish_runs_no_target_code(wf):
     jobs = wf["jobs"]
     opt = jobs["optimize"]
     assert opt["runs-on"] == ["self-hosted", "gpu"] and opt["needs"] == "gate"
-    assert "matrix.op" in opt["concurrency"]["group"] and "matrix.target" in opt["concurrency"]["group"]
+    assert opt["concurrency"]["group"] == "kernelsmith-${{ matrix.slug }}"
     opt_text = yaml.safe_dump(opt)
     for secret in ("KERNELSMITH_TOKEN", "KERNELSMITH_APP", "github.token", "GITHUB_TOKEN"):
         assert secret not in opt_text
@@ -163,3 +163,17 @@ def test_the_gpu_job_runs_in_a_fresh_container_and_uploads_plain_files(wf):
     step = next(s for s in pub["steps"] if "kernelsmith-bot run" in s.get("run", ""))
     # The work list is the gate's decision, never the artifact's.
     assert step["env"]["KERNELSMITH_WORK"] == "${{ needs.gate.outputs.work }}"
+
+
+def test_run_directories_and_artifacts_are_named_by_the_gates_slug(wf):
+    # `runs/$TARGET-$OP` collided (`demo` + `x-rms_norm` = `demo-x` + `rms_norm`); the gate's
+    # unambiguous slug names the run directory, the staged copy and the artifact publish reads.
+    steps = wf["jobs"]["optimize"]["steps"]
+    text = yaml.safe_dump(steps)
+    assert "$TARGET-$OP" not in text and "matrix.target }}-" not in text
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["name"] == "${{ matrix.slug }}"
+    assert upload["with"]["path"] == "staged/${{ matrix.slug }}"
+    for s in steps:
+        if "$SLUG" in s.get("run", ""):
+            assert s["env"]["SLUG"] == "${{ matrix.slug }}", s.get("name")

@@ -22,6 +22,10 @@ pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox
 SPY_ENDING = 'raise RuntimeError("\\x1b[31m " + " ".join(seen))\n'
 CRASH = "import ctypes\nctypes.string_at(0)  # a segfault at import\n"
 HANG = "import time\ntime.sleep(3600)\n"
+# The names every harness defines, so the syntax-tree check before any child starts lets these
+# through: what they do at import is for the sandbox to contain.
+NAMES = ("SHAPES = []\n\n\ndef make_inputs(shape, device, seed):\n    return {}\n\n\n"
+         "def reference(**k):\n    return None\n\n\n")
 
 
 
@@ -35,8 +39,8 @@ def _target(tmp_path: Path, port: int, monkeypatch,
     shutil.copytree(ROOT / "examples" / "miniserve", src)
     outside = [str(tmp_path / "pwned.txt"), str(src / "pwned.txt")]
     spy = spy_harness(outside, list(SECRETS.values()), port, SPY_ENDING)
-    harnesses = {"good": (ROOT / "targets" / "demo" / "rms_norm.py").read_text(), "spy": spy,
-                 "crash": CRASH, "hang": HANG}
+    harnesses = {"good": (ROOT / "targets" / "demo" / "rms_norm.py").read_text(), "spy": NAMES + spy,
+                 "crash": NAMES + CRASH, "hang": NAMES + HANG}
     ops = ""
     for name in names:
         text = harnesses[name]

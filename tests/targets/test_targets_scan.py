@@ -168,11 +168,12 @@ def test_scan_suggests_harness_new_for_marks_and_operators_without_one(tmp_path,
     yaml_path = make_target(tmp_path, fixture_repo)
     code, doc = _scan_json(capsys, str(yaml_path))
     tips = doc["suggestions"]
-    assert any(t.startswith("unharnessed (eng/extra.py:") and "`kernelsmith harness new fix NAME`" in t
-               for t in tips)
+    # The TARGET as it was given (a path here: the name would not resolve from this folder).
+    new = f"`kernelsmith harness new {yaml_path} NAME`"
+    assert any(t.startswith("unharnessed (eng/extra.py:") and new in t for t in tips)
     (tmp_path / "targets" / "fix" / "scale.py").unlink()
     code, doc = _scan_json(capsys, str(yaml_path))
     assert code == 2
-    assert any("`kernelsmith harness new fix scale`" in t for t in doc["suggestions"])
+    assert any(f"`kernelsmith harness new {yaml_path} scale`" in t for t in doc["suggestions"])
     assert main(["scan", str(yaml_path)]) == 2
     assert "suggest:" in capsys.readouterr().out
