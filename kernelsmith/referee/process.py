@@ -11,10 +11,11 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
+
+from ..pycmd import module_argv
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
@@ -41,8 +42,8 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        argv = [sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
-                *(["--pidns"] if self.pidns else [])]
+        argv = module_argv("kernelsmith.referee.zygote", str(child_sock.fileno()),
+                           *(["--pidns"] if self.pidns else []))
         cmd, env = sandboxed_command(argv, env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -182,7 +183,7 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
+            cmd, env = sandboxed_command(module_argv("kernelsmith.referee.worker"), env, cwd)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                          env=env, cwd=str(cwd), start_new_session=True)

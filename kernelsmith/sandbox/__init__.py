@@ -173,8 +173,9 @@ def wrap(argv: list[str], profile: str, *, env: dict, writable=(), scratch: Path
     if not enabled():
         return list(argv), env
     require()
+    keep = sorted({*limits.keep_paths(env, argv), *map(str, readable)})
     spec = {"profile": profile, "writable": sorted({str(p.resolve()) for p in rw}), "hide": secret_files(),
-            "cover": limits.cover(profile), "keep": sorted({*limits.keep_paths(env), *map(str, readable)}),
+            "cover": limits.cover(profile), "keep": keep,
             "unix_sockets": limits.unix_sockets(profile),
             "memory_bytes": limits.candidate_memory_bytes() if profile == "candidate" else None}
     return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), *argv], env

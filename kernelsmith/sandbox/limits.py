@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 
 from ..errors import ConfigError
@@ -18,6 +19,9 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*\Z", re.I)
 # Folders where sockets of the host's services live (Docker, D-Bus, systemd, Ray, X11, tmux):
 # emptied in every profile; /tmp also where Unix sockets stay allowed (see unix_sockets).
 RUNTIME_FOLDERS = ("/run", "/var/run")
+# An absolute path inside a command line (a shell command, a JSON spec): up to a quote, space or
+# shell operator.
+_PATH_IN_TEXT = re.compile(r"(?<![\w.~-])(/[^\s'\"`;|&<>(){}$,]+)")
 
 
 def parse_size(text: str) -> int | None:
@@ -39,7 +43,8 @@ def candidate_memory_bytes(env: dict[str, str] | None = None) -> int | None:
     try:
         cap = parse_size(value)
     except ValueError:
-        raise ConfigError(f"${MEMORY_ENV}", f"{value[:40]!r} is not a size such as 16G, 512M or none") from None
+        raise ConfigError(f"${MEMORY_ENV}", f"{value[:40]!r} is not a size such as 16G, 512M or none") \
+            from None
     if cap is not None and cap < 256 << 20:
         raise ConfigError(f"${MEMORY_ENV}", f"{value[:40]!r} is below 256M, too little for a worker "
                           "to import torch")
@@ -63,11 +68,13 @@ def cover(profile: str) -> list[str]:
     return [*RUNTIME_FOLDERS, *(["/tmp"] if profile in ("tests", "setup") else [])]
 
 
-def keep_paths(env: dict[str, str]) -> list[str]:
-    """Paths a command's environment names that must stay visible if they lie in an emptied
-    folder: the Python in use, PATH's entries (a bin folder with its environment), VIRTUAL_ENV,
-    PYTHONPATH, HOME and the target's folder."""
+def keep_paths(env: dict[str, str], argv: list[str] = ()) -> list[str]:
+    """Paths that must stay visible if they lie in an emptied folder: those the command line names
+    (that exist), the Python in use, PATH's entries (a bin folder with its environment),
+    VIRTUAL_ENV, PYTHONPATH, HOME and the target's folder."""
     out = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]
+    for arg in argv:
+        out += _PATH_IN_TEXT.findall(arg)
     for name in ("PATH", "PYTHONPATH"):
         for entry in env.get(name, "").split(os.pathsep):
             if entry.startswith("/"):
@@ -75,4 +82,12 @@ def keep_paths(env: dict[str, str]) -> list[str]:
     for name in ("VIRTUAL_ENV", "HOME", "KERNELSMITH_TARGET_DIR"):
         if env.get(name, "").startswith("/"):
             out.append(env[name])
-    return sorted({p for p in out if p and p != "/" and os.path.exists(p)})
+    return sorted({p for p in out if p and p != "/" and os.path.exists(p) and not _is_socket(p)})
+
+
+def _is_socket(path: str) -> bool:
+    """A socket is never kept, even where a command names it."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False

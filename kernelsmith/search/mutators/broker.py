@@ -55,12 +55,13 @@ class Broker:
     """The parent's handle: one request at a time, answers matched by request id."""
 
     def __init__(self, base_url: str | None, api_key: str | None):
+        from ...pycmd import module_argv, python_path
         from ...sandbox import scrubbed_env
 
         env = scrubbed_env()
         pkg_parent = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "kernelsmith.search.mutators.broker"],
+        env["PYTHONPATH"] = python_path(pkg_parent, env.get("PYTHONPATH"))
+        self.proc = subprocess.Popen(module_argv("kernelsmith.search.mutators.broker"),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      start_new_session=True)
         self._send({"base_url": base_url, "api_key": api_key})
