@@ -19,6 +19,7 @@ from ..pycmd import module_argv
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
+from ..sandbox.launch import signal_name
 from .child import kill_group, sandboxed_command
 
 
@@ -247,14 +248,11 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             code = None
         if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
+            how = f"was killed by {signal_name(-code)}"
         else:
             how = f"exited with status {code}"
         self._drain.join(timeout=2)
-        return f"worker process {how}\n{self.log_tail()}"
+        return f"the judge (worker process {self.proc.pid}) {how}\n{self.log_tail()}"
 
     def kill(self) -> None:
         """Kill the worker's whole process group (anything it started dies with it)."""
