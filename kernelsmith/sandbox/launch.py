@@ -2,15 +2,17 @@
 
 It runs COMMAND in new user, mount, PID and network namespaces:
   L (this process, outside): unshare(user|mount|net|pid), map root to the caller's uid, fork;
-  C (pid 1 inside, root of the new user namespace): every mount read-only except the spec's
+  C (pid 1 inside, root of the new user namespace): the spec's `cover` folders (/run, ...)
+    emptied (an empty tmpfs, its `keep` paths bound back), every mount read-only except the spec's
     writable folders, a private /dev/shm, credential files hidden, a fresh /proc (no process
     outside is visible, so no ancestor's environ can be read), loopback up; then C drops into a
     nested user namespace (no capability over those mounts any more, so they cannot be undone),
-    sets no_new_privs, and forks
+    sets no_new_privs, the memory cap (`memory_bytes`) and, unless `unix_sockets`, the seccomp
+    filter (seccomp.py), and forks
   T: the command.
 C exits when T exits, and the kernel then kills every process left in the namespace (a
 double-forked one too); C dies with L (PR_SET_PDEATHSIG), and L kills C when its own parent
-goes. L reproduces T's exit status (a signal as the same signal).
+goes. L reproduces T's exit status (a signal as the same signal, with a line on stderr naming it).
 With SPEC_JSON {"probe": true} it builds the sandbox, runs nothing and reports "ok".
 """
 
