@@ -1,14 +1,18 @@
-"""A seccomp filter that leaves sandboxed code no Unix socket of its own (standard library only:
-launch.py loads this file by path).
+"""A seccomp filter that leaves sandboxed code no Unix socket that could reach a listener outside
+(standard library only: launch.py loads this file by path).
 
 A network namespace does not cover sockets on the file system, and a read-only mount does not
-stop connect(2): any process that can create an AF_UNIX socket can talk to every listener whose
-path it can see (Docker's, Ray's raylet, D-Bus, tmux, an ssh agent). So socket(AF_UNIX, ...)
-fails with EPERM. socketpair(2) stays allowed (the referee's judge/runner channel and the fd the
-zygote is handed are pairs, already connected, which connect(2) cannot re-aim), except datagram
-pairs, whose sendto(2) could still name a socket by path. io_uring_setup(2) is refused because
-io_uring's own socket and connect operations bypass seccomp. A system call of another ABI (i386
-or x32 on x86-64, arm32 on arm64) kills the process: its numbers differ and would slip past.
+stop connect(2): any process that can create an AF_UNIX stream socket can talk to every listener
+whose path it can see (Docker's, Ray's raylet, D-Bus, tmux, an ssh agent, X11: all SOCK_STREAM).
+So socket(AF_UNIX, ...) fails with EPERM, except SOCK_SEQPACKET: the CUDA driver listens on an
+abstract SEQPACKET socket ("@cuda-uvmfd-<netns>-<pid>@", per network namespace) that its IPC peers
+connect to (CUDA fails to initialise without it, measured on an H100), and a SEQPACKET socket can
+connect only to a SEQPACKET listener (EPROTOTYPE otherwise). socketpair(2) stays allowed (the
+referee's judge/runner channel and the fd the zygote is handed are pairs, already connected, which
+connect(2) cannot re-aim), except datagram pairs, whose sendto(2) could still name a socket by
+path. io_uring_setup(2) is refused because io_uring's own socket and connect operations bypass
+seccomp. A system call of another ABI (i386 or x32 on x86-64, arm32 on arm64) kills the process:
+its numbers differ and would slip past.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64 = 0xC000003E, 0xC00000B7
 X32_SYSCALL_BIT = 0x40000000
-AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
+AF_UNIX, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_TYPE_MASK = 1, 2, 5, 0xF
 # machine -> (audit arch, socket, socketpair, io_uring_setup)
 ARCHES = {"x86_64": (AUDIT_ARCH_X86_64, 41, 53, 425), "aarch64": (AUDIT_ARCH_AARCH64, 198, 199, 425)}
 ARCHES["amd64"], ARCHES["arm64"] = ARCHES["x86_64"], ARCHES["aarch64"]
@@ -74,7 +78,10 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
         (JEQ_K, "deny", "allow", nr_uring),
         "socket:",
         (LD_W_ABS, None, None, _arg(0)),
-        (JEQ_K, "deny", "allow", AF_UNIX),
+        (JEQ_K, None, "allow", AF_UNIX),
+        (LD_W_ABS, None, None, _arg(1)),
+        (AND_K, None, None, SOCK_TYPE_MASK),
+        (JEQ_K, "allow", "deny", SOCK_SEQPACKET),  # CUDA's own (see the module's docstring)
         "pair:",
         (LD_W_ABS, None, None, _arg(0)),
         (JEQ_K, None, "allow", AF_UNIX),

@@ -33,8 +33,8 @@ def attempt(key, fn):
         out[key] = "ok"
     except OSError as e:
         out[key] = errno.errorcode.get(e.errno, str(e.errno))
-def stream(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def stream(path, kind=socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_UNIX, kind)
     s.settimeout(2)
     s.connect(path)
     s.sendall(b"hello from the sandbox")
@@ -51,6 +51,7 @@ def own_pair():  # what the referee's channels use must still work
 streams, dgram, abstract = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 for name, path in streams.items():
     attempt("stream:" + name, lambda: stream(path))
+    attempt("seqpacket:" + name, lambda: stream(path, socket.SOCK_SEQPACKET))  # CUDA's kind: allowed
     attempt("reaim:" + name, lambda: reaim_pair(path))
 attempt("dgram_socket", lambda: dgram_socket(dgram))
 attempt("dgram_pair", lambda: dgram_pair(dgram))
@@ -121,6 +122,8 @@ def test_no_unix_socket_can_be_made_in_the_profiles_that_need_none(profile, tmp_
     out = _probe(profile, tmp_path, listeners, listeners.streams)
     for name in listeners.streams:  # wherever the listener is: no socket to connect with
         assert out["stream:" + name] == "EPERM", out
+        # The one kind left (the CUDA driver's IPC needs it) cannot connect to a stream listener.
+        assert out["seqpacket:" + name] in ("EPROTOTYPE", "ENOENT"), out
         assert out["reaim:" + name] in ("EISCONN", "ENOENT"), out  # ENOENT: /tmp and /run are empty
     assert out["dgram_socket"] == "EPERM" and out["dgram_pair"] == "EPERM", out
     assert out["abstract"] == "EPERM", out
@@ -135,7 +138,7 @@ def test_upstream_tests_keep_unix_sockets_but_see_no_listener_in_tmp_or_run(tmp_
     covered = {k: v for k, v in listeners.streams.items() if k != "elsewhere"}
     out = _probe("tests", tmp_path, listeners, covered)
     for name in covered:
-        assert out["stream:" + name] == "ENOENT", out
+        assert out["stream:" + name] == "ENOENT" and out["seqpacket:" + name] == "ENOENT", out
     assert out["dgram_socket"] == "ENOENT" and out["dgram_pair"] == "ENOENT", out
     assert out["abstract"] == "ECONNREFUSED", out
     assert out["own_pair"] == "ok", out
@@ -165,14 +168,15 @@ import json as _json, os as _os, socket as _socket
 def _knock():
     seen = {}
     for path in _os.environ["KS_SOCKETS"].split(_os.pathsep):
-        try:
-            s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-            s.settimeout(2)
-            s.connect(path)
-            s.sendall(b"POST /containers/create HTTP/1.1\\r\\n\\r\\n")
-            seen[path] = "connected"
-        except OSError as e:
-            seen[path] = e.errno
+        for kind in (_socket.SOCK_STREAM, _socket.SOCK_SEQPACKET):
+            try:
+                s = _socket.socket(_socket.AF_UNIX, kind)
+                s.settimeout(2)
+                s.connect(path)
+                s.sendall(b"POST /containers/create HTTP/1.1\\r\\n\\r\\n")
+                seen[path + ":" + str(int(kind))] = "connected"
+            except OSError as e:
+                seen[path + ":" + str(int(kind))] = e.errno
     with open(_os.path.join(_os.environ["TMPDIR"], "knock.json"), "w") as f:
         _json.dump(seen, f)
 _knock()
@@ -193,6 +197,8 @@ def test_a_candidate_cannot_reach_a_listener_outside(tmp_path, listeners, monkey
         verdict = ref.evaluate(code, candidate_id=3, timing="none")
     assert verdict.correct, verdict.feedback()  # the attack ran inside and the kernel still worked
     knocked = json.loads((work / "tmp" / "knock.json").read_text())
-    assert set(knocked) == set(listeners.streams.values())
-    assert set(knocked.values()) == {errno.EPERM}, knocked
+    assert {k.rsplit(":", 1)[0] for k in knocked} == set(listeners.streams.values())
+    by_kind = {kind: {v for k, v in knocked.items() if k.endswith(f":{int(kind)}")}
+               for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET)}
+    assert by_kind == {socket.SOCK_STREAM: {errno.EPERM}, socket.SOCK_SEQPACKET: {errno.EPROTOTYPE}}, knocked
     assert listeners.saw() == []
