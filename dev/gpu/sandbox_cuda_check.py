@@ -1,5 +1,7 @@
 """GPU check for the sandbox's seccomp filter and memory cap: CUDA, cuBLAS and a Triton kernel
-inside the candidate profile, and each step's VmData (what RLIMIT_DATA counts)."""
+inside the candidate profile, and each step's VmData (what RLIMIT_DATA counts). Run on the GPU
+machine from the repository root: `python dev/gpu/sandbox_cuda_check.py` (each run must end "ok").
+The same BPF program and cap were checked there standalone; this runs them through launch.py."""
 
 import os
 import re
