@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernelsmith.pycmd import module_argv
+
 from .gitops import scrubbed
 
 
@@ -30,7 +32,7 @@ class Engine:
         self.log = log or (lambda text: print(text, file=sys.stderr))
 
     def _run(self, args: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "kernelsmith", "--targets", str(self.targets_dir), *args]
+        cmd = module_argv("kernelsmith", "--targets", str(self.targets_dir), *args)
         self.log("$ " + shlex.join(cmd[1:]))
         # Output streams to the job log; only scan's JSON is captured.
         return subprocess.run(cmd, env=scrubbed(), stdin=subprocess.DEVNULL, timeout=timeout,

@@ -16,13 +16,13 @@ import re
 import selectors
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import ConfigError
+from .pycmd import module_argv, python_path
 from .scratch import remove_tree
 
 LOAD_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine
@@ -98,7 +98,7 @@ def _env(device: str | None) -> dict[str, str]:
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
     pkg_parent = str(Path(__file__).resolve().parents[1])  # this kernelsmith, not an installed one
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = python_path(pkg_parent, env.get("PYTHONPATH"))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
@@ -120,7 +120,7 @@ def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str |
 
     scratch = Path(tempfile.mkdtemp(prefix="kernelsmith-harness-"))
     try:
-        argv, env = wrap([sys.executable, "-m", module, json.dumps(spec)], "harness",
+        argv, env = wrap(module_argv(module, json.dumps(spec)), "harness",
                          env=_env(device), scratch=scratch)
         proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..pycmd import module_argv, python_path
 from ..sandbox import wrap
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -23,7 +24,7 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 def child_env(env: dict[str, str]) -> dict[str, str]:
     """`env` with this package first on PYTHONPATH and unbuffered output (a child's log is read live)."""
     env = dict(env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = python_path(PACKAGE_PARENT, env.get("PYTHONPATH"))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -34,8 +35,8 @@ def sandboxed_command(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[
 
 
 def spawn(module: str, args: list[str], env: dict[str, str], cwd: Path, **popen) -> subprocess.Popen:
-    """`python -m module args...` in the candidate sandbox, in a session (process group) of its own."""
-    cmd, env = sandboxed_command([sys.executable, "-m", module, *args], env, Path(cwd))
+    """`python -P -m module args...` in the candidate sandbox, in a session (process group) of its own."""
+    cmd, env = sandboxed_command(module_argv(module, *args), env, Path(cwd))
     return subprocess.Popen(cmd, env=env, cwd=str(cwd), start_new_session=True, **popen)
 
 

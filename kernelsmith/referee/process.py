@@ -11,13 +11,15 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+from ..pycmd import module_argv
+
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
 from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
+from ..sandbox.launch import signal_name
 from .child import kill_group, sandboxed_command
 
 
@@ -41,8 +43,8 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        argv = [sys.executable, "-m", "kernelsmith.referee.zygote", str(child_sock.fileno()),
-                *(["--pidns"] if self.pidns else [])]
+        argv = module_argv("kernelsmith.referee.zygote", str(child_sock.fileno()),
+                           *(["--pidns"] if self.pidns else []))
         cmd, env = sandboxed_command(argv, env, cwd)
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -182,7 +184,7 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd, env = sandboxed_command([sys.executable, "-m", "kernelsmith.referee.worker"], env, cwd)
+            cmd, env = sandboxed_command(module_argv("kernelsmith.referee.worker"), env, cwd)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                          env=env, cwd=str(cwd), start_new_session=True)
@@ -246,14 +248,11 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             code = None
         if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
+            how = f"was killed by {signal_name(-code)}"
         else:
             how = f"exited with status {code}"
         self._drain.join(timeout=2)
-        return f"worker process {how}\n{self.log_tail()}"
+        return f"the judge (worker process {self.proc.pid}) {how}\n{self.log_tail()}"
 
     def kill(self) -> None:
         """Kill the worker's whole process group (anything it started dies with it)."""

@@ -32,12 +32,33 @@ class Rejected(Exception):
         self.reason, self.message, self.error = reason, message, error
 
 
+def host_memory_refused(exc: BaseException) -> bool:
+    """Whether `exc` says the host refused memory (Python's and NumPy's MemoryError, torch's CPU
+    allocator); a CUDA out-of-memory error is not this."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+        "DefaultCPUAllocator: can't allocate memory" in text or "std::bad_alloc" in text))
+
+
+def host_memory_note() -> str:
+    """The out_of_memory message: this process's host memory cap, as the sandbox set it."""
+    import resource
+
+    from ..sandbox.limits import MEMORY_ENV, format_size
+
+    cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    if cap == resource.RLIM_INFINITY:
+        return "out of host memory (no cap was set: the machine itself ran out)"
+    return (f"out of host memory: the candidate's processes are capped at {format_size(cap)} each "
+            f"(RLIMIT_DATA; ${MEMORY_ENV} sets the cap)")
+
+
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """(violation, error text) for an exception raised by candidate code."""
     from .link_errors import CandidateError
 
     if isinstance(exc, CandidateError):  # raised in the runner, classified there
-        return (exc.name if exc.name in ("crash", "compile_error") else "crash"), exc.text
+        return (exc.name if exc.name in ("crash", "compile_error", "out_of_memory") else "crash"), exc.text
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     lines = text.strip().splitlines()
     text = "\n".join(lines[-40:])
@@ -47,6 +68,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         CompilationError = ()  # noqa: N806
     if isinstance(exc, CompilationError):
         return "compile_error", text
+    if host_memory_refused(exc):
+        return "out_of_memory", host_memory_note() + "\n" + text
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return "crash", "CUDA out of memory\n" + text
     return "crash", text

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 # Every named rejection (docs/design.md, Pinned details), in the order a verdict reports them first.
 REJECTIONS = (
-    "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "timeout", "protocol",
+    "malformed_proposal", "duplicate", "compile_error", "import_error", "crash", "out_of_memory", "timeout",
+    "protocol",
     "forged_timing",
     "tensor_subclass", "reference_call", "monkeypatch", "network_access", "file_access",
     "extra_threads", "extra_streams", "library_fallback", "no_kernel_launch", "cached_result",

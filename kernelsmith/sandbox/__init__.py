@@ -11,7 +11,10 @@ mount read-only except the profile's folders and a private scratch folder ($TMPD
 setup and harness also get private Triton and XDG cache folders there), a private /dev/shm, known credential
 files hidden, a fresh /proc that shows only the sandbox's own processes (no ancestor's environ),
 loopback only, no capability to undo any of it, and an environment without secrets. Every process
-started inside dies with the sandbox. /dev is kept, so GPUs stay usable.
+started inside dies with the sandbox. /dev is kept, so GPUs stay usable. No way out through the
+file system's sockets: /run and /var/run are empty (and /tmp for tests and setup), and every
+profile but tests cannot make a Unix socket (seccomp.py; tests keep them, limits.unix_sockets);
+the candidate profile's processes have a host memory cap (limits.py).
 
 Where the kernel cannot build it, `require()` refuses with the missing feature named, unless the
 command was given `--no-sandbox` (`disable()`), which its outputs then state (`summary()`).
@@ -28,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import KernelsmithError
+from . import limits
 from .environ import drop_secrets_from_environ, hide_environ, is_secret, scrubbed_env, secret_files
 
 __all__ = ["PROFILES", "SandboxUnavailable", "disable", "enabled", "require", "summary", "wrap", "probe",
@@ -142,12 +146,13 @@ def triton_cache_dir(env: dict) -> Path:
 
 
 def wrap(argv: list[str], profile: str, *, env: dict, writable=(), scratch: Path | None = None,
-         keep: tuple[str, ...] = ()) -> tuple[list[str], dict]:
+         keep: tuple[str, ...] = (), readable=()) -> tuple[list[str], dict]:
     """(argv, env) that run `argv` inside the sandbox `profile`; with the sandbox disabled, argv as
     it is and the same environment. The environment is scrubbed of secrets (`keep` names pass).
 
     `scratch`: a private writable folder, made $TMPDIR (and, for setup, tests and harness, the home
-    of their Triton and XDG caches, so those do not land in the user's own).
+    of their Triton and XDG caches, so those do not land in the user's own). `readable`: paths the
+    command reads that may lie in a folder the profile empties (limits.cover), kept visible.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown sandbox profile {profile!r}")
@@ -168,5 +173,9 @@ def wrap(argv: list[str], profile: str, *, env: dict, writable=(), scratch: Path
     if not enabled():
         return list(argv), env
     require()
-    spec = {"profile": profile, "writable": sorted({str(p.resolve()) for p in rw}), "hide": secret_files()}
+    keep = sorted({*limits.keep_paths(env, argv), *map(str, readable)})
+    spec = {"profile": profile, "writable": sorted({str(p.resolve()) for p in rw}), "hide": secret_files(),
+            "cover": limits.cover(profile), "keep": keep,
+            "unix_sockets": limits.unix_sockets(profile),
+            "memory_bytes": limits.candidate_memory_bytes() if profile == "candidate" else None}
     return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), *argv], env

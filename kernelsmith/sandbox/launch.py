@@ -2,15 +2,17 @@
 
 It runs COMMAND in new user, mount, PID and network namespaces:
   L (this process, outside): unshare(user|mount|net|pid), map root to the caller's uid, fork;
-  C (pid 1 inside, root of the new user namespace): every mount read-only except the spec's
+  C (pid 1 inside, root of the new user namespace): the spec's `cover` folders (/run, ...)
+    emptied (an empty tmpfs, its `keep` paths bound back), every mount read-only except the spec's
     writable folders, a private /dev/shm, credential files hidden, a fresh /proc (no process
     outside is visible, so no ancestor's environ can be read), loopback up; then C drops into a
     nested user namespace (no capability over those mounts any more, so they cannot be undone),
-    sets no_new_privs, and forks
+    sets no_new_privs, the memory cap (`memory_bytes`) and, unless `unix_sockets`, the seccomp
+    filter (seccomp.py), and forks
   T: the command.
 C exits when T exits, and the kernel then kills every process left in the namespace (a
 double-forked one too); C dies with L (PR_SET_PDEATHSIG), and L kills C when its own parent
-goes. L reproduces T's exit status (a signal as the same signal).
+goes. L reproduces T's exit status (a signal as the same signal, with a line on stderr naming it).
 With SPEC_JSON {"probe": true} it builds the sandbox, runs nothing and reports "ok".
 """
 
@@ -147,10 +149,43 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sh14x", b"lo", flags | iff_up))
 
 
+def _cover(top: str, keep: list[str]) -> None:
+    """An empty tmpfs over the folder `top` (what listens in it, Docker's or D-Bus's socket, is
+    gone), with the `keep` paths under it bound back in from descriptors opened before."""
+    kept = []
+    for k in sorted(keep, key=len):
+        if _under(k, top) and k != top and not any(_under(k, o) for o, _ in kept):
+            try:
+                kept.append((k, os.open(k, os.O_PATH | os.O_CLOEXEC)))
+            except OSError:
+                continue  # gone or unreachable: nothing to keep
+    _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for k, fd in kept:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(k, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(k), exist_ok=True)
+            os.close(os.open(k, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        _mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC)
+        os.close(fd)
+
+
+def hide_folders(spec: dict, writable: list[str]) -> None:
+    """Cover the spec's `cover` folders (resolved: /var/run is /run on most systems) with empty
+    tmpfs, keeping the writable folders, the cwd and the spec's `keep` paths under them."""
+    keep = sorted({os.path.realpath(k) for k in [*writable, os.getcwd(), *spec.get("keep", [])]})
+    for top in sorted({os.path.realpath(c) for c in spec.get("cover", [])}):
+        if not os.path.isdir(top) or top == "/" or any(_under(top, k) for k in keep):
+            continue  # a kept path at or above it: it cannot be covered without hiding that
+        _cover(top, keep)
+
+
 def build_mounts(spec: dict) -> None:
-    """In C: read-only everything, then the writable binds, scratch, hidden files and a fresh /proc."""
+    """In C: the covered folders emptied, read-only everything, then the writable binds, scratch,
+    hidden files and a fresh /proc."""
     writable = sorted({os.path.realpath(w) for w in spec.get("writable", []) if os.path.exists(w)}, key=len)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing here propagates back out
+    hide_folders(spec, writable)
     for w in writable:
         _mount(w, w, None, MS_BIND | MS_REC)
     _read_only_all(writable)
@@ -170,6 +205,29 @@ def build_mounts(spec: dict) -> None:
         _loopback_up()
     except OSError:
         pass  # no loopback inside: still no network
+
+
+def _sibling(name: str):
+    """A module next to this file, loaded by path (launch.py runs as a script under -I)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    found = importlib.util.spec_from_file_location(f"_kernelsmith_sandbox_{name}", path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def limit_memory(cap: int | None) -> None:
+    """RLIMIT_DATA (heap and private writable mappings; not the address space, which CUDA
+    reserves by the terabyte) for this process and everything it starts."""
+    if cap:
+        import resource
+
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (int(cap), int(cap)))
+        except (OSError, ValueError) as e:
+            raise SandboxSetupError(f"setrlimit(RLIMIT_DATA, {cap}): {e}") from None
 
 
 def _close_fds_except(keep: set[int]) -> None:
@@ -202,6 +260,9 @@ def _init(spec: dict, cmd: list[str], status_w: int, uid: int, gid: int) -> None
         map_ids(uid, 0, gid, 0)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         os.chdir(cwd)  # through the new mounts (the old cwd still named the writable lower mount)
+        limit_memory(spec.get("memory_bytes"))
+        if spec.get("unix_sockets") is False:
+            _sibling("seccomp").install()
     except (SandboxSetupError, OSError) as e:
         _report(status_w, f"error {e}")
         os._exit(1)
@@ -229,15 +290,40 @@ def _init(spec: dict, cmd: list[str], status_w: int, uid: int, gid: int) -> None
     os._exit(0)
 
 
-def _relay(status: str) -> None:
+def signal_name(sig: int) -> str:
+    """SIGKILL for 9; "signal N" for a number without a name."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _relay(status: str, what: str, err: int) -> None:
+    """Exit as the command did: an exit status as it is, a signal as the same signal (after one
+    line on stderr naming the process and the signal)."""
     kind, _, value = status.partition(" ")
-    if kind == "signal":
-        sig = int(value)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        time.sleep(1)
-        os._exit(128 + sig)
-    os._exit(int(value) if kind == "exit" else 125)
+    if kind != "signal":
+        os._exit(int(value) if kind == "exit" else 125)
+    sig = int(value)
+    _report(err, f"kernelsmith sandbox: {what} was killed by {signal_name(sig)}\n")
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught: no handler to reset
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), sig)
+    time.sleep(1)  # a signal whose default is to be ignored: the shell's convention instead
+    os._exit(128 + sig)
+
+
+def _shown(cmd: list[str]) -> str:
+    """The command in a message: its program and first arguments, cut short."""
+    text = " ".join(cmd[:4])
+    return repr(text if len(text) <= 120 else text[:117] + "...")
 
 
 def main(argv: list[str]) -> None:
@@ -270,7 +356,7 @@ def main(argv: list[str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
     while True:
-        pid, _ = os.waitpid(c, os.WNOHANG)
+        pid, c_status = os.waitpid(c, os.WNOHANG)
         if pid:
             break
         if os.getppid() != parent:  # our caller died: so does everything we started
@@ -280,7 +366,10 @@ def main(argv: list[str]) -> None:
     if status.startswith("error "):
         os.write(err, f"kernelsmith sandbox: {status}\n".encode())
         os._exit(125)
-    _relay(status or "signal 9")
+    if status:
+        _relay(status, f"the sandboxed command {_shown(cmd)}", err)
+    code = os.waitstatus_to_exitcode(c_status)  # the sandbox's init itself died before reporting
+    _relay(f"signal {-code}" if code < 0 else "signal 9", f"the sandbox's init process (pid {c})", err)
 
 
 def fork_into_pid_namespace() -> None:
@@ -299,10 +388,11 @@ def fork_into_pid_namespace() -> None:
         except SandboxSetupError:
             pass  # the sandbox's /proc stays: still nothing outside the sandbox is visible
         return
-    _close_fds_except(set())
+    _close_fds_except({2})
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
-    _relay(f"signal {-code}" if code < 0 else f"exit {code}")
+    _relay(f"signal {-code}" if code < 0 else f"exit {code}",
+           f"the worker forked by process {os.getpid()} (pid 1 of its own PID namespace)", 2)
 
 
 if __name__ == "__main__":

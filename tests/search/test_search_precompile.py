@@ -78,7 +78,8 @@ def _nice_of_group(pgid: int, module: str) -> list[tuple[int, int]]:
         except OSError:
             continue
         python = Path(argv[0]).name.startswith("python")
-        if int(fields[2]) == pgid and python and argv[1:3] == ["-m", module]:  # pgrp 3rd, nice 17th
+        args = argv[2:] if argv[1:2] == ["-P"] else argv[1:]  # children start with -P (pycmd.py)
+        if int(fields[2]) == pgid and python and args[:2] == ["-m", module]:  # pgrp 3rd, nice 17th
             out.append((int(fields[16]), int(fields[38])))  # policy: the stat file's 41st field
     return out
 

@@ -70,15 +70,16 @@ class Broker:
     by one reader thread."""
 
     def __init__(self, base_url: str | None, api_key: str | None):
+        from ...pycmd import module_argv, python_path
         from ...sandbox import scrubbed_env
 
         env = scrubbed_env()
         pkg_parent = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = python_path(pkg_parent, env.get("PYTHONPATH"))
         # PR_SET_PDEATHSIG fires when the thread that started the child ends: only the main
         # thread's end is the process's (a lazy start in a proposal thread relies on the watch).
         main = "1" if threading.current_thread() is threading.main_thread() else "0"
-        argv = [sys.executable, "-m", "kernelsmith.search.mutators.broker", str(os.getpid()), main]
+        argv = module_argv("kernelsmith.search.mutators.broker", str(os.getpid()), main)
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         self._lock = threading.Lock()  # the request pipe, the id counter and the pending table
