@@ -75,6 +75,8 @@ def holds_capabilities() -> bool:
 class RunnerLink:
     """The judge's handle on its runner: the fork, requests, and death."""
 
+    spared: frozenset[int] = frozenset()  # the judge's other children (its oracle): never stopped or swept
+
     def __init__(self):
         make_non_dumpable()
         mine, theirs = pair()
@@ -228,9 +230,15 @@ class RunnerLink:
                 os.kill(target, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+        if sig == signal.SIGSTOP and targets == [-1]:
+            for pid in self.spared:  # the oracle times the base while the runner's side is stopped
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def sweep(self) -> int:
-        """Kill every process but the judge and its runner, where the judge is a PID namespace's
+        """Kill every process but the judge, its runner and `spared`, where the judge is a PID namespace's
         init (inside the sandbox): what a candidate started (double-forked too) ends with its
         evaluation, even when the worker is kept. Returns how many were killed."""
         try:  # /proc must be this namespace's own (then its pids are ours to read)
@@ -241,7 +249,7 @@ class RunnerLink:
             return 0
         killed = []
         for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in (1, self.pid):
+            if name.isdigit() and int(name) not in (1, self.pid, *self.spared):
                 try:
                     os.kill(int(name), signal.SIGKILL)
                     killed.append(int(name))

@@ -2,9 +2,10 @@
 
 Reads one JSON request per line on stdin and answers each on a private pipe whose fd the
 first ("init") request names; every answer echoes the request's nonce. Candidate code never runs
-here: before reading anything the judge makes itself non-dumpable and forks its runner
-(judge.py, runner.py), which keeps no descriptor but its channel and the log, and so can reach
-neither the answer pipe nor the nonces.
+here, nor target-repository code: before reading anything the judge makes itself non-dumpable and
+forks its runner (judge.py, runner.py) and its oracle (oracle_link.py, oracle.py: the harness and
+the base), which keep no descriptor but their channel and the log, and so can reach neither the
+answer pipe nor the nonces.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def main() -> int:
     from . import runner as _runner  # noqa: F401
     from . import session as _session  # noqa: F401
     from .judge import RunnerLink
+    from .oracle_link import OracleLink
 
     link = RunnerLink()  # non-dumpable first, then the fork: the runner holds no answer channel
+    oracle = OracleLink()  # the harness and the base run there, never here (oracle.py)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -49,7 +52,7 @@ def main() -> int:
                 fd = int(msg["fd"])
                 from .session import Session  # imported with the runner's modules above
 
-                session = Session(msg["spec"], link)
+                session = Session(msg["spec"], link, oracle)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
                          "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
@@ -70,10 +73,12 @@ def main() -> int:
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
             link.close()
+            oracle.close()
             return 2
         reply["nonce"] = nonce
         _answer(fd, reply)
     link.close()
+    oracle.close()
     return 0
 
 
