@@ -78,6 +78,14 @@ class OracleSession:
             self.backend.synchronize()
         return C.as_tuple(ret) if h.outputs is None else tuple(inputs[n] for n in h.outputs)
 
+    def release(self) -> None:
+        """Give freed device memory back: what the oracle made now lives in the judge's cache, and
+        its own caching allocator would otherwise hold as much again on the device."""
+        if self.dev is not None and str(self.dev).startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
     def time_base(self, originals: list[dict], seed: int) -> dict:
         """Check (b)'s own base time on copies of `originals` (the judge has stopped the runner)."""
         before = self.backend.late_reps()
@@ -133,6 +141,9 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         except Exception as e:  # noqa: BLE001 - a value that cannot travel (an arbitrary object, ...)
             why = f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"
             chan.send({"ok": False, "error": why[:2000]})
+        values = out = None
+        if session is not None and op in ("inputs", "reference", "base", "time_base"):
+            session.release()
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:
