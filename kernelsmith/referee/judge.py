@@ -1,12 +1,13 @@
 """The judge's side of a referee worker: its runner child and the checks on what the runner says.
 
-The worker process (worker.py) is the judge: it holds the answer channel to the parent, makes the
-inputs and the reference, and decides every verdict field; it never imports or runs candidate
-code. Candidate code runs in its child, the runner (runner.py), reached through channel.py. Before
-the runner is forked the judge makes itself non-dumpable (no ptrace, no /proc/<pid>/mem or fd of
-it for a same-uid process); the runner keeps no descriptor but its channel and the log, and moves
-into a user namespace of its own. The runner's replies are hostile input: a malformed one is a
-`protocol` rejection, times that cannot be true are `forged_timing`.
+The worker process (worker.py) is the judge: it holds the answer channel to the parent, the
+inputs and the reference (made by its oracle child from the harness: oracle.py), and decides every
+verdict field; it never imports or runs candidate or target-repository code. Candidate code runs
+in its child, the runner (runner.py), reached through channel.py. Before the runner is forked the
+judge makes itself non-dumpable (no ptrace, no /proc/<pid>/mem or fd of it for a same-uid
+process); the runner keeps no descriptor but its channel and the log, and moves into a user
+namespace of its own. The runner's replies are hostile input: a malformed one is a `protocol`
+rejection, times that cannot be true are `forged_timing`.
 """
 
 from __future__ import annotations

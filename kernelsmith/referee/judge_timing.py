@@ -4,9 +4,10 @@ The runner runs the interleaved loop (timing.time_loop) and returns raw per-call
 computes every statistic from them itself (timing.time_candidate) after three checks:
   (a) the sum of the reported per-call times of a request is not more than the judge's own wall
       clock of that request (per-call times exclude the flush and spin, so honest sums are below);
-  (b) the judge times the base itself, in its own process, on the same inputs with the same
-      backend method, while the runner is stopped, and rejects a reported base median above its
-      own beyond BASE_TOLERANCE (an inflated base would inflate the speedup);
+  (b) the judge has the base timed by a process the candidate never ran in (its oracle, which
+      holds the base: oracle.py), on the same inputs with the same backend method, while the
+      runner is stopped, and rejects a reported base median above that one beyond BASE_TOLERANCE
+      (an inflated base would inflate the speedup);
   (c) in full timing, a throughput audit: AUDIT_SETS fresh input sets, never seen by the runner,
       run back to back; every output is checked, and a wall clock the claimed candidate time
       cannot explain (beyond a per-call host floor and a transfer allowance) is rejected. It runs
