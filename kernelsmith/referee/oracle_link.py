@@ -81,7 +81,7 @@ def _tolerance(value) -> dict:
     return out
 
 
-def harness_from_facts(data, path: str | Path, device: str, link: OracleLink) -> Harness:
+def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
     """The judge's Harness: the oracle's facts, every type checked (MalformedFacts otherwise), with
     its functions as requests to `link`."""
     if not isinstance(data, dict):
@@ -165,10 +165,13 @@ class OracleLink:
             self.status = os.waitstatus_to_exitcode(status)
         return True
 
-    def _gone(self) -> OracleFailed:
-        deadline = time.monotonic() + SHUTDOWN_S
+    def _wait_dead(self, limit: float = SHUTDOWN_S) -> None:
+        deadline = time.monotonic() + limit
         while not self._dead() and time.monotonic() < deadline:
             time.sleep(0.02)
+
+    def _gone(self) -> OracleFailed:
+        self._wait_dead()
         return OracleFailed(f"the harness process (the oracle) ended (status {self.status})")
 
     def request(self, msg: dict, values=None, reply_bytes: int = 0) -> tuple[dict, object]:
@@ -272,13 +275,11 @@ class OracleLink:
             self.chan.send({"op": "exit"})
         except OSError:
             pass
-        deadline = time.monotonic() + 2.0
-        while not self._dead() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self._wait_dead(2.0)
         if not self._dead():
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self._gone()
+            self._wait_dead()
         self.chan.close()

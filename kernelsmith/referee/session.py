@@ -62,7 +62,7 @@ class Session(ShapeTrials, JudgeTiming):
             raise RuntimeError("the referee's oracle could not enter a user namespace of its own, and the "
                                "judge holds capabilities it could use against the judge; refusing to run")
         try:
-            self.harness = harness_from_facts(facts, spec["harness"], self.device, oracle)
+            self.harness = harness_from_facts(facts, spec["harness"], oracle)
         except MalformedFacts as e:
             raise RuntimeError(f"the harness process answered malformed facts: {e}") from None
         self.reference = self.harness.reference

@@ -36,7 +36,7 @@ def oracle(monkeypatch, tmp_path):
         made.append(link)
         link.set_device("cpu")
         facts, _, _ = link.start_session(_spec(tmp_path, harness))
-        return link, harness_from_facts(facts, harness, "interpret", link)
+        return link, harness_from_facts(facts, harness, link)
     yield start
     for link in made:
         link.close()
@@ -126,6 +126,6 @@ GOOD = {"shapes": [{"n": 4}], "cpu_shapes": [], "outputs": None, "vary": {}, "in
 ])
 def test_malformed_facts_are_refused(bad):
     link = SimpleNamespace(sizes={}, make_inputs=None, reference=None, bytes_moved=None, flops=None)
-    harness_from_facts(GOOD, "h.py", "interpret", link)  # the good ones pass
+    harness_from_facts(GOOD, "h.py", link)  # the good ones pass
     with pytest.raises(MalformedFacts):
-        harness_from_facts({**GOOD, **bad}, "h.py", "interpret", link)
+        harness_from_facts({**GOOD, **bad}, "h.py", link)
