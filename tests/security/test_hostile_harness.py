@@ -60,12 +60,14 @@ def _patch_the_referee():
 
 
 _PATCHED = _patch_the_referee() if PATCH else []
-try:
-    _stdin = _os.readlink("/proc/self/fd/0")
-except OSError:
-    _stdin = "?"
+_fds = {}
+for _n in _os.listdir("/proc/self/fd"):
+    try:
+        _fds[_n] = _os.readlink(f"/proc/self/fd/{_n}")
+    except OSError:
+        pass
 with open(_os.path.join(MARKS, f"{_os.getpid()}.json"), "w") as _f:
-    _f.write(__import__("json").dumps({"pid": _os.getpid(), "stdin": _stdin, "patched": _PATCHED}))
+    _f.write(__import__("json").dumps({"pid": _os.getpid(), "fds": _fds, "patched": _PATCHED}))
 '''
 
 WRONG = '''
@@ -98,7 +100,7 @@ def _referee(home: Path, patcher: bool):
     yaml.write_text(f"repo: test/hostile\nclone_url: {MINISERVE}\nbase: main\noperators:\n"
                     "  - name: rms_norm\n    file: miniserve/kernels/rms_norm.py\n    entry: rms_norm\n"
                     f"    harness: {harness.name}\n")
-    task = load_task(str(yaml), "rms_norm", checkout=str(MINISERVE))
+    task = load_task(str(yaml), "rms_norm", checkout=str(MINISERVE), harness=None)  # never imported here
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITON_CACHE_DIR", str(home / "triton"))
         mp.setenv("XDG_CACHE_HOME", str(home / "xdg"))
@@ -150,5 +152,9 @@ def test_the_judge_never_imports_the_harness(marking):
     seen = _marks(marks)
     assert seen, "the harness was imported nowhere"
     assert judge not in {m["pid"] for m in seen}, (judge, seen)
-    # Every process that imported it reads nothing from the parent: the judge's stdin is its pipe.
-    assert all(m["stdin"] == "/dev/null" for m in seen), seen
+    # Every process that imported it holds one socket (its channel to the judge) and one pipe (the
+    # log), and reads nothing on stdin: the judge's request pipe and answer pipe are not there.
+    for m in seen:
+        assert m["fds"]["0"] == "/dev/null", m
+        assert len({t for t in m["fds"].values() if t.startswith("socket:")}) == 1, m
+        assert len({t for t in m["fds"].values() if t.startswith("pipe:")}) == 1, m
