@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 def profile(args) -> int:
     """`--profile`: warm up, profile `--candidates` evaluations, print the tables."""
     from kernelsmith.referee.judge import RunnerTemplate
+    from kernelsmith.referee.oracle_link import OracleLink
     from kernelsmith.referee.session import Session
 
     runner_stats = Path(tempfile.mkdtemp(prefix="ks-runner-prof-")) / "runner.prof"
@@ -81,11 +82,12 @@ def profile(args) -> int:
     if not args.steps:
         _profile_runner(runner_stats, args.warmup)
     link = RunnerTemplate()  # forked before anything here touches CUDA, as in a worker
+    oracle = OracleLink()  # the harness and the base run there, as in a worker
     task = load_task(args.target, args.op, checkout=args.checkout, targets=args.targets)
     with Referee(task, device=args.device) as ref:
         spec = ref._spec()  # what a worker's init request holds
         t0 = time.monotonic()
-        session = Session(spec, link)
+        session = Session(spec, link, oracle)
         print(json.dumps({"boot_s": round(time.monotonic() - t0, 3), "boot_phases": session.boot_phases}))
         prof = cProfile.Profile()
         try:
@@ -113,6 +115,7 @@ def profile(args) -> int:
             session.close_runners()
             session.caches.remove()
             link.close()
+            oracle.close()
     if totals is not None:
         return 0
     for who, stats in (("judge", prof), ("runner", str(runner_stats))):
@@ -132,7 +135,7 @@ def _step_timers() -> dict[str, float]:
     (seconds by step, nested steps counted in each)."""
     import torch
 
-    from kernelsmith.referee import correctness, input_cache, judge, shape_trials
+    from kernelsmith.referee import correctness, input_cache, judge, oracle_link, shape_trials
 
     totals: dict[str, float] = {}
 
@@ -156,6 +159,7 @@ def _step_timers() -> dict[str, float]:
                         (shape_trials, "in_arena"), (input_cache, "fingerprints")):
         setattr(owner, name, timed(name, getattr(owner, name)))
     for cls, name in ((judge.RunnerLink, "call"), (judge.RunnerLink, "request"),
+                      (oracle_link.OracleLink, "request"),
                       (shape_trials.ShapeTrials, "check_shape"), (shape_trials.ShapeTrials, "check_fresh"),
                       (input_cache.InputCache, "verify")):
         setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))

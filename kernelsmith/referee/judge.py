@@ -1,12 +1,13 @@
 """The judge's side of a referee worker: its runner child and the checks on what the runner says.
 
-The worker process (worker.py) is the judge: it holds the answer channel to the parent, makes the
-inputs and the reference, and decides every verdict field; it never imports or runs candidate
-code. Candidate code runs in its child, the runner (runner.py), reached through channel.py. Before
-the runner is forked the judge makes itself non-dumpable (no ptrace, no /proc/<pid>/mem or fd of
-it for a same-uid process); the runner keeps no descriptor but its channel and the log, and moves
-into a user namespace of its own. The runner's replies are hostile input: a malformed one is a
-`protocol` rejection, times that cannot be true are `forged_timing`.
+The worker process (worker.py) is the judge: it holds the answer channel to the parent, the
+inputs and the reference (made by its oracle child from the harness: oracle.py), and decides every
+verdict field; it never imports or runs candidate or target-repository code. Candidate code runs
+in its child, the runner (runner.py), reached through channel.py. Before the runner is forked the
+judge makes itself non-dumpable (no ptrace, no /proc/<pid>/mem or fd of it for a same-uid
+process); the runner keeps no descriptor but its channel and the log, and moves into a user
+namespace of its own. The runner's replies are hostile input: a malformed one is a `protocol`
+rejection, times that cannot be true are `forged_timing`.
 """
 
 from __future__ import annotations
@@ -191,6 +192,8 @@ def _template_main(ctl: socket.socket) -> None:
 class RunnerLink:
     """The judge's handle on one runner: requests, and death."""
 
+    spared: frozenset[int] = frozenset()  # the judge's other children (oracle, template): never swept
+
     def __init__(self, pid: int, sock):
         self.pid = pid
         self.chan = Channel(sock, "cpu", trusted_peer=False)
@@ -337,11 +340,17 @@ class RunnerLink:
                 os.kill(target, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+        if sig == signal.SIGSTOP and targets == [-1]:
+            for pid in self.spared:  # the oracle times the base while the runner's side is stopped
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
-    def sweep(self, keep: tuple[int, ...] = ()) -> int:
-        """Kill every process but the judge, its runner and `keep` (the runner template), where the
-        judge is a PID namespace's init (inside the sandbox): what a candidate started (double-forked
-        too) ends with its evaluation, even when the worker is kept. Returns how many were killed."""
+    def sweep(self) -> int:
+        """Kill every process but the judge, its runner and `spared` (the oracle, the runner
+        template), where the judge is a PID namespace's init (inside the sandbox): what a candidate
+        started (double-forked too) ends with its evaluation. Returns how many were killed."""
         try:  # /proc must be this namespace's own (then its pids are ours to read)
             own = os.getpid() == 1 and os.readlink("/proc/self") == "1"
         except OSError:
@@ -350,7 +359,7 @@ class RunnerLink:
             return 0
         killed = []
         for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in (1, self.pid, *keep):
+            if name.isdigit() and int(name) not in (1, self.pid, *self.spared):
                 try:
                     os.kill(int(name), signal.SIGKILL)
                     killed.append(int(name))

@@ -4,9 +4,10 @@ The runner runs the interleaved loop (timing.time_loop) and returns raw per-call
 computes every statistic from them itself (timing.time_candidate) after three checks:
   (a) the sum of the reported per-call times of a request is not more than the judge's own wall
       clock of that request (per-call times exclude the flush and spin, so honest sums are below);
-  (b) the judge times the base itself, in its own process, on the same inputs with the same
-      backend method, while the runner is stopped, and rejects a reported base median above its
-      own beyond BASE_TOLERANCE (an inflated base would inflate the speedup);
+  (b) the judge has the base timed by a process the candidate never ran in (its oracle, which
+      holds the base: oracle.py), on the same inputs with the same backend method, while the
+      runner is stopped, and rejects a reported base median above that one beyond BASE_TOLERANCE
+      (an inflated base would inflate the speedup);
   (c) in full timing, a throughput audit: AUDIT_SETS fresh input sets, never seen by the runner,
       run back to back; every output is checked, and a wall clock the claimed candidate time
       cannot explain (beyond a per-call host floor and a transfer allowance) is rejected. It runs
@@ -146,6 +147,28 @@ def audit_unsupported(wall_ms: float, claimed_ms: float, host_ms: float, nbytes:
     return None
 
 
+def time_base(backend, base_fn, inplace_names, originals: list[dict], seed: int,
+              compiles) -> tuple[float, float]:
+    """(median device ms, host ms per call) of `base_fn` on copies of `originals`, with `backend`'s
+    method; `compiles()`: the context its warm-up compiles in (the private base cache)."""
+    sets = [fresh_copy(s) for s in originals]
+    inplace = [n for n in inplace_names if isinstance(originals[0].get(n), torch.Tensor)]
+
+    def run(r):
+        base_fn(**sets[r % len(sets)])
+    if inplace:
+        def prepare(r):
+            for name in inplace:
+                sets[r % len(sets)][name].copy_(originals[r % len(sets)][name])
+        run.prepare = prepare
+    with compiles():
+        for r in range(len(sets)):
+            run(r)
+    backend.synchronize()
+    times = backend.time_calls([run], BASE_REPS, C.derive_seed(seed, "judge-base"))[0]
+    return _median(times), backend.host_time(run, 5)
+
+
 class JudgeTiming:
     """The judge's timing of one shape through its runner (Session supplies link, backend, cache)."""
 
@@ -217,9 +240,8 @@ class JudgeTiming:
         base samples and late repetitions, and the judge's own base timed again now. Honest
         candidates of LMDeploy rms_norm were refused so on the H200 (13 of 422 in a sweep, on shapes
         of 5-35 us) before late repetitions were timed again (event_timing.py)."""
-        before = self.backend.late_reps()
         now_ms = self.own_base_ms(r["originals"], seed)[0]
-        own_late = self.backend.late_since(before)
+        own_late = self.own_late
         base, late = r["base"], r.get("late_reps") or [0, 0]
         return (f" [runner's base samples {min(base):.4f}-{max(base):.4f} ms over {len(base)}, its "
                 f"candidate's median {_median(r['cand']):.4f} ms, late repetitions it timed again / "
@@ -229,27 +251,20 @@ class JudgeTiming:
     def own_base_ms(self, originals: list[dict], seed: int) -> tuple[float, float]:
         """(median device ms, host ms per call) of the judge's own base on copies of `originals`,
         timed with the backend's method while the runner is stopped."""
-        sets = [fresh_copy(s) for s in originals]
-        inplace = [n for n in self.harness.inplace if isinstance(originals[0].get(n), torch.Tensor)]
-
-        def run(r):
-            self.base_fn(**sets[r % len(sets)])
-        if inplace:
-            def prepare(r):
-                for name in inplace:
-                    sets[r % len(sets)][name].copy_(originals[r % len(sets)][name])
-            run.prepare = prepare
-        with self.base_compiles():
-            for r in range(len(sets)):
-                run(r)
-        self.backend.synchronize()
         self.link.pause()
         try:
-            times = self.backend.time_calls([run], BASE_REPS, C.derive_seed(seed, "judge-base"))[0]
-            host_ms = self.backend.host_time(run, 5)
+            ms, host_ms, self.own_late = self.base_timing(originals, seed)
         finally:
             self.link.resume()
-        return _median(times), host_ms
+        return ms, host_ms
+
+    def base_timing(self, originals: list[dict], seed: int) -> tuple[float, float, list[int]]:
+        """(median device ms, host ms per call, late repetitions) of the trusted base, timed here
+        (the judge's Session asks its oracle instead: the base is target code)."""
+        before = self.backend.late_reps()
+        ms, host_ms = time_base(self.backend, self.base_fn, self.harness.inplace, originals, seed,
+                                self.base_compiles)
+        return ms, host_ms, self.backend.late_since(before)
 
     def audit(self, shape: dict, si: int, cid: int, seed: int, claimed_ms: float, host_ms: float):
         """Check (c) on AUDIT_SETS fresh input sets; [reason, message] on a failure, else None."""

@@ -1,10 +1,12 @@
 """The judge's evaluation of one candidate: load, correctness, integrity, then timing.
 
 Runs in the judge (the worker process, kernelsmith.referee.worker), which never imports or runs
-candidate code: the candidate runs in the judge's runner child (runner.py, reached through
-judge.RunnerLink). The judge makes the inputs and the reference, runs the base itself, compares the
-outputs the runner returns, and decides every verdict field; the runner's integrity findings can
-only add rejections, and its times are checked (judge_timing.py).
+candidate code, nor target-repository code: the candidate runs in the judge's runner child
+(runner.py, reached through judge.RunnerLink); the harness and the base run in its oracle child
+(oracle.py, reached through oracle_link.OracleLink), which makes the inputs, the reference and the
+base's outputs. The judge caches them, compares the outputs the runner returns, and decides every
+verdict field; the runner's integrity findings can only add rejections, and its times are checked
+(judge_timing.py).
 """
 
 from __future__ import annotations
@@ -13,23 +15,19 @@ import base64
 import json
 import time
 import traceback
-from contextlib import nullcontext
 from pathlib import Path
 
-import torch
-
 from ..scratch import remove_tree
-from ..target.facts import shape_key
-from ..target.harness import load_harness
-from ..target.loader import load_operator_module
+from ..target.facts import MalformedFacts, shape_key
 from . import correctness as C
 from . import static
-from .backend import get_backend
+from .backend import get_backend, standins
 from .compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from .input_cache import InputCache, default_budget, fresh_copy
 from .judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
 from .judge_timing import JudgeTiming
 from .link_errors import CandidateError, InfrastructureError, RunnerFailed
+from .oracle_link import BASE, OracleLink, harness_from_facts
 from .phase_clock import PhaseClock
 from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from .verdict import REJECTIONS, in_progress
@@ -38,12 +36,12 @@ WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives
 
 
 class Session(ShapeTrials, JudgeTiming):
-    """The judge's state: the harness, the base, the input cache, the backend and its runner."""
+    """The judge's state: the harness's facts, the input cache, the backend, its runner and oracle."""
 
-    def __init__(self, spec: dict, template: RunnerTemplate):
+    def __init__(self, spec: dict, template: RunnerTemplate, oracle: OracleLink):
         clock = PhaseClock()
-        self.spec, self.template = spec, template
-        self.link = link = template.spawn()
+        self.spec, self.template, self.oracle = spec, template, oracle
+        self.link = link = self._spawn_runner()
         # `dirty`: the runner must be replaced before the next evaluation (it loaded code no one but
         # kernelsmith wrote from the base); `loaded_any`: it has loaded any candidate code at all.
         self.dirty = self.loaded_any = False
@@ -51,34 +49,37 @@ class Session(ShapeTrials, JudgeTiming):
         self.runner_folders: list[str] = []
         self.device = spec["device"]
         self.workdir = Path(spec["workdir"])
-        # Made now, before any candidate code runs (in the runner): see compile_cache.py.
+        # Made now, before any candidate code runs (in the runner): see compile_cache.py. The base
+        # compiles there in the oracle, which also loads the binaries an earlier worker compiled
+        # (handed over by the parent): a replacement worker is cheap.
         self.caches = CompileCaches(make_private(self.workdir / ".triton-base"))
-        # The base binaries an earlier worker compiled (handed over by the parent): loading them
-        # instead of compiling again makes a replacement worker cheap.
-        seed = spec.get("base_cache_seed") or {}
-        self.seeded = self.caches.seed({k: base64.b64decode(v) for k, v in seed.items()})
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
         self.use_regions = bool(spec.get("shared_regions", True))
         link.set_device(str(self.dev), regions=self.use_regions)
+        oracle.set_device(str(self.dev), regions=self.use_regions)
         clock.mark("device_init")
         self.root, self.file, self.entry = Path(spec["root"]), spec["file"], spec["entry"]
-        self.stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
-        self.harness = load_harness(spec["harness"])
+        # The harness and the base are target-repository code: only the oracle imports them. The
+        # judge reads the base's text (for the static checks) and the harness's facts, checked.
+        facts, self.seeded, own_userns = oracle.start_session({**spec,
+                                                               "base_cache": str(self.caches.private)})
+        if not own_userns and holds_capabilities():
+            raise RuntimeError("the referee's oracle could not enter a user namespace of its own, and the "
+                               "judge holds capabilities it could use against the judge; refusing to run")
+        try:
+            self.harness = harness_from_facts(facts, spec["harness"], oracle)
+        except MalformedFacts as e:
+            raise RuntimeError(f"the harness process answered malformed facts: {e}") from None
         self.reference = self.harness.reference
         self.base_code = (self.root / self.file).read_text()
-        with self.caches.base():
-            self.base_mod = load_operator_module(self.root, self.file, tag="base", stubs=self.stubs)
-        # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
-        self.bind = self.harness.bind
-        self.base_fn = self._entry_fn(self.base_mod)
-        if not callable(self.base_fn):
-            raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
+        self.base_fn = BASE
         clock.mark("load")
         # Device numbers that drive verdicts (roofline, spin length): measured in this process now,
         # or handed over by the parent from an earlier worker's start; never read from a file.
         self.calibration = self.backend.calibrate(self._peak_dtypes(), spec.get("calibration"))
+        oracle.request({"op": "calibrate", "calibration": self.calibration})
         clock.mark("calibration")
         self._profile_seed = int(spec.get("seed", 0))
         # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
@@ -86,8 +87,8 @@ class Session(ShapeTrials, JudgeTiming):
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         runner_seed = spec.get("base_cache_seed") or {}
         if self.backend.compiles and not self.seeded:
-            # The run's first worker: the judge compiles the base for every listed shape now, before
-            # any candidate, and its runner starts with those binaries instead of compiling again.
+            # The run's first worker: its oracle compiles the base for every listed shape now, before
+            # any candidate, and the runner starts with those binaries instead of compiling again.
             for shape in self.harness.shapes_for(self.device):
                 originals = self.listed(shape, self._profile_seed, 0).originals
                 self.call(self.base_fn, fresh_copy(originals), float("nan"), None)
@@ -114,9 +115,17 @@ class Session(ShapeTrials, JudgeTiming):
             for t in range(TRIALS):
                 self.listed_base(self.listed(shape, self._profile_seed, t))
         clock.mark("input_cache")
+        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
+        standins.USED.update(oracle.stand_ins())
         self.boot_phases = clock.phases
 
     # -- runners: one per candidate ------------------------------------------------------------
+    def _spawn_runner(self) -> RunnerLink:
+        """A new runner; pausing or sweeping the runner's side leaves the oracle and template be."""
+        link = self.template.spawn()
+        link.spared = frozenset({self.oracle.pid, self.template.pid})
+        return link
+
     def _send_init(self, link: RunnerLink) -> str:
         """Send a new runner its init request (answered later, see _ready_runner); its private base
         folder is made now, seeded with the base binaries, before any code runs there."""
@@ -157,7 +166,7 @@ class Session(ShapeTrials, JudgeTiming):
         for folder in self.runner_folders:
             remove_tree(folder, tries=1)
         self.runner_folders.clear()
-        link = self.template.spawn()
+        link = self._spawn_runner()
         # Regions the first runner could not map stay off; the first message describes new ones.
         link.set_device(str(self.dev), regions=self.use_regions and not self.regions_off)
         if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
@@ -198,44 +207,27 @@ class Session(ShapeTrials, JudgeTiming):
         names = {s.get("dtype") for s in self.harness.shapes_for(self.device)}
         return sorted(n for n in names if isinstance(n, str))
 
-    def trusted(self, fn) -> bool:
-        """Whether `fn` is the judge's own base (compiled only in the private cache)."""
-        return fn is self.base_fn
-
-    def base_compiles(self):
-        """Context: Triton compiles into this judge's private base cache (see compile_cache.py)."""
-        return self.caches.base()
-
-    def _entry_fn(self, mod):
-        """What to call for a loaded module: the harness's `bind(module)`, else the entry."""
-        return self.bind(mod) if self.bind is not None else getattr(mod, self.entry, None)
+    def base_timing(self, originals: list[dict], seed: int) -> tuple[float, float, list[int]]:
+        """Check (b)'s base timing, in the oracle (the base is target code; no candidate runs there)."""
+        return self.oracle.time_base(originals, seed)
 
     # -- calls --------------------------------------------------------------------------------
-    def _write_only(self) -> list[str]:
-        return [n for n in (self.harness.outputs or []) if n not in self.harness.inplace]
-
     def call(self, fn, inputs: dict, dirty: float, rec, sizes: list[int] = (),
              pristine: dict | None = None) -> tuple:
-        """One call of `fn` with poisoned outputs; returns its outputs (plain tensors cloned).
+        """One call of `fn` with poisoned outputs; returns its outputs (private to the judge).
 
-        `fn`: the judge's base, or a RemoteFn run by the runner (watched by its monitor when
-        `rec` is not None); either way `inputs` holds the post-call values afterwards.
+        `fn`: `BASE`, the trusted base run by the oracle on a copy of `inputs` (which the judge's
+        callers hand it and never read back), or a RemoteFn run by the runner (watched by its
+        monitor when `rec` is not None), after which `inputs` holds the post-call values.
         `sizes`: byte sizes of the expected outputs, used to dirty the allocator for them.
         `pristine`: the cached inputs `inputs` copies bit for bit (write-only outputs aside): the
         runner gets them from its pinned copy (shared_region.py) instead of a transfer.
         """
         if isinstance(fn, RemoteFn):
             return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs, pristine)
-        for name in self._write_only():
-            C.poison(inputs[name])
-        C.dirty_allocator(self.dev, dirty, sizes)
-        self.backend.synchronize()
-        with self.caches.base() if self.trusted(fn) else nullcontext():
-            ret = fn(**inputs)
-            self.backend.synchronize()
-        names = self.harness.outputs
-        outs = C.as_tuple(ret) if names is None else tuple(inputs[n] for n in names)
-        return tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
+        if fn is not BASE:
+            raise TypeError(f"the judge runs no function itself: {fn!r}")
+        return self.oracle.call_base(inputs, dirty, sizes)
 
     def expected(self, inputs: dict) -> tuple:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""
@@ -307,7 +299,7 @@ class Session(ShapeTrials, JudgeTiming):
                 out["violations"].append("monkeypatch")
                 out["details"]["messages"].append("changed process-global settings that outlive the call: "
                                                   + "; ".join(late[:5]))
-        if self.link.sweep(keep=(self.template.pid,)):
+        if self.link.sweep():
             out["details"]["messages"].append("processes the candidate left running were killed")
         tampered = self.inputs.verify()
         regions = self.link.chan.regions

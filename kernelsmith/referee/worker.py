@@ -2,9 +2,10 @@
 
 Reads one JSON request per line on stdin and answers each on a private pipe whose fd the
 first ("init") request names; every answer echoes the request's nonce. Candidate code never runs
-here: before reading anything the judge makes itself non-dumpable and forks its runner
-(judge.py, runner.py), which keeps no descriptor but its channel and the log, and so can reach
-neither the answer pipe nor the nonces.
+here, nor target-repository code: before reading anything the judge makes itself non-dumpable and
+forks its runner (judge.py, runner.py) and its oracle (oracle_link.py, oracle.py: the harness and
+the base), which keep no descriptor but their channel and the log, and so can reach neither the
+answer pipe nor the nonces.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ def main() -> int:
     from . import session as _session  # noqa: F401
     from .judge import RunnerTemplate
     from .link_errors import InfrastructureError
+    from .oracle_link import OracleLink
 
     # Non-dumpable first, then the fork of a clean process that forks one runner per candidate:
     # no runner holds the answer channel, and none outlives the candidate it ran.
     template = RunnerTemplate()
+    oracle = OracleLink()  # the harness and the base run there, never here (oracle.py)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -53,7 +56,7 @@ def main() -> int:
                 fd = int(msg["fd"])
                 from .session import Session  # imported with the runner's modules above
 
-                session = Session(msg["spec"], template)
+                session = Session(msg["spec"], template, oracle)
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
                          "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
@@ -76,10 +79,12 @@ def main() -> int:
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
             template.close()
+            oracle.close()
             return 2
         reply["nonce"] = nonce
         _answer(fd, reply)
     template.close()
+    oracle.close()
     return 0
 
 
