@@ -39,7 +39,7 @@ class Search:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.task, self.path, self.run, self.device, self.gpus = resolve_run(config)
+        self.task, self.path, self.run, self.device, self.gpus, self.lock = resolve_run(config)
         self.seed = int(self.run["seed"])
         self.budget = self.run.get("budget")
         self.minutes = self.run.get("minutes")
@@ -480,3 +480,4 @@ def optimize(config: SearchConfig) -> SearchResult:
         evaluator.close()
         warm.discard()  # those no referee took (stand-in referees, a worker count that changed)
         search.archive.close()
+        search.lock.release()
