@@ -65,7 +65,7 @@ class Referee:
             self._tmp = adopted[0]
             workdir = Path(self._tmp.name)
         elif workdir is None:
-            self._tmp = ScratchDir("kernelsmith-referee-")
+            self._tmp = ScratchDir("kernelsmith-referee-", owned=True)
             workdir = Path(self._tmp.name)
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -394,6 +394,11 @@ def optimize(config: SearchConfig) -> SearchResult:
         raise
     progress = search.progress
     progress.note(f"run directory: {search.path}")
+    from ..scratch import remove_orphans
+
+    orphans = remove_orphans("kernelsmith-referee-")  # left by a killed run: candidate sources
+    if orphans:
+        progress.note(f"removed {len(orphans)} referee folder(s) left by processes that are gone")
     if not search.timed:
         progress.note(
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
