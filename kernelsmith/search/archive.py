@@ -414,8 +414,9 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 
 
 def check_resumable(path: Path) -> None:
-    """Refuse (ConfigError naming the file) to resume from an archive that is missing, empty,
-    damaged or holds no base row: a resume never starts over in place of what was lost."""
+    """Refuse (ConfigError naming the file) to resume from an archive that is missing, empty or
+    damaged: a resume never starts over in place of what was lost. (One this tool made that holds no
+    row yet, a disk filled before the base was stored, resumes: nothing was recorded.)"""
     if not path.is_file():
         raise ConfigError(path, "not found: this run cannot be resumed (its candidates are gone); "
                           "start a new run with another --out")
@@ -426,9 +427,6 @@ def check_resumable(path: Path) -> None:
         bad = archive._db.execute("PRAGMA quick_check").fetchone()[0]
         if bad != "ok":
             raise ArchiveError(path, sqlite3.DatabaseError(f"integrity check failed ({bad})"))
-        if archive.base() is None:
-            raise ConfigError(path, "holds no base row: this run cannot be resumed; start a new run "
-                              "with another --out")
 
 
 def _timing_of(verdict: dict) -> str:

@@ -72,3 +72,9 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     errors = [line for line in proc.stderr.splitlines() if line.startswith("kernelsmith: error:")]
     assert len(errors) == 1, proc.stderr
     return errors[0]
+
+
+def comparable(rs: list[dict]) -> list[tuple]:
+    """What must match between two runs of one seed, row by row (timestamps and verdict texts aside)."""
+    return [(r["id"], r["code"], r["parent_id"], r["generation"], r["mutator"], r["island"], r["status"])
+            for r in rs]

@@ -5,26 +5,11 @@ exactly the rows, in the same order, of an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import pytest
-from faultkit import RUN, ks, rows
+from faultkit import RUN, comparable, ks, rows
 
 from kernelsmith.faultpoint import ENV
 
 BUDGET = ["--budget", "6", "--seed", "0"]  # three generations of two rows
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("whole") / "run"
-    proc = ks(*RUN, *BUDGET, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    got = rows(out / "archive.sqlite")
-    assert [r["generation"] for r in got] == [0, 1, 1, 2, 2, 3, 3]
-    return got
-
-
-def _comparable(rs: list[dict]) -> list[tuple]:
-    return [(r["id"], r["code"], r["parent_id"], r["generation"], r["mutator"], r["island"], r["status"])
-            for r in rs]
 
 
 # A generation's writes are its rows (archive `add`) and then its `made` mark. add#1 is the base;
@@ -41,4 +26,4 @@ def test_kill_between_writes_of_a_generation_then_resume(tmp_path, uninterrupted
     assert killed.returncode == -9, (point, killed.returncode, killed.stderr[-2000:])
     resumed = ks(*RUN, *BUDGET, "--out", str(out), "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert _comparable(rows(out / "archive.sqlite")) == _comparable(uninterrupted)
+    assert comparable(rows(out / "archive.sqlite")) == comparable(uninterrupted)
