@@ -266,8 +266,8 @@ def test_the_shared_options_give_both_commands_the_same_config_fields():
     assert opt == run_config(_parser("sweep").parse_args(["--targets", "t", "sweep", *argv]))
     assert opt == {"target": "demo", "op": "silu_and_mul", "checkout": "co", "out": "o", "minutes": 2.0,
                    "gpus": [0, 1], "device": "cuda", "resume": True, "seed": 5, "wait": False,
-                   "progress": True, "targets": "t", "compile_limit": 0.0, "ray": None, "workers_per_node": None,
-                   "pipeline": 3}
+                   "progress": True, "targets": "t", "compile_limit": 0.0, "ray": None,
+                   "workers_per_node": None, "pipeline": 3}
     for name in ("optimize", "sweep"):
         with pytest.raises(ConfigError, match="must be positive"):
             run_config(_parser(name).parse_args([name, "demo", "silu_and_mul", "--minutes", "0"]))
