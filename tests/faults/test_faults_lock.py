@@ -12,7 +12,6 @@ import pytest
 from faultkit import RUN, command, ks, one_line_error, rows
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.search import runlock
 
 HOLD = ("import sys, time\nfrom kernelsmith.search.runlock import acquire\n"
         "acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)\n")
@@ -89,6 +88,8 @@ def test_two_resumes_at_once_one_runs_one_exits_2(finished):
 
 
 def test_a_planted_link_as_lock_file_is_refused(tmp_path):
+    from kernelsmith.search import runlock
+
     out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     out.mkdir()
     elsewhere.write_text("keep\n")
@@ -99,6 +100,8 @@ def test_a_planted_link_as_lock_file_is_refused(tmp_path):
 
 
 def test_a_forked_child_does_not_keep_the_lock(tmp_path):
+    from kernelsmith.search import runlock
+
     lock = runlock.acquire(tmp_path)
     ready_r, ready_w = os.pipe()
     child = os.fork()
