@@ -40,6 +40,14 @@ class Search:
     def __init__(self, config: SearchConfig):
         self.config = config
         self.task, self.path, self.run, self.device, self.gpus, self.lock = resolve_run(config)
+        try:
+            self._setup(config)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _setup(self, config: SearchConfig) -> None:
+        """The archive, population, mutators and stop rule of the resolved run."""
         self.seed = int(self.run["seed"])
         self.budget = self.run.get("budget")
         self.minutes = self.run.get("minutes")
