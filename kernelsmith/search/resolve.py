@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..rundir import check_run_fields, default_run_dir, load_run, run_json, write_json
 from . import runlock
-from .archive import check_resumable
+from .archive import Archive, check_resumable
 from .mutators import DEFAULT as DEFAULT_MUTATOR
 
 DEFAULT_BUDGET = 40
@@ -108,6 +108,9 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock):
     run["pipeline"], run["batch"] = config.pipeline or pipeline, config.batch or batch
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
+    # The archive before run.json: a run.json without an archive is a run whose archive was lost
+    # (a resume refuses it), never one killed before its archive was made.
+    Archive(out / "archive.sqlite").close()
     write_json(out / "run.json", run)
     return task, out.resolve(), run, device, gpus, lock
 
