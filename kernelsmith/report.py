@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .benchjson import benchmark_json
+from .errors import ConfigError
 from .mdtext import safe_text
 from .referee.verdict import aa_bias_factor
 from .reproduce import checkout_placeholder, join, local_path, target_arg
@@ -333,13 +334,19 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
 
 
 def render_all(rd: RunDir) -> list[Path]:
-    """Write report.md, speedup.png and benchmark.json of a run directory; returns their paths."""
+    """Write report.md, speedup.png and benchmark.json of a run directory; returns their paths.
+    ConfigError (nothing written) for a run that did not finish or an archive that cannot be read."""
     from .chart import render_chart
     from .search.archive import Archive
 
+    if rd.result is None:
+        raise ConfigError(rd.path / "result.json", "not found: the run did not finish (killed, or still "
+                          "running); continue it with `kernelsmith optimize TARGET OP --out "
+                          f"{rd.path} --resume`, which writes the report; report.md is left as it was")
     rows, final = [], {}
     if rd.archive_path.is_file():  # a copied run directory may come without its archive
-        with Archive(rd.archive_path) as archive:
+        # Read-only: a report never creates or alters an archive (an empty file stays empty).
+        with Archive(rd.archive_path, read_only=True) as archive:
             rows = archive.all()
             final = archive.get_meta("final", {}) or {}
     result = rd.result or {}

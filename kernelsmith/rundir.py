@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -68,21 +69,28 @@ def load_run(run_dir: str | os.PathLike) -> RunDir:
 
 def write_json(path: Path, data) -> None:
     """Write JSON atomically (a temporary file renamed over the target)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write a text file atomically; a failure (full disk, no permission) is a ConfigError naming
+    the file, and the old file, if any, is left as it was."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        todo = "free disk space" if e.errno == errno.ENOSPC else "make the run directory writable"
+        raise ConfigError(path, f"cannot be written ({e.strerror or e}); {todo}, then run the command "
+                          "again (an optimize run continues with --resume)") from None
 
 
 def default_run_dir(target_name: str, op: str) -> Path:
@@ -133,3 +141,37 @@ def run_json(
         "versions": versions(),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+# run.json fields a resume reads as numbers or lists: (allowed types, what they must be).
+_FIELDS = {
+    "seed": ((int,), "an integer"),
+    "budget": ((int, type(None)), "an integer or null"),
+    "minutes": ((int, float, type(None)), "a number or null"),
+    "islands": ((int, type(None)), "an integer or null"),
+    "exploit": ((int, float, type(None)), "a number or null"),
+    "stagnation": ((int, type(None)), "an integer or null"),
+    "pipeline": ((int, type(None)), "an integer or null"),
+    "batch": ((int, type(None)), "an integer or null"),
+    "mutator": ((str,), "a string"),
+    "device": ((str,), "a string"),
+    "checkout": ((str,), "a string"),
+    "base_sha": ((str,), "a string"),
+}
+
+
+def check_run_fields(run: dict, path: Path) -> None:
+    """ConfigError naming run.json and the field when a field a resume relies on is missing or of
+    the wrong type (JSON true is no integer; gpus is a list of device indices or nulls)."""
+    for key, (kinds, what) in _FIELDS.items():
+        if key in ("seed", "mutator", "device", "checkout", "base_sha") and key not in run:
+            raise ConfigError(path, "missing required field", key)
+        value = run.get(key)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ConfigError(path, f"must be {what}, not {json.dumps(value)}; restore it or start a "
+                              "new run", key)
+    gpus = run.get("gpus")
+    if not isinstance(gpus, list) or not gpus or any(
+            g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 0) for g in gpus):
+        raise ConfigError(path, f"must be a list of device indices, not {json.dumps(gpus)}; restore it "
+                          "or start a new run", "gpus")

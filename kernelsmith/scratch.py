@@ -40,14 +40,53 @@ class ScratchDir:
     or when the object is collected or the interpreter exits, whichever comes first (where
     TemporaryDirectory would call its own cleanup)."""
 
-    def __init__(self, prefix: str, dir: str | None = None):
-        self.name = tempfile.mkdtemp(prefix=prefix, dir=dir)
+    def __init__(self, prefix: str, dir: str | None = None, *, owned: bool = False):
+        # owned: the creating process's pid goes into the name, so a later run can tell a folder
+        # left by a killed process (remove_orphans) from one still in use.
+        self.name = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-" if owned else prefix, dir=dir)
         self._finalizer = weakref.finalize(self, remove_tree, self.name)
 
     def remove(self, tries: int = 5) -> None:
         """Remove the folder now (once; later calls do nothing)."""
         if self._finalizer.detach() is not None:
             remove_tree(self.name, tries)
+
+
+def remove_orphans(prefix: str, dir: str | None = None) -> list[str]:
+    """Remove the `owned` ScratchDirs named `<prefix><pid>-…` whose process is gone (a kill -9
+    leaves them, holding candidate sources), with `remove_tree`; their paths. A folder whose pid is
+    alive, or that names no pid, is left alone."""
+    top = dir or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return removed
+    for name in names:
+        pid, sep, _ = name[len(prefix):].partition("-") if name.startswith(prefix) else ("", "", "")
+        path = os.path.join(top, name)
+        if not (sep and pid.isdigit()) or _alive(int(pid)) or not _plain_dir(path):
+            continue
+        remove_tree(path)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def _plain_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @contextmanager

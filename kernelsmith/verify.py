@@ -215,6 +215,9 @@ def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has
     for key in ("target", "op", "file", "checkout", "base_sha"):
         if not run.get(key):
             raise KernelsmithError(f"{run_dir / 'run.json'}: missing {key!r}")
+    if not isinstance(run["checkout"], str) or not Path(run["checkout"]).is_dir():
+        raise KernelsmithError(f"{run_dir / 'run.json'}: checkout: {run['checkout']} no longer exists; "
+                               "restore that checkout (or clone the repository there again) and verify again")
     if has_cuda is None:
         import torch
 

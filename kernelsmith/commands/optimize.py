@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--replay", "a resumed run replays what its run.json holds; drop --replay")
     config = SearchConfig(
         budget=args.budget,
-        mutator=args.mutator or mutators.DEFAULT,
+        # None on a resume without --mutator: the run's own (a different one is refused: resolve.py)
+        mutator=args.mutator if args.resume else args.mutator or mutators.DEFAULT,
         islands=args.islands,
         exploit=args.exploit,
         stagnation=args.stagnation,

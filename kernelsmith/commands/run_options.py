@@ -29,7 +29,10 @@ def add_run_options(p: argparse.ArgumentParser, what: str) -> None:
     g.add_argument("--device", default="auto", choices=("auto", "cuda", "interpret"))
     g.add_argument("--resume", action="store_true",
                    help=f"continue the {words['run']} in --out from its archive")
-    g.add_argument("--seed", type=int, default=0, help=f"run seed: fixes {words['seed']}")
+    g.add_argument("--seed", type=int, default=None,
+                   help=f"run seed: fixes {words['seed']} (default 0; a resumed run keeps its own)")
+    g.add_argument("--wait", action="store_true",
+                   help="when another kernelsmith process holds --out, wait for it to end (default: exit 2)")
     g.add_argument(
         "--compile-limit",
         type=float,
@@ -63,6 +66,7 @@ def run_config(args: argparse.Namespace) -> dict:
         "device": args.device,
         "resume": args.resume,
         "seed": args.seed,
+        "wait": args.wait,
         "progress": not args.no_progress,
         "targets": args.targets,
         "compile_limit": args.compile_limit,

@@ -38,7 +38,7 @@ def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
     for key in ("target", "op", "checkout"):
         if not run.get(key):
             raise ConfigError(run_json, "missing", key)
-    with Archive(db) as archive:
+    with Archive(db, read_only=True) as archive:
         rows = archive.all()
     return run, rows
 

@@ -65,7 +65,7 @@ class Referee:
             self._tmp = adopted[0]
             workdir = Path(self._tmp.name)
         elif workdir is None:
-            self._tmp = ScratchDir("kernelsmith-referee-")
+            self._tmp = ScratchDir("kernelsmith-referee-", owned=True)
             workdir = Path(self._tmp.name)
         # `workdir` holds three folders: `work` (the sandbox's only writable one: workers and their
         # fork server run there), `sources` (candidate files, written here) and `logs`.

@@ -58,7 +58,7 @@ def warm(device: str, gpus: list[int | None]) -> None:
         for gpu in gpus:
             if (device, gpu) in _WARM:
                 continue
-            tmp = ScratchDir("kernelsmith-referee-")
+            tmp = ScratchDir("kernelsmith-referee-", owned=True)
             work, _, logs = referee_folders(Path(tmp.name).resolve())
             _WARM[(device, gpu)] = (tmp, Zygote(worker_env(device, gpu), work, log=logs / "zygote.log"))
 

@@ -3,8 +3,11 @@
 One row per proposal (table `candidates`), plus the base itself as the first row (mutator
 "base", not counted as a proposal). Rows are written before evaluation (status "pending") and
 updated with the verdict after it, so a run killed mid-evaluation finds its one pending row on
-`--resume` and completed evaluations are never repeated. Writes commit immediately (autocommit);
-SQLite's journal makes each one atomic under kill -9.
+`--resume` and completed evaluations are never repeated. Writes commit immediately (autocommit),
+except inside `transaction()`: a generation's rows and its `made` mark, or a tally, commit together
+or not at all (SQLite's journal makes each commit atomic under kill -9), so a resume never finds a
+generation half recorded. A SQLite failure (a damaged file, a full disk) is an ArchiveError naming
+the file; `Archive(path, read_only=True)` (report, export) never creates or alters the file.
 
 Columns (docs/design.md): id, parent_id, island, generation, mutator, code, diff, inspiration_ids
 (JSON list), prompt, response, verdict (JSON), feedback, status ("pending" | "evaluated" |
@@ -23,9 +26,14 @@ import hashlib
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
+from .. import faultpoint
+from ..errors import ConfigError
 from .candidate import Candidate
 
 SCHEMA_VERSION = 1
@@ -99,21 +107,61 @@ class _Result:
         return iter(self._rows)
 
 
-class _LockedConnection:
-    """A sqlite3 connection whose statements run one at a time, whichever thread calls."""
+class ArchiveError(ConfigError):
+    """archive.sqlite could not be read or written (damaged, truncated, not an archive, disk full)."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, path: Path, error: Exception):
+        text = str(error)
+        if "full" in text:
+            todo = "free disk space, then continue the run with --resume"
+        elif "readonly" in text or "unable to open" in text:
+            todo = "make the run directory writable, then continue the run with --resume"
+        else:
+            todo = "the file is damaged: keep it for inspection and start a new run with another --out"
+        super().__init__(path, f"{text}; {todo}")
+
+
+class _LockedConnection:
+    """A sqlite3 connection whose statements run one at a time, whichever thread calls; SQLite
+    failures become ArchiveErrors naming the file."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
         self._conn = conn
+        self._path = path
         self._lock = threading.RLock()
 
     def execute(self, sql: str, args: tuple = ()) -> _Result:
         with self._lock:
-            cur = self._conn.execute(sql, args)
-            return _Result(cur.fetchall(), cur.lastrowid)
+            try:
+                cur = self._conn.execute(sql, args)
+                return _Result(cur.fetchall(), cur.lastrowid)
+            except sqlite3.DatabaseError as e:
+                raise ArchiveError(self._path, e) from None
 
     def executescript(self, script: str) -> None:
         with self._lock:
-            self._conn.executescript(script)
+            try:
+                self._conn.executescript(script)
+            except sqlite3.DatabaseError as e:
+                raise ArchiveError(self._path, e) from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The block's statements commit together, or none does; other threads wait for it (they
+        share this connection, so a statement of theirs would otherwise join the transaction)."""
+        with self._lock:
+            if self._conn.in_transaction:  # nested: the outer block commits
+                yield
+                return
+            self.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+            self.execute("COMMIT")
+            faultpoint.hit("commit")
 
     def close(self) -> None:
         with self._lock:
@@ -123,20 +171,32 @@ class _LockedConnection:
 class Archive:
     """A run's candidates in SQLite; rows come back decoded once, as Candidates (search/candidate.py)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, read_only: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One connection, autocommit (isolation_level None), shared by the loop (proposing) and the
-        # evaluator's threads (storing verdicts) behind one lock.
-        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
-        conn.row_factory = sqlite3.Row
-        self._db = _LockedConnection(conn)
+        self.read_only = read_only
         # id -> (the raw row, its Candidate): a row read again unchanged is not decoded again (the
         # loop reads every row each generation; their JSON verdicts were most of its reading time).
         self._decoded: dict[int, tuple[tuple, Candidate]] = {}
+        if read_only:
+            self._db = _LockedConnection(_connect_read_only(self.path), self.path)
+            self.count()  # a file that is no archive (empty, damaged) says so here, in one line
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection, autocommit (isolation_level None), shared by the loop (proposing) and the
+        # evaluator's threads (storing verdicts) behind one lock.
+        try:
+            conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
+        except sqlite3.DatabaseError as e:
+            raise ArchiveError(self.path, e) from None
+        conn.row_factory = sqlite3.Row
+        self._db = _LockedConnection(conn, self.path)
         self._db.executescript(_SCHEMA)
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)
+
+    def transaction(self):
+        """A block whose writes commit together or not at all (see the module docstring)."""
+        return self._db.transaction()
 
     def close(self) -> None:
         """Close the database."""
@@ -211,6 +271,7 @@ class Archive:
                 "none" if verdict is not None else None,
             ),
         )
+        faultpoint.hit("add")
         return int(cur.lastrowid)
 
     def set_verdict(
@@ -242,6 +303,7 @@ class Archive:
                 cid,
             ),
         )
+        faultpoint.hit("verdict")
 
     def get(self, cid: int) -> Candidate | None:
         """One candidate (verdict, inspiration_ids and params decoded), or None."""
@@ -302,14 +364,15 @@ class Archive:
     def move_generation(self, ids: list[int], generation: int) -> None:
         """Move candidates to a later generation (a build that held the window; loop.py),
         and keep the move in meta `moved` [{id, from, to}]."""
-        moved = self.get_meta("moved", []) or []
-        for cid in ids:
-            row = self.get(cid)
-            if row is None or row.generation >= generation:
-                continue
-            self._db.execute("UPDATE candidates SET generation=? WHERE id=?", (generation, cid))
-            moved.append({"id": cid, "from": row.generation, "to": generation})
-        self.set_meta("moved", moved)
+        with self.transaction():  # the rows and the record of their move, together
+            moved = self.get_meta("moved", []) or []
+            for cid in ids:
+                row = self.get(cid)
+                if row is None or row.generation >= generation:
+                    continue
+                self._db.execute("UPDATE candidates SET generation=? WHERE id=?", (generation, cid))
+                moved.append({"id": cid, "from": row.generation, "to": generation})
+            self.set_meta("moved", moved)
 
     def add_migration(self, generation: int, candidate_id: int, to_island: int) -> None:
         """Record that a candidate joined another island at a generation."""
@@ -334,6 +397,36 @@ class Archive:
     def set_meta(self, key: str, value) -> None:
         """Store a JSON value in the meta table."""
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+        faultpoint.hit(f"meta:{key}")
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that can neither create nor change the file (SQLite's mode=ro)."""
+    if not path.is_file():
+        raise ConfigError(path, "not found: the run directory holds no archive")
+    try:
+        uri = f"file:{quote(str(path))}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+    except sqlite3.DatabaseError as e:
+        raise ArchiveError(path, e) from None
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def check_resumable(path: Path) -> None:
+    """Refuse (ConfigError naming the file) to resume from an archive that is missing, empty or
+    damaged: a resume never starts over in place of what was lost. (One this tool made that holds no
+    row yet, a disk filled before the base was stored, resumes: nothing was recorded.)"""
+    if not path.is_file():
+        raise ConfigError(path, "not found: this run cannot be resumed (its candidates are gone); "
+                          "start a new run with another --out")
+    if path.stat().st_size == 0:
+        raise ConfigError(path, "is empty: this run cannot be resumed (its candidates are gone); "
+                          "keep the file for inspection and start a new run with another --out")
+    with Archive(path, read_only=True) as archive:
+        bad = archive._db.execute("PRAGMA quick_check").fetchone()[0]
+        if bad != "ok":
+            raise ArchiveError(path, sqlite3.DatabaseError(f"integrity check failed ({bad})"))
 
 
 def _timing_of(verdict: dict) -> str:

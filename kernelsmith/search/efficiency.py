@@ -20,7 +20,7 @@ from .candidate import Candidate
 
 def candidate_rows(run_dir: Path) -> list[Candidate]:
     """The run's evaluated candidates (the base left out), in evaluation order."""
-    with Archive(Path(run_dir) / "archive.sqlite") as a:
+    with Archive(Path(run_dir) / "archive.sqlite", read_only=True) as a:
         rows = [c for c in a.all() if not c.is_base and c.evaluated]
     return sorted(rows, key=lambda c: c["evaluated_at"] or "")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import KernelsmithError
 from ..referee.verdict import is_noisy
 from ..rundir import write_json, write_text
-from .archive import rejected_counts
+from .archive import now_iso, rejected_counts
 from .candidate import Candidate
 from .edits import unified_diff
 from .evidence import ci_seed, judge
@@ -249,6 +249,13 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "llm": next((dict(m.stats) for m in search.mutators if m.name == "llm"), None),
         "sandbox": sandbox_summary(),
     }
+    # Every invocation's own statistics (a resume's come after the run's first), kept in the archive
+    # so a resume appends to them rather than replacing them.
+    invocation = {k: result[k] for k in ("evaluator", "precompile", "loop", "timeline", "llm")}
+    invocation["finished_at"] = now_iso()
+    invocations = (archive.get_meta("invocations", []) or []) + [invocation]
+    archive.set_meta("invocations", invocations)
+    result["invocations"] = invocations
     if search.run.get("replay"):
         result["replay"] = _replay_summary(search.run["replay"], rows)
     if search.run.get("command") == "sweep":

@@ -39,7 +39,15 @@ class Search:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.task, self.path, self.run, self.device, self.gpus = resolve_run(config)
+        self.task, self.path, self.run, self.device, self.gpus, self.lock = resolve_run(config)
+        try:
+            self._setup(config)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _setup(self, config: SearchConfig) -> None:
+        """The archive, population, mutators and stop rule of the resolved run."""
         self.seed = int(self.run["seed"])
         self.budget = self.run.get("budget")
         self.minutes = self.run.get("minutes")
@@ -196,24 +204,28 @@ class Search:
                 ]
                 for slot, fut in futures:
                     results[slot] = [(self._island(generation, slot), p) for p in fut.result()]
-        made = 0
-        for slot_results in results:
-            for island, p in slot_results:
-                cid = self.record(p, island, generation)
-                row = self.archive.get(cid)
-                made += 1
-                if row.status != "pending":
-                    reason = row.verdict.reason
-                    self.progress.event(
-                        cid,
-                        p.mutator,
-                        f"{reason}: {p.error}" if p.error else reason,
-                        evaluated=False,
-                        accepted=False,
-                        best=None,
-                    )
-        if made:  # until it is tallied: a resume takes the generation back into its window
-            self._set_made({**self._made(), generation: made})
+        made, settled = 0, []
+        # The generation's rows and its `made` mark commit together: a kill between two of them
+        # leaves none, and a resume proposes the whole generation again, as this run would have.
+        with self.archive.transaction():
+            for slot_results in results:
+                for island, p in slot_results:
+                    cid = self.record(p, island, generation)
+                    row = self.archive.get(cid)
+                    made += 1
+                    if row.status != "pending":
+                        settled.append((cid, p, row.verdict.reason))
+            if made:  # until it is tallied: a resume takes the generation back into its window
+                self._set_made({**self._made(), generation: made})
+        for cid, p, reason in settled:
+            self.progress.event(
+                cid,
+                p.mutator,
+                f"{reason}: {p.error}" if p.error else reason,
+                evaluated=False,
+                accepted=False,
+                best=None,
+            )
         return made
 
     def check_base(self) -> None:
@@ -374,11 +386,14 @@ class Search:
                 self.check_base()
                 arm_deadline()
                 continue
-            for cid, to in self.population.migrate(done_gen):
-                self.archive.add_migration(done_gen, cid, to)
-            best, since = self._tally(done_gen, made, best, since)
-            self._save_tally(done_gen, best, since)
-            self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
+            # The tally's writes commit together: a kill between them would resume with the
+            # generation out of the window but the stagnation count from before it.
+            with self.archive.transaction():
+                for cid, to in self.population.migrate(done_gen):
+                    self.archive.add_migration(done_gen, cid, to)
+                best, since = self._tally(done_gen, made, best, since)
+                self._save_tally(done_gen, best, since)
+                self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
 def optimize(config: SearchConfig) -> SearchResult:
@@ -396,6 +411,11 @@ def optimize(config: SearchConfig) -> SearchResult:
         raise
     progress = search.progress
     progress.note(f"run directory: {search.path}")
+    from ..scratch import remove_orphans
+
+    orphans = remove_orphans("kernelsmith-referee-")  # left by a killed run: candidate sources
+    if orphans:
+        progress.note(f"removed {len(orphans)} referee folder(s) left by processes that are gone")
     if not search.timed:
         progress.note(
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
@@ -482,3 +502,4 @@ def optimize(config: SearchConfig) -> SearchResult:
         evaluator.close()
         warm.discard()  # those no referee took (stand-in referees, a worker count that changed)
         search.archive.close()
+        search.lock.release()

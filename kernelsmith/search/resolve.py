@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..rundir import default_run_dir, load_run, run_json, write_json
+from ..rundir import check_run_fields, default_run_dir, load_run, run_json, write_json
+from . import runlock
+from .archive import Archive, check_resumable
+from .mutators import DEFAULT as DEFAULT_MUTATOR
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
@@ -31,34 +34,22 @@ BLIND_SHARE = 0.1
 
 
 def resolve_run(config):
-    """(task, run dir path, run.json dict, resolved device, gpus) for a new or resumed run of a
-    `SearchConfig`; a new run's run.json is written here."""
+    """(task, run dir path, run.json dict, resolved device, gpus, its RunLock) for a new or resumed
+    run of a `SearchConfig`; a new run's run.json is written here. The run directory is locked
+    (runlock.py) before anything in it is read or written."""
     from ..target.task import load_task
 
     out = Path(config.out) if config.out else None
     if config.resume:
         if out is None:
             raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
-        rd = load_run(out)
-        run = rd.run
-        if run.get("command", "optimize") != config.command:
-            raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
-                              f"that command, not {config.command}", "command")
-        # The harness is target code: only its facts, from a sandboxed child (harnessfacts.py).
-        task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
-        if task.base_sha != run["base_sha"]:
-            raise ConfigError(
-                out / "run.json",
-                f"checkout {run['checkout']} moved from base {run['base_sha']} "
-                f"to {task.base_sha}; start a new run",
-                "base_sha",
-            )
-        if config.budget is not None:
-            run["budget"] = config.budget
-        if config.minutes is not None:
-            run["minutes"] = config.minutes
-        _resume_layout(run, config, out)
-        return task, rd.path, run, run["device"], run["gpus"]
+        load_run(out)  # not a run directory: said before anything is made there
+        lock = runlock.acquire(out, wait=config.wait)
+        try:
+            return _resume(config, out, lock)
+        except BaseException:
+            lock.release()
+            raise
     if config.ray:  # the GPUs are the cluster's, not this machine's
         from .ray_pool import cluster_device
 
@@ -80,6 +71,17 @@ def resolve_run(config):
 
         preflight(task.root, task.base_sha)
     out = out or default_run_dir(task.target.name, task.operator.name)
+    # Locked before the check below: two new runs into one directory cannot both pass it.
+    lock = runlock.acquire(out, wait=config.wait)
+    try:
+        return _new_run(config, task, device, gpus, out, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _new_run(config, task, device: str, gpus: list, out: Path, lock):
+    """The run.json of a new run in `out` (locked, holding no run), written."""
     if (out / "archive.sqlite").exists() or (out / "run.json").exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
     budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
@@ -92,10 +94,10 @@ def resolve_run(config):
         replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
     run = run_json(
         task,
-        seed=config.seed,
+        seed=0 if config.seed is None else config.seed,
         budget=budget,
         minutes=config.minutes,
-        mutator=config.mutator,
+        mutator=config.mutator or DEFAULT_MUTATOR,
         device=device,
         gpus=gpus,
         argv=config.argv,
@@ -111,9 +113,63 @@ def resolve_run(config):
     run["pipeline"], run["batch"] = config.pipeline or pipeline, config.batch or batch
     if replay is not None:
         run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
-    out.mkdir(parents=True, exist_ok=True)
+    # The archive before run.json: a run.json without an archive is a run whose archive was lost
+    # (a resume refuses it), never one killed before its archive was made.
+    Archive(out / "archive.sqlite").close()
     write_json(out / "run.json", run)
-    return task, out.resolve(), run, device, gpus
+    return task, out.resolve(), run, device, gpus, lock
+
+
+def _resume(config, out: Path, lock):
+    """The task and run.json of the run in `out` (locked), checked against the arguments given."""
+    from ..target.task import load_task
+
+    rd = load_run(out)
+    run = rd.run
+    check_run_fields(run, out / "run.json")
+    check_resumable(out / "archive.sqlite")
+    if run.get("command", "optimize") != config.command:
+        raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
+                          f"that command, not {config.command}", "command")
+    _refuse_conflicts(config, run, out / "run.json")
+    # The harness is target code: only its facts, from a sandboxed child (harnessfacts.py).
+    task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
+    if task.base_sha != run["base_sha"]:
+        raise ConfigError(
+            out / "run.json",
+            f"checkout {run['checkout']} moved from base {run['base_sha']} "
+            f"to {task.base_sha}; start a new run",
+            "base_sha",
+        )
+    if config.budget is not None:
+        run["budget"] = config.budget
+    if config.minutes is not None:
+        run["minutes"] = config.minutes
+    _resume_layout(run, config, out)
+    return task, rd.path, run, run["device"], run["gpus"], lock
+
+
+def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
+    """A `--resume` continues the run as recorded: a TARGET, OP, --mutator or --seed that says
+    otherwise is refused (ConfigError naming run.json and the field), never silently ignored."""
+    from ..target.config import resolve_target
+
+    try:
+        given = resolve_target(config.target, config.targets).resolve()
+    except ConfigError:
+        given = None
+    if given != Path(run["target"]).resolve():
+        raise ConfigError(run_json, f"the run is of target {run['target']}, not {config.target}; resume "
+                          "it with its own TARGET", "target")
+    if config.op != run["op"]:
+        raise ConfigError(run_json, f"the run is of operator {run['op']}, not {config.op}; resume it "
+                          "with its own OP", "op")
+    if config.mutator is not None and config.mutator != run.get("mutator"):
+        raise ConfigError(run_json, f"the run uses mutator {run.get('mutator')}; resume it without "
+                          f"--mutator or with --mutator {run.get('mutator')}", "mutator")
+    if config.seed is not None and config.seed != run["seed"]:
+        raise ConfigError(run_json, f"the run has seed {run['seed']}; resume it without --seed or "
+                          f"with --seed {run['seed']}", "seed")
 
 
 def _local_device_and_gpus(config) -> tuple[str, list]:
@@ -175,7 +231,8 @@ def _learned_points(config, task, device: str) -> int | None:
     launch sets on the listed shapes where they can be counted (twins.py), else every config."""
     from .mutators import members
 
-    if config.command == "sweep" or config.replay is not None or "params" not in members(config.mutator):
+    mutator = config.mutator or DEFAULT_MUTATOR
+    if config.command == "sweep" or config.replay is not None or "params" not in members(mutator):
         return None
     from .mutators.tunables import discover, relevant, space_points
     from .mutators.twins import LaunchTwins

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .mutators import DEFAULT as DEFAULT_MUTATOR
-
 PIPELINE = 2  # generations in flight at least: one evaluating, the next proposed and compiling
 
 
@@ -19,11 +17,11 @@ class SearchConfig:
     out: str | None = None
     budget: int | None = None
     minutes: float | None = None
-    mutator: str = DEFAULT_MUTATOR
+    mutator: str | None = None  # None: DEFAULT_MUTATOR, or what a resumed run's run.json holds
     gpus: list[int] | None = None
     device: str = "auto"
     resume: bool = False
-    seed: int = 0
+    seed: int | None = None  # None: 0, or what a resumed run's run.json holds
     islands: int | None = None
     exploit: float | None = None  # None: DEFAULT_EXPLOIT, or what a resumed run's run.json holds
     stagnation: int | None = None
@@ -42,5 +40,6 @@ class SearchConfig:
     argv: list[str] | None = None
     referee_factory: object = field(default=None, repr=False)  # tests may inject a stand-in
     precompiler_factory: object = field(default=None, repr=False)  # the Ray actors' compile processes: ditto
+    wait: bool = False  # wait for another process's lock on the run directory instead of refusing
     ray: str | None = None  # a Ray cluster's address (or "auto"): the evaluator pool runs there
     workers_per_node: int | None = None  # Ray workers per node (default: one per GPU)

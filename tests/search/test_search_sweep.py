@@ -244,7 +244,8 @@ def test_optimize_and_sweep_share_their_run_options():
     # Today's defaults, kept.
     assert {k: sweep[k][1] for k in ("minutes", "gpus", "device", "resume", "seed", "compile_limit",
                                      "ray", "workers_per_node", "pipeline", "checkout", "out")} == {
-        "minutes": None, "gpus": None, "device": "auto", "resume": False, "seed": 0, "compile_limit": 20.0,
+        # seed None: 0 for a new run, the run's own on a resume (a different one is refused)
+        "minutes": None, "gpus": None, "device": "auto", "resume": False, "seed": None, "compile_limit": 20.0,
         "ray": None, "workers_per_node": None, "pipeline": None, "checkout": None, "out": None}
     readme = (ROOT / "README.md").read_text()
     for name, flags in (("optimize", opt), ("sweep", sweep)):
@@ -264,9 +265,9 @@ def test_the_shared_options_give_both_commands_the_same_config_fields():
     opt = run_config(_parser("optimize").parse_args(["--targets", "t", "optimize", *argv]))
     assert opt == run_config(_parser("sweep").parse_args(["--targets", "t", "sweep", *argv]))
     assert opt == {"target": "demo", "op": "silu_and_mul", "checkout": "co", "out": "o", "minutes": 2.0,
-                   "gpus": [0, 1], "device": "cuda", "resume": True, "seed": 5, "progress": True,
-                   "targets": "t", "compile_limit": 0.0, "ray": None, "workers_per_node": None,
-                   "pipeline": 3}
+                   "gpus": [0, 1], "device": "cuda", "resume": True, "seed": 5, "wait": False,
+                   "progress": True, "targets": "t", "compile_limit": 0.0, "ray": None,
+                   "workers_per_node": None, "pipeline": 3}
     for name in ("optimize", "sweep"):
         with pytest.raises(ConfigError, match="must be positive"):
             run_config(_parser(name).parse_args([name, "demo", "silu_and_mul", "--minutes", "0"]))
