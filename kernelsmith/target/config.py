@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from .release import Package, parse_package
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5
@@ -18,7 +19,7 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\Z")
 
 _TARGET_KEYS = {
     "repo", "clone_url", "fork", "base", "setup", "labels", "operators", "checked", "stubs",
-    "max_open_prs", "budget_minutes",
+    "max_open_prs", "budget_minutes", "package",
 }
 _OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked"}
 
@@ -54,6 +55,7 @@ class Target:
     stubs: dict[str, Path] = field(default_factory=dict)
     max_open_prs: int = DEFAULT_MAX_OPEN_PRS
     budget_minutes: float | None = None
+    package: Package | None = None  # a pinned release to build a checkout from (target/release.py)
 
     @property
     def name(self) -> str:
@@ -206,6 +208,7 @@ def load_target(path: str | os.PathLike) -> Target:
         stubs=stubs,
         max_open_prs=max_open,
         budget_minutes=float(budget) if budget is not None else None,
+        package=parse_package(data.get("package"), path),
     )
     if target.checked is not None:
         target.checked = str(target.checked)
