@@ -347,16 +347,16 @@ def package_for(target, spec: str | None) -> Package:
         check_spec(spec, "--from-package", "SPEC")
         return Package(spec, yaml_pkg.prefix if yaml_pkg else "", yaml_pkg.python if yaml_pkg else PYTHON)
     if yaml_pkg is None:
-        raise ConfigError(target.path, "no package: field (name==version); or pass --from-package NAME==VERSION",
-                          "package")
+        raise ConfigError(target.path, "missing: name==version of a release (or pass --from-package "
+                                       "NAME==VERSION)", "package")
     return yaml_pkg
 
 
 def cache_path(target, pkg: Package) -> Path:
     """Where the release checkout of `target` lives in the cache: keyed by release, layout and the
     files the yaml asks for (another operator list is another checkout)."""
-    key = json.dumps([FORMAT, pkg.spec, pkg.prefix, pkg.python, target.base, sorted(o.file for o in target.operators),
-                      sorted(target.stubs)])
+    key = json.dumps([FORMAT, pkg.spec, pkg.prefix, pkg.python, target.base,
+                      sorted(o.file for o in target.operators), sorted(target.stubs)])
     digest = hashlib.sha1(key.encode()).hexdigest()[:10]
     return cache_dir() / "releases" / f"{target.name}-{pkg.name}-{pkg.version}-{digest}"
 
@@ -370,7 +370,9 @@ def read_marker(folder: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("package"), str) or not _SPEC_RE.match(data["package"]):
+    if not isinstance(data, dict) or not isinstance(data.get("package"), str):
+        return None
+    if not _SPEC_RE.match(data["package"]):
         return None
     return data
 

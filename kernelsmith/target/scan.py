@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..pysource import parse, reachable
 from .checkout import Checkout, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
+from .release import base_release
 from .state import entry as state_entry
 from .state import source_hash, staleness
 
@@ -73,6 +74,7 @@ class ScanResult:
     hotspots: list[Hotspot]
     warnings: list[str] = field(default_factory=list)
     sandbox: dict | None = None  # how harnesses were imported (None: --static, none was)
+    base_release: str | None = None  # name==version: the checkout holds a release, not a commit
 
     @property
     def ok(self) -> bool:
@@ -83,7 +85,8 @@ class ScanResult:
         """Plain data for `scan --json`."""
         return {
             "target": self.target, "repo": self.repo, "checkout": self.checkout, "base_sha": self.base_sha,
-            "ok": self.ok, "operators": [asdict(o) for o in self.operators],
+            "base_release": self.base_release, "ok": self.ok,
+            "operators": [asdict(o) for o in self.operators],
             "hotspots": [dict(asdict(h), status=h.status) for h in self.hotspots],
             "warnings": list(self.warnings),
             "suggestions": self.suggestions(),
@@ -313,4 +316,4 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False)
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,
-                      sandbox=None if static else sandbox.summary())
+                      sandbox=None if static else sandbox.summary(), base_release=base_release(root))
