@@ -1,13 +1,13 @@
 """Every harness under targets/ passes `kernelsmith harness check` on CPU (the interpreter).
 
-The demo target is bundled; LMDeploy and SGLang need their sources (LMDEPLOY_CHECKOUT /
-SGLANG_CHECKOUT, docs/targets.md says how to prepare them) and skip cleanly without them.
+The demo target is bundled; LMDeploy and SGLang need their sources (tests/upstreamkit.py: the release
+checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT).
 """
 
-import os
 from pathlib import Path
 
 import pytest
+import upstreamkit
 
 from kernelsmith.harnesscheck import check_harness
 from kernelsmith.target.config import load_target
@@ -22,10 +22,7 @@ OPS = [(name, op.name) for name in ("demo", "lmdeploy", "sglang")
 def _checkout(target_name):
     if target_name == "demo":
         return MINISERVE
-    path = os.environ.get(f"{target_name.upper()}_CHECKOUT")
-    if not path or not Path(path).is_dir():
-        pytest.skip(f"{target_name.upper()}_CHECKOUT not set: no fetched {target_name} sources here")
-    return Path(path)
+    return upstreamkit.require(target_name)
 
 
 @pytest.mark.parametrize("target_name, op_name", OPS)
