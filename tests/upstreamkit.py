@@ -1,4 +1,5 @@
-"""The upstream LMDeploy and SGLang sources the real-target tests read.
+"""The upstream LMDeploy and SGLang sources the real-target tests read (and small wheels for tests of
+release checkouts).
 
 LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT name a folder (a git archive with the upstream tests, on the GPU
 machine); else the release checkout that `kernelsmith checkout NAME --from-package` left in the
@@ -9,6 +10,8 @@ conftest.py gives each test a private cache.
 from __future__ import annotations
 
 import os
+import stat
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -59,4 +62,19 @@ def require_file(rel: str) -> Path:
     path = require(name) / inner
     if not path.is_file():
         pytest.skip(f"no {inner} in the {name} sources at {CHECKOUTS[name]}")
+    return path
+
+
+def write_wheel(path: Path, files: dict[str, str], links: dict[str, str] | None = None) -> Path:
+    """A wheel with fixed entry dates (the same bytes on every run); `links` become symlink entries."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            z.writestr(info, text)
+        for name, to in (links or {}).items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            z.writestr(info, to)
     return path
