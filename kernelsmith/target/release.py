@@ -86,12 +86,14 @@ def parse_package(raw, path: Path) -> Package | None:
         raise ConfigError(path, f"unknown field(s) {', '.join(unknown)}", f"package.{unknown[0]}")
     spec = check_spec(raw.get("spec"), path, "package.spec")
     prefix = raw.get("prefix") or ""
+    if isinstance(prefix, str):
+        prefix = prefix.strip("/")
     if not isinstance(prefix, str) or (prefix and not _safe_name(prefix + "/x")):
         raise ConfigError(path, "must be a folder inside the repository", "package.prefix")
     python = str(raw.get("python") or PYTHON)
     if not _PY_RE.match(python):
         raise ConfigError(path, f"{python!r} is not a Python version such as 3.11", "package.python")
-    return Package(spec, prefix.strip("/"), python)
+    return Package(spec, prefix, python)
 
 
 def _safe_name(name: str) -> bool:
@@ -184,7 +186,7 @@ def _imported_modules(name: str, source: bytes) -> list[str]:
     """Every module `name` imports, at any depth (imports inside functions too), absolute names."""
     try:
         tree = ast.parse(source, filename=name)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # not Python the loader could run either; the file itself is still taken
     path = PurePosixPath(name)
     package = list(path.parent.parts)
@@ -303,9 +305,10 @@ def _git(folder: Path, *args: str) -> str:
 def _write_tree(folder: Path, wheel: Wheel, files: list[str], pkg: Package, sha256: str, base: str) -> str:
     """Write `files` (under the prefix) and MARKER into the empty `folder`, commit them; the id."""
     for name in files:
+        data = wheel.read(name)  # checks the name first: nothing is created for an unsafe one
         dest = folder / pkg.prefix / name if pkg.prefix else folder / name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(wheel.read(name))
+        dest.write_bytes(data)
         dest.chmod(0o644)
     record = {"package": pkg.spec, "wheel": wheel.path.name, "sha256": sha256, "prefix": pkg.prefix,
               "files": files, "format": FORMAT}
@@ -410,7 +413,11 @@ def release_checkout(target, spec: str | None = None, into: str | Path | None = 
         dest = Path(into).resolve()
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise ConfigError(dest, "must be a new or empty folder", "--into")
-        return _build(target, pkg, dest, wheel)
+        try:
+            return _build(target, pkg, dest, wheel)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)  # no half-made checkout left behind
+            raise
     dest = cache_path(target, pkg)
     with _locked(dest.with_name(dest.name + ".lock")):
         found = _existing(dest, pkg)

@@ -136,7 +136,17 @@ def test_unsafe_wheel_entries_are_refused(tmp_path, bad, why):
     target = load_target(write_target(tmp_path / "t"))
     with pytest.raises(KernelsmithError, match=why):
         release_checkout(target, wheel=wheel, into=tmp_path / "co")
-    assert not (tmp_path / "co" / ".git").exists()
+    assert not (tmp_path / "co").exists()  # nothing half-made is left
+
+
+def test_an_absolute_entry_reached_through_a_stub_name_is_refused_before_anything_is_written(tmp_path):
+    planted = {**ENG, f"{tmp_path}/planted/evil.py": "x = 1\n"}
+    wheel = write_wheel(tmp_path / "eng-1.0-py3-none-any.whl", planted)
+    yaml = write_target(tmp_path / "t")
+    yaml.write_text(yaml.read_text().replace("stubs:\n", f"stubs:\n  {tmp_path}/planted/evil: rt_stub.py\n"))
+    with pytest.raises(KernelsmithError, match="unsafe or duplicate name"):
+        release_checkout(load_target(yaml), wheel=wheel, into=tmp_path / "co")
+    assert not (tmp_path / "planted").exists() and not (tmp_path / "co").exists()
 
 
 def test_an_operator_file_missing_from_the_wheel_names_the_yaml_field(tmp_path):
