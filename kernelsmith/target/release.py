@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError, KernelsmithError
 from ..paths import cache_dir
+from ..pysource import parse
 
 MARKER = ".kernelsmith-release.json"
 FORMAT = 1  # bump when the selection or the commit changes: cached checkouts are then rebuilt
@@ -185,7 +186,7 @@ def _module_file(module: str, wheel: Wheel) -> str | None:
 def _imported_modules(name: str, source: bytes) -> list[str]:
     """Every module `name` imports, at any depth (imports inside functions too), absolute names."""
     try:
-        tree = ast.parse(source, filename=name)
+        tree = parse(source, name)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # not Python the loader could run either; the file itself is still taken
     path = PurePosixPath(name)
