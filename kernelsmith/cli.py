@@ -9,7 +9,8 @@ import sys
 from .errors import KernelsmithError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-COMMANDS = ["scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench", "harness"]
+COMMANDS = ["checkout", "scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench",
+            "harness"]
 # Commands that run untrusted code (candidates, a target's setup and tests, harnesses): in the
 # sandbox only. `harness check` runs the base through the referee (`harness new` only reads
 # source); `export` reads the harness's facts (harnessfacts.py).

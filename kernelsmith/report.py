@@ -272,6 +272,9 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     if (result.get("sandbox") or {}).get("enabled") is False:
         out += [f"**Warning: {result['sandbox'].get('note')}.**", ""]
     out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
+    if run.get("base_release") or result.get("base_release"):
+        out.append(f"The base is the release `{run.get('base_release') or result.get('base_release')}` (its "
+                   "published package's files in a one-commit repository), not an upstream commit.")
     if winner:
         out.append(
             f"Winner: candidate #{winner['id']} (parent #{winner['parent']}), re-checked on new inputs "

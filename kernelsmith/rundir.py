@@ -131,6 +131,7 @@ def run_json(
         "file": task.operator.file,
         "checkout": str(task.root),
         "base_sha": task.base_sha,
+        "base_release": getattr(task, "base_release", None),
         "seed": seed,
         "budget": budget,
         "minutes": minutes,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import upstreamkit
 from spykit import spy_harness
 
 from kernelsmith import harnessbox, harnessfacts, sandbox
@@ -23,7 +24,6 @@ from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[1]
 MINISERVE = ROOT / "examples" / "miniserve"
-CARRY = ROOT / ".carry"
 SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-factsfake0123456789abcd", "GITHUB_TOKEN": "ghs_" + "f" * 36}
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
@@ -94,9 +94,7 @@ def test_the_search_space_is_the_same_from_facts(op):
 
 
 def test_the_samplers_search_space_is_the_same_from_facts():
-    path = CARRY / "lmdeploy" / "lmdeploy" / "pytorch" / "kernels" / "cuda" / "multinomial_sampling.py"
-    if not path.exists():
-        pytest.skip(f"no read-only copy at {path}")
+    path = upstreamkit.require_file("lmdeploy/lmdeploy/pytorch/kernels/cuda/multinomial_sampling.py")
     from types import SimpleNamespace
 
     harness = ROOT / "targets" / "lmdeploy" / "multinomial_sampling.py"

@@ -61,6 +61,8 @@ def render(result) -> None:
     console = Console()
     console.print(f"[bold]{result.target}[/bold] ({result.repo}) at {result.base_sha[:17]} "
                   f"in {result.checkout}")
+    if result.base_release:
+        console.print(f"base: the release {escape(result.base_release)}, not an upstream commit")
     table = Table(title="operators")
     for col in ("operator", "source", "file", "harness", "hash", "stale", "last result"):
         table.add_column(col)

@@ -220,6 +220,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "op": task.operator.name,
         "repo": task.target.repo,
         "base_sha": task.base_sha,
+        "base_release": getattr(task, "base_release", None),
         "device": {k: device.get(k) for k in ("name", "driver", "torch", "triton")},
         "proposals": len(proposals),
         "evaluations": archive.evaluations(),

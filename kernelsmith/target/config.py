@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from .release import Package, parse_package
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5
@@ -18,7 +19,7 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+\Z")
 
 _TARGET_KEYS = {
     "repo", "clone_url", "fork", "base", "setup", "labels", "operators", "checked", "stubs",
-    "max_open_prs", "budget_minutes",
+    "max_open_prs", "budget_minutes", "package",
 }
 _OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked"}
 
@@ -57,6 +58,7 @@ class Target:
     # Operators the loader could not take, by name (or `operators[i]`): their error, raised when
     # one is named; the others are served all the same.
     broken: dict[str, ConfigError] = field(default_factory=dict)
+    package: Package | None = None  # a pinned release to build a checkout from (target/release.py)
 
     @property
     def name(self) -> str:
@@ -237,6 +239,7 @@ def load_target(path: str | os.PathLike) -> Target:
         max_open_prs=max_open,
         budget_minutes=float(budget) if budget is not None else None,
         broken=broken,
+        package=parse_package(data.get("package"), path),
     )
     if target.checked is not None:
         target.checked = str(target.checked)

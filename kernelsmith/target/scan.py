@@ -21,6 +21,7 @@ from ..reproduce import harness_line
 from .checkout import Checkout, git_dir_for, has_git, is_commit
 from .config import Operator, Target, merge_repo_operators, parse_yaml
 from .harness_static import check_harness_static
+from .release import base_release
 from .state import entry as state_entry
 from .state import source_hash, staleness
 
@@ -78,6 +79,7 @@ class ScanResult:
     # TARGET, `--checkout DIR` and `--targets DIR` as suggested commands repeat them (keys target,
     # checkout, targets; default: the target's name alone)
     where: dict = field(default_factory=dict)
+    base_release: str | None = None  # name==version: the checkout holds a release, not a commit
 
     @property
     def ok(self) -> bool:
@@ -88,7 +90,8 @@ class ScanResult:
         """Plain data for `scan --json`."""
         return {
             "target": self.target, "repo": self.repo, "checkout": self.checkout, "base_sha": self.base_sha,
-            "ok": self.ok, "operators": [asdict(o) for o in self.operators],
+            "base_release": self.base_release, "ok": self.ok,
+            "operators": [asdict(o) for o in self.operators],
             "hotspots": [dict(asdict(h), status=h.status) for h in self.hotspots],
             "warnings": list(self.warnings),
             "suggestions": self.suggestions(),
@@ -311,4 +314,5 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,
-                      sandbox=None if static else sandbox.summary(), where=dict(where or {}))
+                      sandbox=None if static else sandbox.summary(), where=dict(where or {}),
+                      base_release=base_release(root))

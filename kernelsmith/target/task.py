@@ -25,6 +25,8 @@ class Task:
     base_code: str
     # The harness imported here ("import"), its facts from a sandboxed child ("facts"), or None.
     harness: Harness | HarnessFacts | None = field(default=None, repr=False)
+    # name==version when the checkout was built from a release (target/release.py), not a commit.
+    base_release: str | None = None
 
     @property
     def file_path(self) -> Path:
@@ -64,7 +66,10 @@ def make_task(target: Target, op_name: str, root: Path, base_sha: str,
         loaded = gather(op.harness, root)
     else:
         loaded = load_harness(op.harness) if harness == "import" else None
-    return Task(target=target, operator=op, root=root, base_sha=base_sha, base_code=code, harness=loaded)
+    from .release import base_release
+
+    return Task(target=target, operator=op, root=root, base_sha=base_sha, base_code=code, harness=loaded,
+                base_release=base_release(root))
 
 
 def load_task(target_arg: str, op_name: str, checkout: str | None = None, targets: str | None = None,

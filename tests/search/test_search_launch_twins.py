@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import model_referee
 import pytest
 import torch
+import upstreamkit
 from test_search_params import drive
 from test_search_sweep import fake_gpu  # noqa: F401 - a fixture
 
@@ -331,7 +332,6 @@ def test_demo_and_sampler_spaces_keep_every_point():
                        device="cuda").twins.off is None
 
 
-CARRY = ROOT / ".carry"
 REAL = [("sglang/python/sglang/kernels/ops/layernorm/fused_rmsnorm.py", "fused_rmsnorm",
          "sglang/fused_rmsnorm.py", 468, 11),
         ("lmdeploy/lmdeploy/pytorch/kernels/cuda/multinomial_sampling.py", "multinomial_sampling",
@@ -340,10 +340,8 @@ REAL = [("sglang/python/sglang/kernels/ops/layernorm/fused_rmsnorm.py", "fused_r
 
 @pytest.mark.parametrize("rel, entry, harness, size, distinct", REAL, ids=[r[1] for r in REAL])
 def test_real_launchers_when_carried(rel, entry, harness, size, distinct):
-    """The real files, when read-only copies sit in .carry (skipped otherwise): SGLang's fused_rmsnorm
-    collapses to its distinct warp counts; LMDeploy's sampler keeps every point."""
-    path = CARRY / rel
-    if not path.exists():
-        pytest.skip(f"no read-only copy at {path}")
+    """The real files (tests/upstreamkit.py): SGLang's fused_rmsnorm collapses to its distinct warp
+    counts; LMDeploy's sampler keeps every point."""
+    path = upstreamkit.require_file(rel)
     grid = SweepGrid(_task(entry, path.read_text(), ROOT / "targets" / harness), device="cuda", seed=0)
     assert grid.size == size and grid.launches() == (distinct, 0)

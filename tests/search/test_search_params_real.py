@@ -1,6 +1,7 @@
-"""The tunables found in real upstream launchers (LMDeploy, SGLang), when read-only copies of them sit
-in the ignored .carry folder; skipped otherwise (the fixture tests in test_search_tunables.py cover the
-same patterns without them)."""
+"""The tunables found in real upstream launchers (LMDeploy, SGLang), read from their sources
+(tests/upstreamkit.py: the release checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT /
+SGLANG_CHECKOUT); skipped without them (the fixture tests in test_search_tunables.py cover the same
+patterns)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import upstreamkit
 from test_search_tunables import _assert_each_render_changes_only_its_constant
 
 from kernelsmith.search.mutators.sizekeys import size_key
@@ -18,7 +20,6 @@ from kernelsmith.search.mutators.tunables import discover, label, relevant, rend
 from kernelsmith.target.harness import load_harness
 
 ROOT = Path(__file__).resolve().parents[2]
-CARRY = ROOT / ".carry"
 LMDEPLOY = "lmdeploy/lmdeploy/pytorch/kernels/cuda"
 SGLANG = "sglang/python/sglang/kernels/ops"
 STAGES = [1, 2, 3, 4, 5, 6]
@@ -87,9 +88,7 @@ CASES = [
 
 @pytest.mark.parametrize("rel, entry, found, domains", CASES, ids=[Path(c[0]).stem for c in CASES])
 def test_real_launchers(rel, entry, found, domains):
-    path = CARRY / rel
-    if not path.exists():
-        pytest.skip(f"no read-only copy at {path}")
+    path = upstreamkit.require_file(rel)
     code = path.read_text()
     ts = relevant(discover(code), code, entry)
     assert {label(t): (t.kind, t.base) for t in ts} == found
@@ -114,9 +113,7 @@ KEYS = {
 @pytest.mark.parametrize("rel, entry", [(c[0], c[1]) for c in CASES if Path(c[0]).stem in KEYS],
                          ids=[Path(c[0]).stem for c in CASES if Path(c[0]).stem in KEYS])
 def test_table_keys_of_real_launchers(rel, entry):
-    path = CARRY / rel
-    if not path.exists():
-        pytest.skip(f"no read-only copy at {path}")
+    path = upstreamkit.require_file(rel)
     code = path.read_text()
     assert size_key(code, relevant(discover(code), code, entry), entry).expr == KEYS[Path(rel).stem]
 
@@ -124,9 +121,7 @@ def test_table_keys_of_real_launchers(rel, entry):
 def test_the_samplers_table_buckets_by_vocabulary():
     """LMDeploy's sampler over its harness's GPU shapes: three buckets by vocabulary length, each
     holding every batch size of that vocabulary, split at geometric midpoints."""
-    path = CARRY / f"{LMDEPLOY}/multinomial_sampling.py"
-    if not path.exists():
-        pytest.skip(f"no read-only copy at {path}")
+    path = upstreamkit.require_file(f"{LMDEPLOY}/multinomial_sampling.py")
     harness = load_harness(ROOT / "targets" / "lmdeploy" / "multinomial_sampling.py")
     task = SimpleNamespace(base_code=path.read_text(), harness=harness,
                            operator=SimpleNamespace(entry="multinomial_sampling"))

@@ -185,12 +185,12 @@ def test_the_mutator_proposes_it_once_in_a_fixed_order_and_resumes():
 
 def _cuda_cases():
     """(task, code) pairs: the test kernels' hoists and, with a checkout, LMDeploy silu_and_mul's."""
-    import os
+    import upstreamkit
 
     yield "row_dot", lambda: _task("row_dot")
     yield "row_stats", lambda: _task("row_stats")
-    lmdeploy = Path(os.environ.get("LMDEPLOY_CHECKOUT") or ROOT / ".carry" / "lmdeploy")
-    if lmdeploy.is_dir():
+    lmdeploy = upstreamkit.checkout("lmdeploy")
+    if lmdeploy is not None:
         yield "lmdeploy-silu_and_mul", lambda: load_task(
             str(ROOT / "targets" / "lmdeploy.yaml"), "silu_and_mul", checkout=str(lmdeploy)
         )

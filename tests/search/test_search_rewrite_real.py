@@ -1,5 +1,5 @@
 """The rewrite mutator on real kernels: the demo's (judged by the interpreter referee), and where a
-checkout folder is at hand (LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT, else the repository's .carry/),
+checkout is at hand (tests/upstreamkit.py: the release checkouts, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT),
 LMDeploy's apply_rotary_pos_emb and silu_and_mul and SGLang's merge_state: each gets valid rewrite
 proposals whose knobs the params search finds; the CPU-runnable ones are checked against their
 harness references on the listed CPU shapes."""
@@ -7,11 +7,11 @@ harness references on the listed CPU shapes."""
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
 import torch
+import upstreamkit
 
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator
@@ -20,11 +20,6 @@ from kernelsmith.target.loader import load_operator_module
 from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _checkout(env: str, name: str) -> Path | None:
-    path = Path(os.environ.get(env) or ROOT / ".carry" / name)
-    return path if path.is_dir() else None
 
 
 def _proposals(task) -> list:
@@ -84,17 +79,15 @@ def _check_on_cpu_shapes(task, code: str, tmp_path: Path) -> None:
 
 
 REAL = [
-    ("lmdeploy", "LMDEPLOY_CHECKOUT", "apply_rotary_pos_emb", True),
-    ("lmdeploy", "LMDEPLOY_CHECKOUT", "silu_and_mul", False),  # its imports query the CUDA driver
-    ("sglang", "SGLANG_CHECKOUT", "merge_state", True),
+    ("lmdeploy", "apply_rotary_pos_emb", True),
+    ("lmdeploy", "silu_and_mul", False),  # its imports query the CUDA driver
+    ("sglang", "merge_state", True),
 ]
 
 
-@pytest.mark.parametrize(("target", "env", "op", "cpu"), REAL, ids=[f"{t}-{o}" for t, _, o, _ in REAL])
-def test_real_kernels_get_valid_rewrites(target, env, op, cpu, tmp_path):
-    checkout = _checkout(env, target)
-    if checkout is None:
-        pytest.skip(f"no {target} checkout ({env} or .carry/{target})")
+@pytest.mark.parametrize(("target", "op", "cpu"), REAL, ids=[f"{t}-{o}" for t, o, _ in REAL])
+def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
+    checkout = upstreamkit.require(target)
     task = load_task(str(ROOT / "targets" / f"{target}.yaml"), op, checkout=str(checkout))
     proposals = _proposals(task)
     for p in proposals:
@@ -122,9 +115,7 @@ def test_every_default_rewrite_compiles_and_is_correct_on_cuda(op):
 
 @pytest.mark.gpu
 def test_merge_state_rewrites_compile_and_are_correct_on_cuda():
-    checkout = _checkout("SGLANG_CHECKOUT", "sglang")
-    if checkout is None:
-        pytest.skip("no sglang checkout (SGLANG_CHECKOUT or .carry/sglang)")
+    checkout = upstreamkit.require("sglang")
     task = load_task(str(ROOT / "targets" / "sglang.yaml"), "merge_state", checkout=str(checkout))
     firsts = [p for p in _proposals(task) if _first_round(p)]
     with Referee(task, device="cuda") as referee:

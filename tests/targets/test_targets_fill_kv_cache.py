@@ -1,15 +1,15 @@
 """LMDeploy's fill_kv_cache harness: a paged cache whose block count follows the seed, written at
 some slots only (issue 14's motivating case).
 
-The harness tests need no upstream sources; the referee tests run the real kernel file from
-LMDEPLOY_CHECKOUT (docs/targets.md) under the interpreter and skip without it.
+The harness tests need no upstream sources; the referee tests run the real kernel file from the
+LMDeploy sources (tests/upstreamkit.py) under the interpreter.
 """
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
+import upstreamkit
 
 from kernelsmith.referee import Referee
 from kernelsmith.target.config import load_target
@@ -68,10 +68,7 @@ def test_sizes_follow_the_seed_and_the_token_count_the_shape():
 
 
 def _checkout() -> Path:
-    path = os.environ.get("LMDEPLOY_CHECKOUT")
-    if not path or not Path(path).is_dir():
-        pytest.skip("LMDEPLOY_CHECKOUT not set: no fetched LMDeploy sources here")
-    return Path(path)
+    return upstreamkit.require("lmdeploy")
 
 
 @pytest.fixture

@@ -1,16 +1,16 @@
 """The LMDeploy and SGLang targets: yaml, harnesses on CPU shapes, loading real kernel files.
 
-Tests that need the upstream sources use the folders named by LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT
-(docs/targets.md says how to prepare them) and skip cleanly without them; CI has neither.
+Tests that need the upstream sources use tests/upstreamkit.py: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT,
+else the release checkouts scripts/test.sh makes (`kernelsmith checkout NAME --from-package`).
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import upstreamkit
 
 from kernelsmith.lightimport import reexports
 from kernelsmith.referee.backend.interpret import accept_list_grids
@@ -143,10 +143,7 @@ def _check_kernel(h, fn, shape, device):
 
 
 def _checkout(target_name):
-    path = os.environ.get(f"{target_name.upper()}_CHECKOUT")
-    if not path or not Path(path).is_dir():
-        pytest.skip(f"{target_name.upper()}_CHECKOUT not set: no fetched {target_name} sources here")
-    return Path(path)
+    return upstreamkit.require(target_name)
 
 
 @pytest.mark.parametrize("target_name, op_name", OPS)

@@ -2,9 +2,10 @@
 
 On CPU the upstream tests cannot pass (they hard-code CUDA); these tests check that each command
 gets past the heavy package imports to the point where CUDA is required, and that the router
-test's imports resolve with the yaml's `--light-package` options alone. They use LMDEPLOY_CHECKOUT,
-else the repository's .carry/lmdeploy, and skip without either (and on CUDA machines, where the
-GPU step runs the commands for real).
+test's imports resolve with the yaml's `--light-package` options alone. They need upstream's test
+folder (LMDEPLOY_CHECKOUT, a git archive); a release checkout has none, and they skip saying so
+(and on CUDA machines, where the GPU step runs the commands for real). The QuantPolicy stand-in is
+checked against any LMDeploy sources, the release's included (tests/upstreamkit.py).
 """
 
 import ast
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import upstreamkit
 
 from kernelsmith.target.config import load_target
 
@@ -24,9 +26,7 @@ TARGET = load_target(REPO / "targets" / "lmdeploy.yaml")
 
 
 def _checkout() -> Path:
-    path = Path(os.environ.get("LMDEPLOY_CHECKOUT") or REPO / ".carry" / "lmdeploy")
-    if not (path / "tests" / "pytorch" / "kernel").is_dir():
-        pytest.skip("no LMDeploy checkout (LMDEPLOY_CHECKOUT or .carry/lmdeploy)")
+    path = upstreamkit.require_upstream_tests("lmdeploy", "tests/pytorch/kernel")
     if torch.cuda.is_available():
         pytest.skip("on CUDA the commands run for real (GPU step)")
     return path
@@ -140,7 +140,7 @@ def test_fill_kv_cache_test_imports_resolve_with_the_yaml_stand_ins():
 
 
 def test_quant_policy_stand_in_has_upstream_members_and_values():
-    root = _checkout()
+    root = upstreamkit.require("lmdeploy")
     tree = ast.parse((root / "lmdeploy" / "messages.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QuantPolicy")
     upstream = {t.id: ast.literal_eval(s.value) for s in cls.body if isinstance(s, ast.Assign)

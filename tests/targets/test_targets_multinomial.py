@@ -4,10 +4,9 @@ The kernel's output is a token id compared exactly, so the harness builds probab
 partial sums are exact in float32 in any order; these tests check that property directly, check
 the harness's Philox against Triton's own `tl.rand`, and run the upstream kernel (and block-size
 variants of it) under the interpreter against the reference. Tests that need the upstream source
-use LMDEPLOY_CHECKOUT, else the repository's .carry/lmdeploy, and skip without either.
+take it from tests/upstreamkit.py (the release checkout scripts/test.sh makes, or LMDEPLOY_CHECKOUT).
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+import upstreamkit
 
 from kernelsmith.referee.backend.interpret import accept_list_grids
 from kernelsmith.target.config import load_target
@@ -169,10 +169,7 @@ def test_reference_returns_the_first_index_when_the_draw_passes_the_total():
 
 
 def _checkout() -> Path:
-    path = os.environ.get("LMDEPLOY_CHECKOUT") or str(REPO / ".carry" / "lmdeploy")
-    if not (Path(path) / OP.file).is_file():
-        pytest.skip("no LMDeploy checkout (LMDEPLOY_CHECKOUT or .carry/lmdeploy)")
-    return Path(path)
+    return upstreamkit.require("lmdeploy")
 
 
 def _variant(root: Path, tmp_path: Path, tag: str, old: str, new: str):
