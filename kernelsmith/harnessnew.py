@@ -47,7 +47,7 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
              fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> str:
     """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
     body say which arguments are tensors and which strings it compares with."""
-    kinds = classify(fn if fn is not None else ast.parse("def f(): pass").body[0], args)
+    kinds = classify(fn if fn is not None else parse("def f(): pass").body[0], args)
     tensors = [a.name for a in kinds if a.kind == "tensor"]
     sizes = [a for a in kinds if a.kind == "size"]
     gpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 4096), ("cols", 4096))}

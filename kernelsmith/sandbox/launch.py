@@ -255,14 +255,16 @@ def _init(spec: dict, cmd: list[str], status_w: int, uid: int, gid: int) -> None
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         cwd = os.getcwd()
+        # Loaded before the mounts: this file's folder may lie under a /tmp they empty.
+        seccomp = _sibling("seccomp") if spec.get("unix_sockets") is False else None
         build_mounts(spec)
         unshare(CLONE_NEWUSER, "unshare(CLONE_NEWUSER) for dropping capabilities")
         map_ids(uid, 0, gid, 0)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         os.chdir(cwd)  # through the new mounts (the old cwd still named the writable lower mount)
         limit_memory(spec.get("memory_bytes"))
-        if spec.get("unix_sockets") is False:
-            _sibling("seccomp").install()
+        if seccomp is not None:
+            seccomp.install()
     except (SandboxSetupError, OSError) as e:
         _report(status_w, f"error {e}")
         os._exit(1)

@@ -181,8 +181,11 @@ def run_setup(target: Target, folder: Path) -> None:
 
     make_venv(folder)
     with scratch_dir("kernelsmith-setup-") as scratch:  # the setup writes there: no cleanup() chmod
+        # The cache's repositories stay readable (read-only) where the profile empties /tmp, so a
+        # setup that asks git (a version from tags) sees its worktree's store as anywhere else.
+        stores = [cache_dir() / "repos"] if (cache_dir() / "repos").is_dir() else []
         cmd, env = wrap(["/bin/sh", "-c", target.setup], "setup", env=venv_env(folder, dict(os.environ)),
-                        writable=[folder], scratch=Path(scratch))
+                        writable=[folder], scratch=Path(scratch), readable=stores)
         proc = subprocess.run(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     if proc.returncode != 0:

@@ -91,7 +91,7 @@ def rms_norm(x, weight, eps=1e-6):
 def _referee(home: Path, patcher: bool):
     """A Referee for the demo's rms_norm whose harness leaves markers under work/marks and, with
     `patcher`, patches the referee of every process that imports it."""
-    marks = home / "work" / "marks"
+    marks = home / "work" / "work" / "marks"  # inside the referee folder's sandbox-writable work/
     marks.mkdir(parents=True)
     harness = home / "targets" / "hostile_rms_norm.py"
     harness.parent.mkdir()
