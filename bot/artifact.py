@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.safefs import UnsafePath, read_at
 from kernelsmith.search.mutators.rewrites.explain import AXIAL, KNOBBED, TRANSFORMS
 
 MAX_JSON_BYTES = 4 << 20
@@ -91,28 +92,11 @@ def read_plain(root: Path, rel: str, limit: int) -> bytes | None:
             os.close(fd)
             fd = nxt
         try:
-            ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            return read_at(fd, parts[-1], limit)
         except FileNotFoundError:
             return None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise UnsafeArtifact(f"{rel}: a symlink; refused (plain files only)") from None
-            raise
-        try:
-            st = os.fstat(ffd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafeArtifact(f"{rel}: not a regular file; refused")
-            if st.st_nlink != 1:
-                raise UnsafeArtifact(f"{rel}: a hardlink ({st.st_nlink} links); refused")
-            if st.st_size > limit:
-                raise UnsafeArtifact(f"{rel}: {st.st_size} bytes, over the {limit}-byte limit; refused")
-            with os.fdopen(ffd, "rb", closefd=False) as f:
-                data = f.read(limit + 1)
-            if len(data) > limit:
-                raise UnsafeArtifact(f"{rel}: over the {limit}-byte limit; refused")
-            return data
-        finally:
-            os.close(ffd)
+        except UnsafePath as e:
+            raise UnsafeArtifact(f"{rel}: {str(e).split(': ', 1)[-1]}") from None
     finally:
         os.close(fd)
 

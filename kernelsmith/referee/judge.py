@@ -374,26 +374,27 @@ class RunnerLink:
 
     def retire(self) -> None:
         """Kill the runner at once (it ran candidate code: nothing of it is kept) and reap it."""
-        if not self._dead():
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._wait_dead()
-        self.chan.close()
+        stop_child(self, grace=0.0)
 
     def close(self) -> None:
         """Ask the runner to exit; kill it if it does not."""
+        stop_child(self, grace=2.0)
+
+
+def stop_child(link, grace: float) -> None:
+    """End a child of the judge (a runner or the oracle: `pid`, `chan`, `_dead`, `_wait_dead`):
+    asked to exit and given `grace` seconds where `grace` > 0, then killed and reaped."""
+    if grace > 0:
         try:
-            self.chan.send({"op": "exit"})
+            link.chan.send({"op": "exit"})
         except OSError:
             pass
-        self._wait_dead(2.0)
-        if not self._dead():
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._wait_dead()
-        self.chan.close()
+        link._wait_dead(grace)
+    if not link._dead():
+        try:
+            os.kill(link.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        link._wait_dead()
+    link.chan.close()
 

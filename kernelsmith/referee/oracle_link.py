@@ -22,7 +22,7 @@ import torch
 from ..target.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from ..target.harness import Harness
 from .channel import Channel, Foreign, pair
-from .judge import make_non_dumpable
+from .judge import make_non_dumpable, stop_child
 from .link_errors import PeerGone, ProtocolError
 from .shared_region import room_for
 
@@ -271,15 +271,4 @@ class OracleLink:
 
     def close(self) -> None:
         """Ask the oracle to exit; kill it if it does not."""
-        try:
-            self.chan.send({"op": "exit"})
-        except OSError:
-            pass
-        self._wait_dead(2.0)
-        if not self._dead():
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._wait_dead()
-        self.chan.close()
+        stop_child(self, grace=2.0)
