@@ -53,7 +53,9 @@ def main() -> None:
         if cap:
             env["KERNELSMITH_CANDIDATE_MEMORY"] = cap
             os.environ["KERNELSMITH_CANDIDATE_MEMORY"] = cap
-        cmd, env = sandbox.wrap([sys.executable, "-c", INSIDE], "candidate", env=env, writable=[work])
+        script = work / "inside.py"  # a file: @triton.jit reads its function's source from one
+        script.write_text(INSIDE)
+        cmd, env = sandbox.wrap([sys.executable, str(script)], "candidate", env=env, writable=[work])
         proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=300)
         print(f"--- cap {cap or 'default'}: exit {proc.returncode}")
         print(proc.stdout.strip())
