@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -16,3 +18,16 @@ def cache_dir() -> Path:
         path = Path(base) / "kernelsmith"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextmanager
+def cache_lock(lock_path: Path):
+    """An exclusive lock on a file of the cache, so two runs on one machine never build or change
+    the same cached checkout at once."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

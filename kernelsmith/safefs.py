@@ -33,30 +33,11 @@ def open_dir(path: str | os.PathLike, *, create: bool = False, mode: int = 0o700
     """A descriptor of the folder `path`, walked from `/` without following any link (`create`:
     missing folders are made with `mode`). UnsafePath where a component is a link or not a folder."""
     anchor, parts = _parts(path)
-    fd = os.open(anchor, _DIR)
+    top = os.open(anchor, _DIR)
     try:
-        for i, name in enumerate(parts):
-            try:
-                nxt = os.open(name, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                try:
-                    os.mkdir(name, mode, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                nxt = _open_child_dir(fd, name, parts[:i + 1])
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise UnsafePath(f"{anchor}{'/'.join(parts[:i + 1])}: a symlink or not a folder; "
-                                     f"refused") from None
-                raise
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return open_subdir(top, parts, create=create, mode=mode) if parts else os.dup(top)
+    finally:
+        os.close(top)
 
 
 def _open_child_dir(fd: int, name: str, shown: tuple[str, ...]) -> int:
@@ -64,7 +45,7 @@ def _open_child_dir(fd: int, name: str, shown: tuple[str, ...]) -> int:
         return os.open(name, _DIR, dir_fd=fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafePath(f"/{'/'.join(shown)}: a symlink or not a folder; refused") from None
+            raise UnsafePath(f"{'/'.join(shown)}: a symlink or not a folder; refused") from None
         raise
 
 

@@ -189,15 +189,60 @@ def _template_main(ctl: socket.socket) -> None:
         os._exit(code)
 
 
-class RunnerLink:
-    """The judge's handle on one runner: requests, and death."""
-
-    spared: frozenset[int] = frozenset()  # the judge's other children (oracle, template): never swept
+class ChildLink:
+    """A child of the judge reached through a Channel (a runner, the oracle): whether it lives,
+    and its end."""
 
     def __init__(self, pid: int, sock):
         self.pid = pid
         self.chan = Channel(sock, "cpu", trusted_peer=False)
         self.status: int | None = None
+
+    def _dead(self) -> bool:
+        if self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.status = -signal.SIGKILL
+                return True
+            if pid == 0:
+                return False
+            self.status = os.waitstatus_to_exitcode(status)
+        return True
+
+    def _wait_dead(self, limit: float = SHUTDOWN_S) -> None:
+        deadline = time.monotonic() + limit
+        while not self._dead() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self, grace: float) -> None:
+        """Asked to exit and given `grace` seconds where `grace` > 0, then killed and reaped."""
+        if grace > 0:
+            try:
+                self.chan.send({"op": "exit"})
+            except OSError:
+                pass
+            self._wait_dead(grace)
+        if not self._dead():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait_dead()
+        self.chan.close()
+
+    def close(self) -> None:
+        """Ask the child to exit; kill it if it does not."""
+        self.stop(grace=2.0)
+
+
+class RunnerLink(ChildLink):
+    """The judge's handle on one runner: requests, and death."""
+
+    spared: frozenset[int] = frozenset()  # the judge's other children (oracle, template): never swept
+
+    def __init__(self, pid: int, sock):
+        super().__init__(pid, sock)
         self._last_sent: dict[str, torch.Tensor] = {}
 
     def set_device(self, device: str, regions: bool = True) -> None:
@@ -230,18 +275,6 @@ class RunnerLink:
             self.request({"op": "regions_off"})
         self.chan.reset_stats()
         return why
-
-    def _dead(self) -> bool:
-        if self.status is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.status = -signal.SIGKILL
-                return True
-            if pid == 0:
-                return False
-            self.status = os.waitstatus_to_exitcode(status)
-        return True
 
     def death_note(self) -> str:
         """How the runner ended, in words."""
@@ -288,11 +321,6 @@ class RunnerLink:
             if isinstance(reply.get("raised"), list) and len(reply["raised"]) == 2:
                 raise CandidateError(str(reply["raised"][0]), str(reply["raised"][1])[:8000])
             raise RunnerFailed("protocol", f"the runner failed a request: {str(reply.get('error'))[:2000]}")
-
-    def _wait_dead(self, limit: float = SHUTDOWN_S) -> None:
-        deadline = time.monotonic() + limit
-        while not self._dead() and time.monotonic() < deadline:
-            time.sleep(0.02)
 
     def call(self, fn: RemoteFn, inputs: dict, dirty: float, watch: bool, sizes, outputs,
              pristine: dict | None = None) -> tuple:
@@ -374,27 +402,5 @@ class RunnerLink:
 
     def retire(self) -> None:
         """Kill the runner at once (it ran candidate code: nothing of it is kept) and reap it."""
-        stop_child(self, grace=0.0)
-
-    def close(self) -> None:
-        """Ask the runner to exit; kill it if it does not."""
-        stop_child(self, grace=2.0)
-
-
-def stop_child(link, grace: float) -> None:
-    """End a child of the judge (a runner or the oracle: `pid`, `chan`, `_dead`, `_wait_dead`):
-    asked to exit and given `grace` seconds where `grace` > 0, then killed and reaped."""
-    if grace > 0:
-        try:
-            link.chan.send({"op": "exit"})
-        except OSError:
-            pass
-        link._wait_dead(grace)
-    if not link._dead():
-        try:
-            os.kill(link.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        link._wait_dead()
-    link.chan.close()
+        self.stop(grace=0.0)
 

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from ..target.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from ..target.harness import Harness
-from .channel import Channel, Foreign, pair
-from .judge import make_non_dumpable, stop_child
+from .channel import Foreign, pair
+from .judge import ChildLink, make_non_dumpable
 from .link_errors import PeerGone, ProtocolError
 from .shared_region import room_for
 
-SHUTDOWN_S = 5.0
 STAND_INS = frozenset({"active driver", "device properties", "fp8 cast", "list grids", "tl aliases"})
 
 
@@ -111,7 +108,7 @@ def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
         flops=link.flops if flags["flops"] else None, bind=None, library_base=flags["library_base"])
 
 
-class OracleLink:
+class OracleLink(ChildLink):
     """The judge's handle on its oracle: the fork, requests, and death."""
 
     def __init__(self):
@@ -126,9 +123,7 @@ class OracleLink:
 
             start(theirs, (1, 2))  # never returns
         theirs.close()
-        self.pid = pid
-        self.chan = Channel(mine, "cpu", trusted_peer=False)
-        self.status: int | None = None
+        super().__init__(pid, mine)
         self.sizes: dict[str, tuple[int | None, int | None]] = {}
 
     def set_device(self, device: str, regions: bool = True) -> None:
@@ -153,23 +148,6 @@ class OracleLink:
         self.chan.reset_stats()
 
     # -- requests -----------------------------------------------------------------------------
-    def _dead(self) -> bool:
-        if self.status is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.status = -signal.SIGKILL
-                return True
-            if pid == 0:
-                return False
-            self.status = os.waitstatus_to_exitcode(status)
-        return True
-
-    def _wait_dead(self, limit: float = SHUTDOWN_S) -> None:
-        deadline = time.monotonic() + limit
-        while not self._dead() and time.monotonic() < deadline:
-            time.sleep(0.02)
-
     def _gone(self) -> OracleFailed:
         self._wait_dead()
         return OracleFailed(f"the harness process (the oracle) ended (status {self.status})")
@@ -269,6 +247,4 @@ class OracleLink:
         names = reply.get("stand_ins")
         return {n for n in names if n in STAND_INS} if isinstance(names, list) else set()
 
-    def close(self) -> None:
-        """Ask the oracle to exit; kill it if it does not."""
-        stop_child(self, grace=2.0)
+

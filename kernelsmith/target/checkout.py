@@ -14,7 +14,6 @@ worktree after target code ran there.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from .. import gitsafe
 from ..errors import ConfigError, KernelsmithError
-from ..paths import cache_dir
+from ..paths import cache_dir, cache_lock
 from ..scratch import remove_tree
 from .config import Target
 
@@ -194,18 +193,6 @@ def run_setup(target: Target, folder: Path) -> None:
                                f"in {folder}:\n{tail}")
 
 
-@contextmanager
-def _locked(lock_path: Path):
-    """An exclusive lock so two runs on one machine never clone or add worktrees at once."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _cache_key(target: Target, url: str, salt: str = "") -> str:
     return f"{target.name}-" + hashlib.sha1(f"{url}@{salt}".encode()).hexdigest()[:10]
 
@@ -214,7 +201,7 @@ def _snapshot_plain_folder(target: Target, local: Path) -> Path:
     """Copy a plain folder into a git repository with one commit (so it has a base sha)."""
     key = _cache_key(target, str(local), tree_hash(local))  # edited folder => fresh snapshot
     dest = cache_dir() / "snapshots" / key
-    with _locked(dest.with_suffix(".lock")):
+    with cache_lock(dest.with_suffix(".lock")):
         if dest.exists():
             return dest
         tmp = dest.with_name(dest.name + ".tmp")
@@ -262,7 +249,7 @@ def _worktree_checkout(target: Target, url: str, setup: bool = True) -> Checkout
                                "or pass --checkout DIR with a prepared checkout")
     key = _cache_key(target, url)
     bare = cache_dir() / "repos" / f"{key}.git"
-    with _locked(bare.with_suffix(".lock")):
+    with cache_lock(bare.with_suffix(".lock")):
         _clone_or_fetch(url, bare, target)
         sha = _git(bare, "rev-parse", "--verify", f"refs/remotes/origin/{target.base}^{{commit}}")
         wt = cache_dir() / "worktrees" / key / sha[:12]

@@ -12,10 +12,8 @@ upstream commit.
 from __future__ import annotations
 
 import ast
-import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import stat
@@ -23,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .. import gitsafe
 from ..errors import ConfigError, KernelsmithError
-from ..paths import cache_dir
+from ..paths import cache_dir, cache_lock
 from ..pysource import parse
 
 MARKER = ".kernelsmith-release.json"
@@ -285,22 +283,12 @@ class ReleaseCheckout:
                 "wheel": self.wheel, "sha256": self.sha256, "files": self.files, "cached": self.cached}
 
 
-def _git_env() -> dict:
-    """No user or system git configuration (autocrlf, hooks, signing would change the commit)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(IDENTITY, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
-               LC_ALL="C")
-    return env
-
-
 def _git(folder: Path, *args: str) -> str:
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false",
-           *args]
-    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=_git_env(),
-                          stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise KernelsmithError(f"git {' '.join(args)} failed in {folder}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    """git in the new repository at `folder` (gitsafe: no user or system configuration, no hooks;
+    no signing or line-ending conversion, which would change the commit)."""
+    git_dir = folder / ".git" if args[0] != "init" else None
+    return gitsafe.out(git_dir, "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *args,
+                       work_tree=folder if git_dir else None, cwd=folder, env={**IDENTITY, "LC_ALL": "C"})
 
 
 def _write_tree(folder: Path, wheel: Wheel, files: list[str], pkg: Package, sha256: str, base: str) -> str:
@@ -323,17 +311,6 @@ def _write_tree(folder: Path, wheel: Wheel, files: list[str], pkg: Package, sha2
     _git(folder, "commit", "-q", "-m", f"{pkg.spec}: files of the released wheel {wheel.path.name} "
                                        f"(a release, not an upstream commit)")
     return _git(folder, "rev-parse", "HEAD")
-
-
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sha256(path: Path) -> str:
@@ -420,7 +397,7 @@ def release_checkout(target, spec: str | None = None, into: str | Path | None = 
             shutil.rmtree(dest, ignore_errors=True)  # no half-made checkout left behind
             raise
     dest = cache_path(target, pkg)
-    with _locked(dest.with_name(dest.name + ".lock")):
+    with cache_lock(dest.with_name(dest.name + ".lock")):
         found = _existing(dest, pkg)
         if found:
             return found
