@@ -135,8 +135,7 @@ def _step_timers() -> dict[str, float]:
     (seconds by step, nested steps counted in each)."""
     import torch
 
-    from kernelsmith.referee import input_cache
-    from kernelsmith.referee.checks import correctness, shape_trials
+    from kernelsmith.referee.checks import correctness, input_cache, shape_trials
     from kernelsmith.referee.proc import judge, oracle_link
 
     totals: dict[str, float] = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from kernelsmith.harness.model import load_harness
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.backend.cuda import CudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Harness code runs only in a sandboxed child: `harness check`'s probe and `scan`'s harness loads.
 
 A harness (and the operator it calls) is target-repository code. The child
-(`python -m kernelsmith.harness.probe SPEC`) runs it inside the sandbox's "harness" profile
+(`python -m kernelsmith.onboard.harness_probe SPEC`) runs it inside the sandbox's "harness" profile
 (kernelsmith/sandbox/: nothing writable but a private scratch, no network, no secrets, no ancestor
 visible; every process it starts dies with it), under a wall clock. What comes back is hostile
 input: one JSON line whose types are checked here, and text made printable and short before it is
@@ -112,7 +112,7 @@ def _how_it_ended(code: int) -> str:
 
 
 def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str | None,
-              timeout_s: float, what: str, module: str = "kernelsmith.harness.probe") -> dict:
+              timeout_s: float, what: str, module: str = "kernelsmith.onboard.harness_probe") -> dict:
     """Run `module` (harnessprobe, or harnessfacts) on `spec` in the "harness" sandbox; its answer
     (a dict) or HarnessChildError naming `harness` (`what`: the child's job, for the message)."""
     from kernelsmith.sandbox import wrap

@@ -419,7 +419,7 @@ class Evaluator:
         no binary planted in the shared cache (by a precompile child, say) can stand in for it.
         """
         # The referee derives the listed shapes' inputs from (run seed, shape, trial) and caches them
-        # per worker for the whole search (referee/input_cache.py): a final check on the search's
+        # per worker for the whole search (referee/checks/input_cache.py): a final check on the search's
         # own seed would judge the winner on the very inputs it was selected on.
         if int(seed) == self.seed:
             raise ValueError("the final re-measurement needs a seed other than the search's "

@@ -115,7 +115,7 @@ def main(spec: dict) -> None:
     """Serve compile jobs (one JSON line each on stdin, one reply line each) until stdin ends."""
     lower_priority()
     from kernelsmith.harness.model import load_harness
-    from kernelsmith.onboard.loader import load_operator_module
+    from kernelsmith.loader import load_operator_module
 
     # stderr is discarded by the parent: what a candidate prints is dropped, never a reply.
     protocol = private_stdout()

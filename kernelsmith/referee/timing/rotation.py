@@ -22,7 +22,7 @@ import math
 import torch
 
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.referee.input_cache import fresh_copy
+from kernelsmith.referee.checks.input_cache import fresh_copy
 
 
 class Rotation:

@@ -1,6 +1,6 @@
 """`kernelsmith harness check`: is a harness sound before any search runs on it?
 
-The checks that run the harness and the base happen in a sandboxed child process (harness/probe.py,
+The checks that run the harness and the base happen in a sandboxed child process (onboard/harness_probe.py,
 started by harness/box.py: the harness is target code, never imported here); then the base goes
 through the real referee, as `evaluate` would run it. Each problem is one line naming the check
 and the likely fix.

@@ -1,6 +1,6 @@
 """The checks of `kernelsmith harness check` that run the harness and the base: a child process.
 
-`python -m kernelsmith.harness.probe SPEC_JSON` (spec: root, file, entry, harness, stubs, device)
+`python -m kernelsmith.onboard.harness_probe SPEC_JSON` (spec: root, file, entry, harness, stubs, device)
 prints one JSON line {"problems": [[check, message, fix], ...], "passed": N} on a private copy of
 stdout; anything the harness or the kernel prints goes to stderr. With {"load_only": true,
 "harness": path} it only imports and validates the harness (`scan`): {"loaded": true}. A harness
@@ -131,7 +131,7 @@ def check_tolerance(p: Probe, h, where: str, b: torch.Tensor, e: torch.Tensor) -
 
 def probe(spec: dict) -> Probe:
     """Every check on the harness and on the base, shape by shape."""
-    from kernelsmith.onboard.loader import load_operator_module
+    from kernelsmith.loader import load_operator_module
 
     p = Probe()
     h = load_harness(spec["harness"])

@@ -29,8 +29,8 @@ import time
 
 import torch
 
-from kernelsmith.referee.proc.link_errors import PeerGone, ProtocolError
-from kernelsmith.referee.proc.shared_region import (
+from kernelsmith.referee.link.errors import PeerGone, ProtocolError
+from kernelsmith.referee.link.shared_region import (
     ALIGN,
     PINS_PER_MESSAGE,
     JudgeRegions,
