@@ -29,8 +29,7 @@ from kernelsmith.referee.verdict import Verdict, contender_bar
 from kernelsmith.search import gpu_time
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
-from kernelsmith.search.evidence import fragile
-from kernelsmith.search.finish import SIMPLER_WITHIN
+from kernelsmith.search.evidence import SIMPLER_WITHIN, fragile
 from kernelsmith.search.precompile import compile_timeout_verdict
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.

@@ -18,8 +18,8 @@ from kernelsmith.referee.timing.ab import conclude
 from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
-from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.prompt import status_line
+from kernelsmith.search.run_config import SearchConfig
 from kernelsmith.search.selection import fitness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
     would judge it on the inputs it was selected on, so remeasure needs another seed."""
     from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.search.loop import FINAL_SEED_OFFSET
+    from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:

@@ -18,7 +18,7 @@ from kernelsmith.commands.run import optimize
 from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs
-from kernelsmith.search.loop import SearchConfig
+from kernelsmith.search.run_config import SearchConfig
 from kernelsmith.search.sweep import SweepGrid
 
 ROOT = Path(__file__).resolve().parents[2]
