@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import correctness as C
-from .input_cache import fresh_copy
-from .link_errors import RunnerFailed
-from .shared_region import room_for
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.input_cache import fresh_copy
+from kernelsmith.referee.link_errors import RunnerFailed
+from kernelsmith.referee.shared_region import room_for
 
 if TYPE_CHECKING:
-    from .timing import ShapeTiming
+    from kernelsmith.referee.timing import ShapeTiming
 
 BASE_TOLERANCE = 1.25  # reported base median / the judge's own, above this (plus the slack): forged
 BASE_SLACK_MS = 0.003
@@ -65,7 +65,16 @@ def _times(value, n: int | None, what: str) -> list[float]:
 def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) -> dict:
     """The runner's timing reply, validated, with the A/A ratio, its CI and noise recomputed here;
     `at`: (seed, candidate id, shape index), which seed the CI's bootstrap as the runner's own."""
-    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_seed, aa_strayed, planned_reps, precise
+    from kernelsmith.referee.timing import (
+        FULL,
+        RETAKES,
+        SCREEN,
+        aa_control,
+        aa_seed,
+        aa_strayed,
+        planned_reps,
+        precise,
+    )
 
     cfg = FULL if mode == "full" else SCREEN
     reps, attempts = reply.get("reps"), reply.get("attempts")
@@ -182,7 +191,7 @@ class JudgeTiming:
     def time_shape(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
                    host: bool = True) -> ShapeTiming:
         """Have the runner time base, candidate (and A/A); check its claims; the raw times back."""
-        from .timing import ShapeTiming
+        from kernelsmith.referee.timing import ShapeTiming
 
         for _ in range(BASE_TAKES):
             r = self._claims(fn, shape, si, cid, seed, mode, host)
@@ -204,7 +213,13 @@ class JudgeTiming:
     def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool) -> dict:
         """One timing request to the runner and checks (a) and the output's; the claims with the
         judge's own base (`judge_base_ms`, `judge_host_ms`), or {"forged": [violation, why]}."""
-        from .timing import FULL, INPUT_SETS, SCREEN, changed_inputs_message, timed_output_ok
+        from kernelsmith.referee.timing import (
+            FULL,
+            INPUT_SETS,
+            SCREEN,
+            changed_inputs_message,
+            timed_output_ok,
+        )
 
         made = self.timing_sets(shape, seed, INPUT_SETS)
         originals = [o for o, _ in made]
@@ -268,7 +283,7 @@ class JudgeTiming:
 
     def audit(self, shape: dict, si: int, cid: int, seed: int, claimed_ms: float, host_ms: float):
         """Check (c) on AUDIT_SETS fresh input sets; [reason, message] on a failure, else None."""
-        from .timing import timed_output_ok
+        from kernelsmith.referee.timing import timed_output_ok
 
         sets, expected = [], []
         for j in range(AUDIT_SETS):

@@ -21,8 +21,8 @@ import math
 
 import torch
 
-from . import correctness as C
-from .input_cache import fresh_copy
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.input_cache import fresh_copy
 
 
 class Rotation:

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from . import correctness as C
+from kernelsmith.referee import correctness as C
 
 
 def in_arena(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> tuple[int, dict]:
