@@ -23,6 +23,7 @@ from kernelsmith.search.run_config import SearchConfig
 from kernelsmith.search.selection import fitness
 
 ROOT = Path(__file__).resolve().parents[2]
+PROBES = ROOT / "dev" / "probes"
 
 
 class StagedModelReferee(model_referee.ModelReferee):
@@ -185,7 +186,7 @@ def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, 
 
 
 def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gpu):
-    """scripts/run_table.py's depth table: every evaluated candidate at the depth its verdict says,
+    """dev/probes/run_table.py's depth table: every evaluated candidate at the depth its verdict says,
     and the best full measurement with the evaluation it came at."""
     import os
     import subprocess
@@ -196,7 +197,7 @@ def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gp
                        targets=str(ROOT / "targets"), precompile=False, stagnation=100,
                        referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
     optimize(cfg)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_table.py"), str(tmp_path / "runs")],
+    out = subprocess.run([sys.executable, str(PROBES / "run_table.py"), str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr

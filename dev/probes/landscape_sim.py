@@ -1,6 +1,6 @@
 """Replay a measured sweep as a landscape and run the search against it on the CPU, many seeds.
 
-    python scripts/landscape_sim.py --target lmdeploy --op fused_single_group_router \
+    python dev/probes/landscape_sim.py --target lmdeploy --op fused_single_group_router \
         --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid] \
         [--noise] [--no-rescreen]
 
@@ -38,7 +38,7 @@ from statistics import geometric_mean
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
