@@ -55,7 +55,7 @@ def parse_args(argv):
 
 def kernels(args, op, root, stubs) -> tuple[dict, dict]:
     """name -> entry function (the base first), and name -> why it is not timed."""
-    from kernelsmith.target.loader import load_operator_module
+    from kernelsmith.loader import load_operator_module
 
     loaded = {"base": getattr(load_operator_module(root, op.file, tag="rt_base", stubs=stubs), op.entry)}
     skipped = {}
@@ -151,8 +151,8 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from kernelsmith.target.config import load_target, resolve_target
-    from kernelsmith.target.harness import load_harness
+    from kernelsmith.harness.model import load_harness
+    from kernelsmith.onboard.config import load_target, resolve_target
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():

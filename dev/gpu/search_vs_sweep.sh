@@ -17,7 +17,7 @@
 #   35): a re-time's seconds in all (start, compiles, inputs, reference, timing).
 # SVS_DEVICE (default cuda; interpret: a CPU dry run of the whole script, times meaningless).
 # Checkouts: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT (default .carry/lmdeploy, .carry/sglang:
-#   scripts/carry_checkouts.sh); Optuna from .carry/wheels (scripts/carry_wheels.sh).
+#   dev/gpu/carry_checkouts.sh); Optuna from .carry/wheels (dev/gpu/carry_wheels.sh).
 # Scheduling: with two or more GPUs, GPUs/2 lanes; a lane runs a pair's sweep and optimize at once,
 #   one GPU each, then the re-time on its first GPU; with one GPU, sweep, optimize, re-time in turn.
 #   0.5 min a side: about 2 x (30 + 45) + 35 = 185 s a pair on one GPU (2 or 3 pairs a call),

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.referee.pinned import task_files
-from kernelsmith.target.config import load_target
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.task import load_task
+from kernelsmith.referee.proc.pinned import task_files
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ROOT / "targets"
