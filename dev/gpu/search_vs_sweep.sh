@@ -11,10 +11,14 @@
 # SVS_MUTATOR: optimize's --mutator (default: none given, optimize's own default).
 # SVS_TOTAL_S (default 540): the step's budget; a pair that would not finish inside it is not
 #   started, and the last line gives the command for the pairs left over (the next device call).
+#   Whatever runs is killed by SVS_TOTAL_S + 45 s, so a call ends inside the device's 600 s; each
+#   pair's line is in $OUT/svs-lines.txt as soon as it is done.
 # SVS_OVERHEAD_S (default 45): a run's seconds beyond its minutes (start, harness facts, compile
-#   processes, the base, the final re-measurement: 31-35 s measured on 2 CPU cores under the
-#   interpreter); SVS_RETIME_S (default 0.4): re-time seconds per shape; SVS_RETIME_EST_S (default
-#   35): a re-time's seconds in all (start, compiles, inputs, reference, timing).
+#   processes, the base, the final re-measurement: 27-49 s measured for multinomial_sampling and
+#   fill_kv_cache on 2 busy CPU cores under the interpreter, 0.25 min runs; on the H200 the demo's
+#   commands took 10-14 s beyond wall_s, docs/benchmarks.md); SVS_RETIME_S (default 0.4): re-time
+#   seconds per shape; SVS_RETIME_EST_S (default 35): a re-time's seconds in all (start, compiles,
+#   inputs, reference, timing; 12-17 s on CPU).
 # SVS_DEVICE (default cuda; interpret: a CPU dry run of the whole script, times meaningless).
 # Checkouts: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT (default .carry/lmdeploy, .carry/sglang:
 #   dev/gpu/carry_checkouts.sh); Optuna from .carry/wheels (dev/gpu/carry_wheels.sh).
@@ -45,6 +49,7 @@ DEVICE=${SVS_DEVICE:-cuda}
 LMDEPLOY_CHECKOUT=${LMDEPLOY_CHECKOUT:-$PWD/.carry/lmdeploy}
 SGLANG_CHECKOUT=${SGLANG_CHECKOUT:-$PWD/.carry/sglang}
 LINES="$OUT/svs-lines.txt"
+: > "$OUT/svs-lines.jsonl"
 start=$SECONDS
 
 if [ "$#" -gt 0 ]; then
@@ -83,12 +88,18 @@ per_pair=$(( (paired ? per_run : 2 * per_run) + RETIME_EST ))
   echo "# $gpus GPU(s), $lanes lane(s) ($([ $paired = 1 ] && echo 'sweep and optimize at once, one GPU each' || echo 'sweep, optimize, re-time in turn')); about $per_pair s a pair; budget $TOTAL s"
 } | tee "$LINES"
 
+HARD=$((TOTAL + 45))
+within() {  # seconds: that many, or fewer so that nothing runs past the step's hard end
+  local left=$((HARD - (SECONDS - start)))
+  [ "$left" -lt "$1" ] && echo $((left > 5 ? left : 5)) || echo "$1"
+}
+
 run_one() {  # name gpu command...: one run, killed at $limit; its exit code in $D/name.rc
   local name=$1 gpu=$2
   shift 2
   local t0=$SECONDS dev=(--device "$DEVICE")
   [ "$DEVICE" = cuda ] && dev+=(--gpus 0)
-  CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" "$@" --out "$D/$name" "${dev[@]}" --minutes "$MIN" --seed "$SEED" \
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$(within "$limit")" "$@" --out "$D/$name" "${dev[@]}" --minutes "$MIN" --seed "$SEED" \
     --no-progress > "$D/$name.log" 2>&1
   echo $? > "$D/$name.rc"
   echo "  $name: exit $(cat "$D/$name.rc") in $((SECONDS - t0)) s on GPU $gpu: $(tail -n 1 "$D/$name.log")"
@@ -112,12 +123,12 @@ one_pair() {  # pair lane
     run_one "$tag-optimize" "$g1" "${opt[@]}"
   fi
   local t0=$SECONDS
-  CUDA_VISIBLE_DEVICES=$g0 timeout 300 $PY dev/gpu/retime.py "$target" "$op" --checkout "$co" \
+  CUDA_VISIBLE_DEVICES=$g0 timeout "$(within 300)" $PY dev/gpu/retime.py "$target" "$op" --checkout "$co" \
     --device "$DEVICE" --run "sweep=$D/$tag-sweep" --run "optimize=$D/$tag-optimize" \
     --seconds "$RETIME_S" --json "$D/$tag-retime.json" > "$D/$tag-retime.log" 2>&1
   echo "  $tag-retime: exit $? in $((SECONDS - t0)) s: $(tail -n 1 "$D/$tag-retime.log")"
   $PY dev/gpu/svs_line.py "$pair" "$D/$tag-sweep" "$D/$tag-optimize" "$D/$tag-retime.json" "$MIN" \
-    --json "$D/$tag.jsonl" > "$D/$tag.line"
+    --json "$OUT/svs-lines.jsonl" | tee -a "$LINES"
 }
 
 lane() {  # lane index: its pairs in turn, each only if it fits the budget
@@ -137,14 +148,6 @@ for ((l = 0; l < lanes; l++)); do
 done
 wait
 
-: > "$OUT/svs-lines.jsonl"
-for pair in "${pairs[@]}"; do
-  tag="${pair%%:*}-${pair#*:}"
-  tag=${tag/@/.}
-  [ -f "$D/$tag.line" ] || continue
-  tee -a "$LINES" < "$D/$tag.line"
-  cat "$D/$tag.jsonl" >> "$OUT/svs-lines.jsonl"
-done
 status=0
 for rc in "$D"/*.rc; do
   [ -f "$rc" ] && [ "$(cat "$rc")" -gt 1 ] && { echo "# FAILED: $(basename "$rc" .rc) exited $(cat "$rc")" | tee -a "$LINES"; status=1; }

@@ -185,14 +185,14 @@ def test_a_variant_is_the_operator_with_its_harness(tmp_path):
         t.operator("other@wide")
 
 
-@pytest.mark.parametrize("variants,field", [
-    ("[a.py]", "operators[0].variants"),
-    ("{'bad@name': a.py}", "operators[0].variants"),
-    ("{wide: 3}", "operators[0].variants.wide"),
+@pytest.mark.parametrize("variants,field,problem", [
+    ("[a.py]", "operators[0].variants", "must be a mapping"),
+    ("{'bad@name': a.py}", "operators[0].variants", "'bad@name' is not a valid variant name"),
+    ("{wide: 3}", "operators[0].variants.wide", "must be a harness file path"),
 ])
-def test_bad_variants_name_the_field(tmp_path, variants, field):
+def test_bad_variants_name_the_field(tmp_path, variants, field, problem):
     p = _write(tmp_path, GOOD + f"    variants: {variants}\n")
     t = load_target(p)
     with pytest.raises(ConfigError) as e:
         t.operator("op")
-    assert e.value.field == field and str(p) in str(e.value)
+    assert e.value.field == field and str(p) in str(e.value) and problem in str(e.value)
