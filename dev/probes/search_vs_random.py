@@ -44,13 +44,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
 
+from kernelsmith.launch.tunables import discover  # noqa: E402
 from kernelsmith.referee.verdict import Verdict  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
 from kernelsmith.search.compare import win_curve  # noqa: E402
 from kernelsmith.search.efficiency import candidate_rows  # noqa: E402
-from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
+from kernelsmith.search.loop import optimize  # noqa: E402
 from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
-from kernelsmith.search.mutators.tunables import discover  # noqa: E402
+from kernelsmith.search.run_config import SearchConfig  # noqa: E402
 
 SCREEN_S = 0.8  # simulated GPU-seconds of a screen (load, correctness, screen timing)
 FULL_S = 1.6  # what the full measurement adds

@@ -8,11 +8,11 @@ the reason for its value (docs/design.md, "The params search": spending the budg
 - A run bounded by proposals stops on stagnation, counted in measurements that could have changed
   the best (`could_change_best`), not in proposals: a screen far behind the best, a rejection or a
   duplicate teaches the model where not to go; it is no failed attempt to improve. The count that
-  stops a run grows with the space's distinct launches (twins.py), and a space small enough to be
+  stops a run grows with the space's distinct launches (launch/twins.py), and a space small enough to be
   enumerated (`ENUMERATE_LAUNCHES`) is never stopped by it.
 - A screen far ahead of the best full measurement (`PROMOTE_MARGIN`) gets its full measurement in
-  the same referee call even where its screen loses a shape (referee/staging.py), so a run has a
-  measured best from its first candidates.
+  the same referee call even where its screen loses a shape (referee/timing/staged.py), so a run
+  has a measured best from its first candidates.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 
 from kernelsmith.search.candidate import Candidate
 
-# Spaces of up to this many distinct launches (twins.py) are enumerated in the model's order: every
+# Spaces of up to this many distinct launches (launch/twins.py) are enumerated in the model's order: every
 # launch set is proposed, nearest the fastest so far first (nearby.py), and stagnation never stops
 # the run before the space is covered. Counted on the real targets' GPU shapes: SGLang
 # merge_state 6, fused_rmsnorm 11, gelu_and_mul 20, LMDeploy apply_rotary_pos_emb 51, SGLang
@@ -45,9 +45,9 @@ IMPROVEMENT = 1.002
 
 # A screen whose all-shape geomean reaches this multiple of the best full measurement so far (the
 # base's 1.0 before any) is measured in full at once, even where its screen loses a shape (which
-# otherwise skips the full measurement: referee/staging.py). On an independent harness of LMDeploy's
-# sampler every fast single config lost its small-vocabulary shape, so its first 46 candidates
-# were screened only and the run had no measured best until generation 24. Wide, because screens
+# otherwise skips the full measurement: referee/timing/staged.py). On an independent harness of
+# LMDeploy's sampler every fast single config lost its small-vocabulary shape, so its first 46
+# candidates were screened only and the run had no measured best until generation 24. Wide, because screens
 # and full measurements agree within about 1.3% (the H200 archives of docs/benchmarks.md): at 25%
 # a promotion is never the screen's noise, and each one raises the next promotion's bar by the same
 # factor, so a run whose best gains 6x promotes at most eight times (a full measurement each).

@@ -16,12 +16,12 @@ from test_search_loop import _run, fake_gpu  # noqa: F401 - fake_gpu is a fixtur
 from test_search_nearby import _launched, _steps
 
 from kernelsmith.commands.run import optimize
+from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
-from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.params import ParamsMutator
-from kernelsmith.target.task import load_task
+from kernelsmith.search.run_config import SearchConfig
 
 EVAL_S = 0.3  # what every candidate's evaluation takes (the referee's own seconds, slept)
 
