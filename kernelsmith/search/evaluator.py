@@ -69,7 +69,10 @@ class Evaluator:
         precompiler=None,
         compile_limit: float | None = None,
         on_verdict: Callable[[Candidate], None] | None = None,
+        promote: bool = True,
     ):
+        """`promote`: screens PROMOTE_MARGIN ahead of the best full measurement are measured in full
+        even where they lose a shape (a search; a sweep, the baseline, measures its grid as it did)."""
         from kernelsmith.referee import Referee
 
         factory = referee_factory or Referee
@@ -93,6 +96,7 @@ class Evaluator:
         # Best full measurement of any accepted candidate, not noisy (a measured win or not; the base
         # is 1.0): a screen PROMOTE_MARGIN ahead of it is measured in full at once (rules.py).
         self.best_full = 1.0
+        self.promote = promote
         self.deadline: float | None = None
         self.device_info: dict | None = None
         # Submitted candidates not yet taken by a worker, oldest first (guarded by self.lock).
@@ -360,7 +364,8 @@ class Evaluator:
         # One call: the screen, and for a contender the full measurement on the candidate already
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
-            bar, shapes, promote = contender_bar(self.best), self.best_shapes, PROMOTE_MARGIN * self.best_full
+            bar, shapes = contender_bar(self.best), self.best_shapes
+            promote = PROMOTE_MARGIN * self.best_full if self.promote else None
         if shapes and fragile(shapes.values()):
             bar *= FRAGILE_BAR
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,

@@ -499,6 +499,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         precompiler=precompiler,
         compile_limit=config.compile_limit or None,
         on_verdict=search.settled,
+        promote=search.command != "sweep",  # the sweep is the baseline: its grid measured as it was
     )
     started = time.time()
     # Where this invocation's time went outside wall_s's window and inside it (result.json "timeline").

@@ -12,7 +12,8 @@ the reason for its value (docs/design.md, "The params search": spending the budg
   enumerated (`ENUMERATE_LAUNCHES`) is never stopped by it.
 - A screen far ahead of the best full measurement (`PROMOTE_MARGIN`) gets its full measurement in
   the same referee call even where its screen loses a shape (referee/timing/staged.py), so a run
-  has a measured best from its first candidates.
+  has a measured best from its first candidates. Not in a sweep: the baseline measures its grid as
+  it always did (its best single config is one that loses no shape).
 """
 
 from __future__ import annotations
