@@ -235,7 +235,8 @@ class Referee:
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
                  seed: int | None = None, fresh_compile: bool = False,
                  contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> Verdict:
+                 contender_shapes: dict[str, float] | None = None, promote_at: float | None = None,
+                 rendered: bool = False) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
@@ -247,7 +248,8 @@ class Referee:
         control in the same call when the all-shape screen geomean reaches `contender_at`
         (timing/staged.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
         speedup per listed shape (keyed by the shape's sorted JSON), which scales the bar to the
-        representative shapes' screen.
+        representative shapes' screen. `promote_at`: an all-shape screen geomean from which the full
+        measurement is taken even where the screen loses a shape (search/rules.py PROMOTE_MARGIN).
         `rendered`: kernelsmith wrote `code` from the base's own by setting launch values (the params
         mutator, the sweep), no model did; its honest failure keeps the worker (`_keeps_worker`).
         """
@@ -255,7 +257,7 @@ class Referee:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
         verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
-                                 fresh_compile, contender_at, contender_shapes, rendered=rendered)
+                                 fresh_compile, contender_at, contender_shapes, promote_at, rendered=rendered)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -279,7 +281,7 @@ class Referee:
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
                   contender_at: float | None = None, contender_shapes: dict | None = None,
-                  retried: bool = False, rendered: bool = False) -> Verdict:
+                  promote_at: float | None = None, retried: bool = False, rendered: bool = False) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -298,7 +300,8 @@ class Referee:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
                "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh,
-               "contender_at": contender_at, "contender_shapes": contender_shapes, "rendered": bool(rendered)}
+               "contender_at": contender_at, "contender_shapes": contender_shapes, "promote_at": promote_at,
+               "rendered": bool(rendered)}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:
@@ -313,7 +316,7 @@ class Referee:
                 # outside may have killed it. Judged once more on a new worker; a second death is
                 # the candidate's own.
                 again = self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
-                                       retried=True, rendered=rendered)
+                                       promote_at, retried=True, rendered=rendered)
                 again.details.setdefault("messages", []).insert(0, f"judged again after: {e}"[:2000])
                 return again
             return Verdict.rejected("crash", str(e))
@@ -322,7 +325,7 @@ class Referee:
             if reply.get("infrastructure") and not retried:
                 # The referee's own machinery failed, not the candidate: judged again on a new worker.
                 return self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
-                                      retried=True, rendered=rendered)
+                                      promote_at, retried=True, rendered=rendered)
             return Verdict.rejected("crash", reply.get("error"))
         verdict = Verdict.from_json(reply["verdict"])
         verdict.device = dict(self.device_info or {})

@@ -255,7 +255,8 @@ class Session(ShapeTrials, JudgeTiming):
     # -- the evaluation -----------------------------------------------------------------------
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
                  fresh: bool = False, contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> dict:
+                 contender_shapes: dict[str, float] | None = None, promote_at: float | None = None,
+                 rendered: bool = False) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
         `fresh`: the candidate compiles in a new, empty Triton cache folder and runs in a runner that
@@ -265,7 +266,8 @@ class Session(ShapeTrials, JudgeTiming):
         other candidate code (a model's, a rewrite, a user's file) the runner is replaced.
         `timing="staged"`: screen timing on representative shapes, then on every shape, then,
         where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
-        control) right away, on the same loaded candidate (timing/staged.py).
+        control) right away, on the same loaded candidate (timing/staged.py); from `promote_at` even
+        where the screen loses a shape.
         """
         out = in_progress()
         loaded = False
@@ -279,7 +281,7 @@ class Session(ShapeTrials, JudgeTiming):
         self.link.chan.reset_stats()
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at,
-                                    contender_shapes, rendered)
+                                    contender_shapes, rendered, promote_at)
         except RunnerFailed as e:
             out["violations"].append(e.reason)
             out["details"]["messages"].append(e.message)
@@ -332,7 +334,8 @@ class Session(ShapeTrials, JudgeTiming):
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
                   seed: int, fresh: bool, contender_at: float | None,
-                  contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> bool:
+                  contender_shapes: dict[str, float] | None = None, rendered: bool = False,
+                  promote_at: float | None = None) -> bool:
         """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
         clock = PhaseClock()
@@ -406,7 +409,8 @@ class Session(ShapeTrials, JudgeTiming):
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
                     best = [(contender_shapes or {}).get(shape_key(s)) for s in shapes]
-                    run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best)
+                    run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best,
+                               promote_at=promote_at)
                 else:
                     timer(timing, None, True)
                     clock.mark(f"{timing}_timing")

@@ -70,7 +70,8 @@ def main() -> int:
                 reply = {"ok": True, "verdict": session.evaluate(
                     code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
                     fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"),
-                    contender_shapes=msg.get("contender_shapes"), rendered=bool(msg.get("rendered")))}
+                    contender_shapes=msg.get("contender_shapes"), promote_at=msg.get("promote_at"),
+                    rendered=bool(msg.get("rendered")))}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except InfrastructureError as e:  # the parent judges the candidate again on a new worker
