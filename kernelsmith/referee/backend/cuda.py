@@ -61,6 +61,14 @@ class CudaBackend(Backend):
         """torch.cuda.synchronize()."""
         torch.cuda.synchronize()
 
+    def free_memory(self) -> int:
+        """torch.cuda.mem_get_info's free bytes: what no process on the device holds."""
+        return int(torch.cuda.mem_get_info()[0])
+
+    def release(self) -> None:
+        """torch.cuda.empty_cache(): blocks this process's allocator keeps but does not use."""
+        torch.cuda.empty_cache()
+
     # -- device measurements ------------------------------------------------------------------
     # Taken in the worker before any candidate code runs (or handed over by the parent from an
     # earlier worker's start): a file such as cache_dir()/device.json can be rewritten by any
