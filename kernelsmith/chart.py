@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .search.candidate import Candidate
+from kernelsmith.search.candidate import Candidate
 
 
 def progress_series(rows) -> tuple[list[int], list[float | None], list[float | None]]:

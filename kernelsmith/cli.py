@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import KernelsmithError
+from kernelsmith.errors import KernelsmithError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 COMMANDS = ["checkout", "scan", "evaluate", "optimize", "sweep", "verify", "report", "export", "bench",
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sandbox_for(args) -> None:
     """Refuse early when the sandbox is needed and cannot be built; honour --no-sandbox loudly."""
-    from . import sandbox
+    from kernelsmith import sandbox
 
     if getattr(args, "no_sandbox", False):
         sandbox.disable()
@@ -49,14 +49,14 @@ def _sandbox_for(args) -> None:
         # broker process (search/mutators/broker.py); then every credential leaves this process's
         # environment and /proc/self/environ.
         if _uses_llm(args):
-            from .search.mutators.llm_settings import start_from_environment
+            from kernelsmith.search.mutators.llm_settings import start_from_environment
 
             start_from_environment()
         sandbox.drop_secrets_from_environ()
 
 
 def _uses_llm(args) -> bool:
-    from .search.mutators import uses_llm
+    from kernelsmith.search.mutators import uses_llm
 
     if args.command == "optimize":
         return uses_llm(args.mutator) and args.replay is None
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; usage and config errors exit 2 with one clear line."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from . import sandbox
+    from kernelsmith import sandbox
 
     try:
         _sandbox_for(args)
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sandbox.enable()  # --no-sandbox holds for this command only (tests call main() in-process)
         if args.command in UNTRUSTED and _uses_llm(args):
-            from .search.mutators.broker import stop_default
+            from kernelsmith.search.mutators.broker import stop_default
 
             stop_default()
 

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import KernelsmithError
+from kernelsmith.errors import KernelsmithError
 
 # Command-line configuration outranks the repository's, so a planted key cannot turn these back on.
 SAFE_CONFIG = (

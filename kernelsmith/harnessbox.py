@@ -21,9 +21,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .errors import ConfigError
-from .pycmd import module_argv, python_path
-from .scratch import remove_tree
+from kernelsmith.errors import ConfigError
+from kernelsmith.pycmd import module_argv, python_path
+from kernelsmith.scratch import remove_tree
 
 LOAD_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine
 LOAD_PARALLEL = 4  # harness loads of one scan at a time (each child imports torch)
@@ -116,7 +116,7 @@ def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str |
               timeout_s: float, what: str, module: str = "kernelsmith.harnessprobe") -> dict:
     """Run `module` (harnessprobe, or harnessfacts) on `spec` in the "harness" sandbox; its answer
     (a dict) or HarnessChildError naming `harness` (`what`: the child's job, for the message)."""
-    from .sandbox import wrap
+    from kernelsmith.sandbox import wrap
 
     scratch = Path(tempfile.mkdtemp(prefix="kernelsmith-harness-"))
     try:

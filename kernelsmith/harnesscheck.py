@@ -30,8 +30,8 @@ class Report:
 
     def lines(self) -> list[str]:
         """One line per problem, then a summary line (after a warning when run without the sandbox)."""
-        from .harnessbox import shown
-        from .sandbox import NO_SANDBOX_NOTE
+        from kernelsmith.harnessbox import shown
+        from kernelsmith.sandbox import NO_SANDBOX_NOTE
 
         out = [f"problem [{shown(check)}] {shown(message)} -> fix: {shown(fix)}"
                for check, message, fix in self.problems]
@@ -45,8 +45,8 @@ class Report:
 def run_probe(task, device: str) -> Report:
     """The harness and base checks, in a sandboxed child process with the referee's environment;
     ConfigError when the harness does not load."""
-    from . import sandbox
-    from .harnessbox import HarnessChildError, checked_probe, run_child
+    from kernelsmith import sandbox
+    from kernelsmith.harnessbox import HarnessChildError, checked_probe, run_child
 
     op = task.operator
     spec = {"root": str(task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
@@ -66,9 +66,9 @@ def run_probe(task, device: str) -> Report:
 
 def check_harness(task, device: str = "auto", timeout_s: float | None = None) -> Report:
     """Every check of `harness check` on `task`, the base judged by the real referee last."""
-    from .referee import Referee
-    from .referee.backend import resolve_device
-    from .referee.diagnose import base_failure
+    from kernelsmith.referee import Referee
+    from kernelsmith.referee.backend import resolve_device
+    from kernelsmith.referee.diagnose import base_failure
 
     resolved = resolve_device(device)
     report = run_probe(task, resolved)

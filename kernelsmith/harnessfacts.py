@@ -21,8 +21,8 @@ import threading
 import traceback
 from pathlib import Path
 
-from .errors import ConfigError, KernelsmithError
-from .target.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, MalformedFacts, shape_key
+from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.target.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, MalformedFacts, shape_key
 
 FACTS_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine (as harnessbox's loads)
 # Facts already gathered in this process, by (harness path, its content's sha256, cwd, sandboxed?):
@@ -68,7 +68,7 @@ def collect(path: str) -> dict:
     """The facts of the harness at `path` (this runs the harness: call it only in the sandbox)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .target.harness import load_harness
+    from kernelsmith.target.harness import load_harness
 
     h = load_harness(path)
     records, seen = [], set()
@@ -120,7 +120,7 @@ def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None)
     """The facts of `harness`, from one child in the sandbox ("harness" profile); ConfigError when
     the harness does not load, HarnessFactsError (naming it) when its child crashes, hangs or
     answers malformed data. One child per harness file's content (and cwd) per process."""
-    from . import sandbox
+    from kernelsmith import sandbox
 
     path = Path(harness).resolve()
     if not path.is_file():
@@ -134,7 +134,7 @@ def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None)
 
 
 def _gather(path: Path, cwd: str | Path, timeout_s: float | None) -> HarnessFacts:
-    from .harnessbox import HarnessChildError, config_error, run_child, shown
+    from kernelsmith.harnessbox import HarnessChildError, config_error, run_child, shown
 
     try:
         answer = run_child({"harness": str(path)}, harness=path, cwd=cwd, device=None,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from .errors import ConfigError
-from .harnessargs import classify
-from .pysource import parse
+from kernelsmith.errors import ConfigError
+from kernelsmith.harnessargs import classify
+from kernelsmith.pysource import parse
 
 
 def entry_arguments(source: str, entry: str, where: str) -> list[tuple[str, str | None, str | None]]:

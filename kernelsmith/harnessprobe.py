@@ -18,10 +18,10 @@ import traceback
 
 import torch
 
-from .errors import ConfigError
-from .referee import correctness as C
-from .referee.diagnose import likely_fix
-from .target.harness import load_harness
+from kernelsmith.errors import ConfigError
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.diagnose import likely_fix
+from kernelsmith.target.harness import load_harness
 
 SEEDS = (101, 101, 202)  # the same seed twice (determinism), then another (sensitivity)
 CONTROL_FIX = ("tighten TOLERANCE for this dtype, or draw inputs whose outputs are not all tiny "
@@ -131,14 +131,14 @@ def check_tolerance(p: Probe, h, where: str, b: torch.Tensor, e: torch.Tensor) -
 
 def probe(spec: dict) -> Probe:
     """Every check on the harness and on the base, shape by shape."""
-    from .target.loader import load_operator_module
+    from kernelsmith.target.loader import load_operator_module
 
     p = Probe()
     h = load_harness(spec["harness"])
     device = spec["device"]
     dev = "cuda" if device == "cuda" else "cpu"
     if device == "interpret":
-        from .referee.backend.interpret import InterpretBackend
+        from kernelsmith.referee.backend.interpret import InterpretBackend
 
         InterpretBackend().init_context()
     p.expect(bool(h.vary), "VARY", "VARY is missing: no fresh shapes are checked, so a candidate specialised "

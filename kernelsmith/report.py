@@ -12,16 +12,16 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .benchjson import benchmark_json
-from .errors import ConfigError
-from .mdtext import safe_text
-from .referee.verdict import aa_bias_factor
-from .reproduce import checkout_placeholder, join, local_path, target_arg
-from .rundir import RunDir, load_run, write_json, write_text
-from .search.candidate import candidates
+from kernelsmith.benchjson import benchmark_json
+from kernelsmith.errors import ConfigError
+from kernelsmith.mdtext import safe_text
+from kernelsmith.referee.verdict import aa_bias_factor
+from kernelsmith.reproduce import checkout_placeholder, join, local_path, target_arg
+from kernelsmith.rundir import RunDir, load_run, write_json, write_text
+from kernelsmith.search.candidate import candidates
 
 if TYPE_CHECKING:
-    from .search.result import SearchResult
+    from kernelsmith.search.result import SearchResult
 
 NO_TIMING = "No timing was done (no CUDA device: correctness and integrity only)."
 
@@ -200,7 +200,7 @@ def _checkout_given(run: dict) -> bool:
         return bool(run["checkout_given"])
     if not run.get("checkout"):
         return False
-    from .paths import cache_dir
+    from kernelsmith.paths import cache_dir
 
     return cache_dir().resolve() not in Path(run["checkout"]).resolve().parents
 
@@ -297,7 +297,7 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
             if slower:
                 out += [f"**Slower than the base on {len(slower)} shape(s):** " + "; ".join(slower)
                         + ". The geomean hides this; weigh it before merging.", ""]
-    from .chart import progress_series
+    from kernelsmith.chart import progress_series
 
     _, _, best = progress_series(rows)
     chart = mermaid(shapes if timed else [], [b for b in best if b is not None])
@@ -318,7 +318,7 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         out += ["### Sweep", "", sweep_section(result["sweep"]), ""]
     out += ["### Reproduce", "", repro(run, rd.path), ""]
     if winner and winner.get("diff"):
-        from .search.mutators.rewrite import explain_lineage
+        from kernelsmith.search.mutators.rewrite import explain_lineage
 
         # A structural rewrite (rewrite mutator) says in one sentence what it changed.
         for sentence in explain_lineage(rows, winner.get("id")):
@@ -339,8 +339,8 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
 def render_all(rd: RunDir) -> list[Path]:
     """Write report.md, speedup.png and benchmark.json of a run directory; returns their paths.
     ConfigError (nothing written) for a run that did not finish or an archive that cannot be read."""
-    from .chart import render_chart
-    from .search.archive import Archive
+    from kernelsmith.chart import render_chart
+    from kernelsmith.search.archive import Archive
 
     if rd.result is None:
         raise ConfigError(rd.path / "result.json", "not found: the run did not finish (killed, or still "
@@ -356,7 +356,7 @@ def render_all(rd: RunDir) -> list[Path]:
     report = rd.path / "report.md"
     text = render_report(rd, rows)
     if rd.verify:  # keep verify's "Upstream tests" section across re-renders
-        from .verify import render_section, replace_section
+        from kernelsmith.verify import render_section, replace_section
 
         text = replace_section(text, render_section(rd.verify))
     write_text(report, text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 
 @dataclass
@@ -101,7 +101,7 @@ def default_run_dir(target_name: str, op: str) -> Path:
 
 def versions() -> dict:
     """kernelsmith, python, torch and triton versions (torch/triton None when absent)."""
-    from . import __version__
+    from kernelsmith import __version__
 
     out = {"kernelsmith": __version__, "python": platform.python_version(), "torch": None, "triton": None}
     for mod in ("torch", "triton"):

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from .errors import KernelsmithError
+from kernelsmith.errors import KernelsmithError
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -9,9 +9,9 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..scratch import scratch_dir
-from ..search import mutators
+from kernelsmith.errors import ConfigError
+from kernelsmith.scratch import scratch_dir
+from kernelsmith.search import mutators
 
 
 def register(subparsers) -> None:
@@ -55,8 +55,8 @@ def _select(problems, only: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """Score the tasks and print the table (or JSON)."""
-    from ..kernelbench.bench import format_table, optimize_tasks, report, score_solutions
-    from ..kernelbench.problem import list_problems
+    from kernelsmith.kernelbench.bench import format_table, optimize_tasks, report, score_solutions
+    from kernelsmith.kernelbench.problem import list_problems
 
     problems = _select(list_problems(args.tasks), args.only)
     if args.mutator is None and (args.budget is not None or args.minutes is not None):
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     data = report(scores)
     data["device"] = args.device
     data["dtype"] = args.dtype
-    from ..sandbox import summary
+    from kernelsmith.sandbox import summary
 
     data["sandbox"] = summary()
     if args.save:

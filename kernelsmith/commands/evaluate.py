@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 
 def register(subparsers) -> None:
@@ -30,9 +30,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate and print; exit 0 accepted, 1 rejected, 2 when the base itself fails (the harness or
     the environment is at fault) or on config errors."""
-    from ..referee import Referee, RefereeError
-    from ..referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
-    from ..target.task import load_task
+    from kernelsmith.referee import Referee, RefereeError
+    from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
+    from kernelsmith.target.task import load_task
 
     code = None
     if args.candidate:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             raise RefereeError(f"the referee cannot run the base: {NOT_A_CANDIDATE}.\n  check: import_error\n"
                                f"  likely fix: {likely_fix('import_error', str(e))}\n{e}") from None
     if args.json:
-        from ..sandbox import summary
+        from kernelsmith.sandbox import summary
 
         print(json.dumps({**verdict.to_json(), "sandbox": summary()}, indent=2))
     else:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 
 def register(subparsers) -> None:
     """Add the `export` subcommand."""
-    from ..export.dedup import DEFAULT_SIMILARITY
-    from ..export.steps import DEFAULT_MIN_GAIN
+    from kernelsmith.export.dedup import DEFAULT_SIMILARITY
+    from kernelsmith.export.steps import DEFAULT_MIN_GAIN
 
     p = subparsers.add_parser(
         "export", help="training data (SFT chat samples or RL prompts) from run archives",
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     """Export and print the summary."""
     import json
 
-    from ..export import export_runs, format_summary
+    from kernelsmith.export import export_runs, format_summary
 
     if args.min_gain <= 0:
         raise ConfigError("--min-gain", "must be positive")

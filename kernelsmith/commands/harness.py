@@ -40,9 +40,9 @@ def register(subparsers) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Print one line per problem; 0 sound, 1 problems (config errors raise -> 2)."""
-    from ..errors import ConfigError
-    from ..harnesscheck import check_harness
-    from ..target.task import load_task
+    from kernelsmith.errors import ConfigError
+    from kernelsmith.harnesscheck import check_harness
+    from kernelsmith.target.task import load_task
 
     # The harness is target code: imported only in check_harness's sandboxed child, never here.
     task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None),
@@ -58,17 +58,17 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_new(args: argparse.Namespace) -> int:
     """Write the skeleton and say what to do next."""
-    from ..harnessnew import write_skeleton
-    from ..target.checkout import prepare_checkout
-    from ..target.config import load_target, resolve_target
+    from kernelsmith.harnessnew import write_skeleton
+    from kernelsmith.target.checkout import prepare_checkout
+    from kernelsmith.target.config import load_target, resolve_target
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     target.operator(args.op)  # an unknown operator is a config error before any clone
     co = prepare_checkout(target, args.checkout, setup=False)
     path = write_skeleton(target, args.op, co.path)
     print(f"wrote {path}")
-    from ..reproduce import harness_line
-    from .scan import where_args
+    from kernelsmith.commands.scan import where_args
+    from kernelsmith.reproduce import harness_line
 
     check = harness_line("check", args.op, **where_args(args))
     print(f"next: fill in its TODOs (shapes, make_inputs, reference), then run `{check}`")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
-from ..search import mutators
-from .run_options import add_run_options, run_config
+from kernelsmith.commands.run_options import add_run_options, run_config
+from kernelsmith.errors import ConfigError
+from kernelsmith.search import mutators
 
 
 def register(subparsers) -> None:
@@ -52,8 +52,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the search; 0 with an accepted winner, 1 without."""
-    from ..search.loop import SearchConfig
-    from .run import optimize  # the search, then its reports
+    from kernelsmith.commands.run import optimize  # the search, then its reports
+    from kernelsmith.search.loop import SearchConfig
 
     if args.budget is not None and args.budget < 1:
         raise ConfigError("--budget", "must be at least 1")

@@ -14,8 +14,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Render the run directory's report files from result.json and the archive."""
-    from ..report import render_all
-    from ..rundir import load_run
+    from kernelsmith.report import render_all
+    from kernelsmith.rundir import load_run
 
     rd = load_run(args.run_dir)
     for path in render_all(rd):

@@ -3,9 +3,9 @@ result.json, then report.md, speedup.png and benchmark.json are rendered from th
 
 from __future__ import annotations
 
-from ..report import write_reports
-from ..search.loop import SearchConfig
-from ..search.loop import optimize as search
+from kernelsmith.report import write_reports
+from kernelsmith.search.loop import SearchConfig
+from kernelsmith.search.loop import optimize as search
 
 
 def optimize(config: SearchConfig) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 # What each command calls the thing it evaluates, and what its seed fixes.
 _WORDS = {
@@ -85,7 +85,7 @@ def _pool_config(args: argparse.Namespace) -> dict:
     if args.ray is not None:
         if args.gpus is not None:
             raise ConfigError("--gpus", "with --ray the workers are the cluster's GPUs; leave --gpus out")
-        from ..search.ray_pool import require_ray
+        from kernelsmith.search.ray_pool import require_ray
 
         require_ray()
     return {"ray": args.ray, "workers_per_node": args.workers_per_node, "pipeline": args.pipeline}

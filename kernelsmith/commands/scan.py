@@ -27,10 +27,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Scan one target and print tables (or JSON); 2 when an operator is broken."""
-    from ..target.checkout import prepare_checkout
-    from ..target.config import load_target, resolve_target
-    from ..target.scan import scan_target
-    from ..target.state import load_state
+    from kernelsmith.target.checkout import prepare_checkout
+    from kernelsmith.target.config import load_target, resolve_target
+    from kernelsmith.target.scan import scan_target
+    from kernelsmith.target.state import load_state
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     co = prepare_checkout(target, args.checkout, setup=not args.static)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 def where_args(args: argparse.Namespace) -> dict:
     """TARGET (as typed: it resolves the same from this folder), `--checkout DIR` and `--targets
     DIR` when given, for the commands this one suggests (reproduce.harness_line)."""
-    from ..reproduce import local_path
+    from kernelsmith.reproduce import local_path
 
     targets = getattr(args, "targets", None)
     return {"target": args.target, "checkout": local_path(args.checkout) if args.checkout else None,

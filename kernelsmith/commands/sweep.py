@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .run_options import add_run_options, run_config
+from kernelsmith.commands.run_options import add_run_options, run_config
 
 
 def register(subparsers) -> None:
@@ -24,8 +24,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; 0 with an accepted winner, 1 without."""
-    from ..search.loop import SearchConfig
-    from .run import optimize  # the search, then its reports
+    from kernelsmith.commands.run import optimize  # the search, then its reports
+    from kernelsmith.search.loop import SearchConfig
 
     config = SearchConfig(mutator="grid", command="sweep", **run_config(args))
     result = optimize(config)

@@ -9,7 +9,7 @@ import sys
 
 def register(subparsers) -> None:
     """Add the `verify` subcommand."""
-    from ..verify import DEFAULT_TIMEOUT_S
+    from kernelsmith.verify import DEFAULT_TIMEOUT_S
 
     p = subparsers.add_parser(
         "verify", help="run the operator's upstream tests and benchmark on the base and the winner",
@@ -27,9 +27,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify, record the outcome in the state file, print a summary; exit 0 / 1 / 2."""
-    from ..errors import KernelsmithError
-    from ..target.state import record_run_dir
-    from ..verify import exit_code, verify_run
+    from kernelsmith.errors import KernelsmithError
+    from kernelsmith.target.state import record_run_dir
+    from kernelsmith.verify import exit_code, verify_run
 
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     doc = verify_run(args.run_dir, timeout_s=args.timeout, log=log)

@@ -6,11 +6,11 @@ import json
 import statistics
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..sandbox import summary as sandbox_summary
-from .dedup import DEFAULT_SIMILARITY, NearDuplicates
-from .records import rl_record, sft_record
-from .steps import DEFAULT_MIN_GAIN, best_per_trajectory, select_steps
+from kernelsmith.errors import ConfigError
+from kernelsmith.export.dedup import DEFAULT_SIMILARITY, NearDuplicates
+from kernelsmith.export.records import rl_record, sft_record
+from kernelsmith.export.steps import DEFAULT_MIN_GAIN, best_per_trajectory, select_steps
+from kernelsmith.sandbox import summary as sandbox_summary
 
 FORMATS = ("sft", "rl")
 FASTER_RULE = (
@@ -23,7 +23,7 @@ FASTER_RULE = (
 
 def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
     """(run.json, archive rows) of a run directory; ConfigError naming what is missing."""
-    from ..search.archive import Archive
+    from kernelsmith.search.archive import Archive
 
     path = Path(run_dir).resolve()
     run_json, db = path / "run.json", path / "archive.sqlite"
@@ -45,8 +45,8 @@ def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
 
 def task_for_run(run: dict, run_dir: Path, rows: list[dict]):
     """The run's Task (for prompts), with the base code as the archive recorded it."""
-    from ..target.config import load_target
-    from ..target.task import make_task
+    from kernelsmith.target.config import load_target
+    from kernelsmith.target.task import make_task
 
     run_json = Path(run_dir) / "run.json"
     target_path = Path(run["target"])

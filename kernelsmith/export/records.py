@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..search.edits import format_edits, make_edits
-from ..search.prompt import build_messages
-from .steps import Step
+from kernelsmith.export.steps import Step
+from kernelsmith.search.edits import format_edits, make_edits
+from kernelsmith.search.prompt import build_messages
 
 REWARD_DEFINITION = (
     "reward = geomean_speedup(answer) / geomean_speedup(parent): the answer's code is evaluated by "
@@ -26,7 +26,7 @@ def assistant_text(step: Step) -> str:
 
 def device_hint(task, device: str | None) -> str:
     """The llm mutator's own device wording for a run on `device` (taken from the mutator itself)."""
-    from ..search.mutators.llm import LLMMutator
+    from kernelsmith.search.mutators.llm import LLMMutator
 
     return LLMMutator(task, None, device=device or "cuda").device_hint
 

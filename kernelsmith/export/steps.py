@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..search.candidate import Candidate
+from kernelsmith.search.candidate import Candidate
 
 # Two referee measurements, each held by the A/A control: within ±1%, or (on kernels of a few
 # microseconds) within the A/A ratio's own sampling CI (referee/timing.py aa_strayed).

@@ -1,6 +1,6 @@
 """KernelBench-format tasks: problem files as kernelsmith Tasks, and KernelBench's metrics."""
 
-from .metrics import TaskScore, fast_p, geomean_speedup, summarize
-from .problem import Problem, list_problems, read_problem
+from kernelsmith.kernelbench.metrics import TaskScore, fast_p, geomean_speedup, summarize
+from kernelsmith.kernelbench.problem import Problem, list_problems, read_problem
 
 __all__ = ["Problem", "TaskScore", "fast_p", "geomean_speedup", "list_problems", "read_problem", "summarize"]

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..target.checkout import tree_hash
-from ..target.config import load_target
-from ..target.task import Task, make_task
-from .problem import Problem
+from kernelsmith.kernelbench.problem import Problem
+from kernelsmith.target.checkout import tree_hash
+from kernelsmith.target.config import load_target
+from kernelsmith.target.task import Task, make_task
 
 BASE_SUFFIX = '''
 

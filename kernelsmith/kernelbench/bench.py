@@ -6,16 +6,16 @@ import shutil
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
-from .adapter import kernelbench_task, operator_name, write_task_folder
-from .metrics import TaskScore, summarize
-from .problem import Problem
+from kernelsmith.errors import ConfigError
+from kernelsmith.kernelbench.adapter import kernelbench_task, operator_name, write_task_folder
+from kernelsmith.kernelbench.metrics import TaskScore, summarize
+from kernelsmith.kernelbench.problem import Problem
 
 
 def score_solution(problem: Problem, code: str | None, folder: Path, *, device: str = "auto",
                    dtype: str = "float32", seed: int = 0, missing: str = "missing_solution") -> TaskScore:
     """One task: the referee's verdict on `code` (None: no solution, scored as incorrect)."""
-    from ..referee import Referee
+    from kernelsmith.referee import Referee
 
     if code is None:
         return TaskScore(problem.name, False, None, missing)
@@ -56,8 +56,8 @@ def optimize_tasks(problems: list[Problem], out: Path, *, mutator: str, device: 
                    dtype: str = "float32", budget: int | None = None, minutes: float | None = None,
                    seed: int = 0, progress=None) -> Path:
     """Run `optimize` on every task; copy each winner to `out`/solutions/<problem>.py; return that folder."""
-    from ..report import write_reports
-    from ..search.loop import SearchConfig, optimize
+    from kernelsmith.report import write_reports
+    from kernelsmith.search.loop import SearchConfig, optimize
 
     solutions = Path(out) / "solutions"
     solutions.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..pysource import parse
+from kernelsmith.errors import ConfigError
+from kernelsmith.pysource import parse
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 DTYPES = ("float32", "float16", "bfloat16")

@@ -11,19 +11,19 @@ import json
 import time
 from pathlib import Path
 
-from ..errors import KernelsmithError
-from ..paths import cache_dir
-from ..safefs import write_file
-from ..scratch import ScratchDir, remove_tree
-from .backend import device_info, usable_device
-from .compile_cache import BASE_SEED_LIMIT, read_folder
-from .memory import device_memory_cap
-from .phase_clock import PhaseClock
-from .pinned import task_files
-from .process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
-from .verdict import NO_TIMING_LINE, Verdict
-from .warm import referee_folders, worker_env
-from .warm import take as take_warm
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.paths import cache_dir
+from kernelsmith.referee.backend import device_info, usable_device
+from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, read_folder
+from kernelsmith.referee.memory import device_memory_cap
+from kernelsmith.referee.phase_clock import PhaseClock
+from kernelsmith.referee.pinned import task_files
+from kernelsmith.referee.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
+from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
+from kernelsmith.referee.warm import referee_folders, worker_env
+from kernelsmith.referee.warm import take as take_warm
+from kernelsmith.safefs import write_file
+from kernelsmith.scratch import ScratchDir, remove_tree
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]
 

@@ -29,8 +29,15 @@ import time
 
 import torch
 
-from .link_errors import PeerGone, ProtocolError
-from .shared_region import ALIGN, PINS_PER_MESSAGE, JudgeRegions, PeerRegions, aligned, storage_key
+from kernelsmith.referee.link_errors import PeerGone, ProtocolError
+from kernelsmith.referee.shared_region import (
+    ALIGN,
+    PINS_PER_MESSAGE,
+    JudgeRegions,
+    PeerRegions,
+    aligned,
+    storage_key,
+)
 
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 HEADER_MAX = 4096

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..pycmd import module_argv, python_path
-from ..sandbox import wrap
+from kernelsmith.pycmd import module_argv, python_path
+from kernelsmith.sandbox import wrap
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 

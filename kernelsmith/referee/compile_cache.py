@@ -50,7 +50,7 @@ def read_folder(path: str | Path, limit: int) -> dict[str, bytes] | None:
     """Every plain file under `path` as {relative path: bytes}; None when they exceed `limit` bytes.
     Links and hardlinks are skipped and no link is followed (safefs): candidate code may have run
     in a process that could write the folder's parent."""
-    from ..safefs import UnsafePath, open_dir, read_at
+    from kernelsmith.safefs import UnsafePath, open_dir, read_at
 
     out, total = {}, 0
     try:

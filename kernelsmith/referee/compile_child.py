@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .child import private_stdout
+from kernelsmith.referee.child import private_stdout
 
 
 def install_fake_driver(target: list) -> None:
@@ -114,8 +114,8 @@ def lower_priority() -> None:
 def main(spec: dict) -> None:
     """Serve compile jobs (one JSON line each on stdin, one reply line each) until stdin ends."""
     lower_priority()
-    from ..target.harness import load_harness
-    from ..target.loader import load_operator_module
+    from kernelsmith.target.harness import load_harness
+    from kernelsmith.target.loader import load_operator_module
 
     # stderr is discarded by the parent: what a candidate prints is dropped, never a reply.
     protocol = private_stdout()

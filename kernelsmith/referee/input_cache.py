@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import correctness as C
-from .memory import DeviceMemoryShort, ShapeBytes, device_oom, tensor_bytes
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.memory import DeviceMemoryShort, ShapeBytes, device_oom, tensor_bytes
 
 CPU_BUDGET_BYTES = 256 << 20
 

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import settings as global_settings
-from .launch_callbacks import CallbackSwaps
-from .record import Record, compute_ops, op_name, violations_vs_base
+from kernelsmith.referee import settings as global_settings
+from kernelsmith.referee.launch_callbacks import CallbackSwaps
+from kernelsmith.referee.record import Record, compute_ops, op_name, violations_vs_base
 
 # Record and its rules live in record.py; re-exported for the callers that import them from here.
 __all__ = ["Monitor", "Record", "compute_ops", "fill_garbage", "op_name", "thread_idents",

@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from . import correctness as C
-from .channel import Channel, pair
-from .link_errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
-from .shape_trials import Rejected
-from .shared_region import room_for, storage_key
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.channel import Channel, pair
+from kernelsmith.referee.link_errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
+from kernelsmith.referee.shape_trials import Rejected
+from kernelsmith.referee.shared_region import room_for, storage_key
 
 SHUTDOWN_S = 5.0
 
@@ -57,7 +57,7 @@ def substitute(inputs: dict, pristine: dict | None) -> tuple[dict, list]:
 
 def make_non_dumpable() -> bool:
     """prctl(PR_SET_DUMPABLE, 0) on this process (Linux, via ctypes); False where it did not take."""
-    from ..sandbox.environ import hide_environ
+    from kernelsmith.sandbox.environ import hide_environ
 
     return hide_environ()
 
@@ -149,7 +149,7 @@ def _template_main(ctl: socket.socket) -> None:
     """In the template: serve fork requests until the judge closes the socket. Never returns."""
     code = 70
     try:
-        from .runner import close_fds_except
+        from kernelsmith.referee.runner import close_fds_except
 
         devnull = os.open(os.devnull, os.O_RDONLY)  # fd 0 stays taken: no received socket lands there
         os.dup2(devnull, 0)
@@ -169,7 +169,7 @@ def _template_main(ctl: socket.socket) -> None:
                 runner = os.fork()
                 if runner == 0:
                     os.close(w)
-                    from .runner import start
+                    from kernelsmith.referee.runner import start
 
                     start(socket.socket(fileno=fds[0]), (1, 2))  # never returns
                 os.write(w, str(runner).encode())

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import correctness as C
-from .input_cache import fresh_copy
-from .link_errors import CandidateError, RunnerFailed
-from .memory import DeviceMemoryShort, device_oom, region_growth
-from .shared_region import room_for
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.input_cache import fresh_copy
+from kernelsmith.referee.link_errors import CandidateError, RunnerFailed
+from kernelsmith.referee.memory import DeviceMemoryShort, device_oom, region_growth
+from kernelsmith.referee.shared_region import room_for
 
 if TYPE_CHECKING:
-    from .timing import ShapeTiming
+    from kernelsmith.referee.timing import ShapeTiming
 
 BASE_TOLERANCE = 1.25  # reported base median / the judge's own, above this (plus the slack): forged
 BASE_SLACK_MS = 0.003
@@ -66,7 +66,16 @@ def _times(value, n: int | None, what: str) -> list[float]:
 def claimed_times(reply: dict, mode: str, at: tuple[int, int, int] = (0, 0, 0)) -> dict:
     """The runner's timing reply, validated, with the A/A ratio, its CI and noise recomputed here;
     `at`: (seed, candidate id, shape index), which seed the CI's bootstrap as the runner's own."""
-    from .timing import FULL, RETAKES, SCREEN, aa_control, aa_seed, aa_strayed, planned_reps, precise
+    from kernelsmith.referee.timing import (
+        FULL,
+        RETAKES,
+        SCREEN,
+        aa_control,
+        aa_seed,
+        aa_strayed,
+        planned_reps,
+        precise,
+    )
 
     cfg = FULL if mode == "full" else SCREEN
     reps, attempts = reply.get("reps"), reply.get("attempts")
@@ -183,7 +192,7 @@ class JudgeTiming:
     def time_shape(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
                    host: bool = True) -> ShapeTiming:
         """Have the runner time base, candidate (and A/A); check its claims; the raw times back."""
-        from .timing import ShapeTiming
+        from kernelsmith.referee.timing import ShapeTiming
 
         for _ in range(BASE_TAKES):
             r = self._claims_in_memory(fn, shape, si, cid, seed, mode, host)
@@ -206,7 +215,7 @@ class JudgeTiming:
                           host: bool) -> dict:
         """`_claims` with as many copies of the input sets as the free device memory allows
         (memory.py); a request the device runs out of memory in is made again with one copy fewer."""
-        from .timing import INPUT_SETS
+        from kernelsmith.referee.timing import INPUT_SETS
 
         planner = getattr(self, "memory", None)
         entries = self.timing_entries(shape, seed, INPUT_SETS)
@@ -232,7 +241,7 @@ class JudgeTiming:
         """Device bytes a timing of `shape` with `copies` copies needs beyond the cache: the runner's
         side, or the oracle's timing of the base where this worker has not timed it yet, and the
         judge's regions they grow."""
-        from .timing import INPUT_SETS
+        from kernelsmith.referee.timing import INPUT_SETS
 
         sizes = self.memory.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
         sets = INPUT_SETS * sizes.inputs
@@ -247,7 +256,13 @@ class JudgeTiming:
                 entries: list, copies: int | None) -> dict:
         """One timing request to the runner and checks (a) and the output's; the claims with the
         judge's own base (`judge_base_ms`, `judge_host_ms`), or {"forged": [violation, why]}."""
-        from .timing import FULL, INPUT_SETS, SCREEN, changed_inputs_message, timed_output_ok
+        from kernelsmith.referee.timing import (
+            FULL,
+            INPUT_SETS,
+            SCREEN,
+            changed_inputs_message,
+            timed_output_ok,
+        )
 
         originals = [e.originals for e in entries]
         first = self.listed_expected(entries[0])
@@ -280,7 +295,7 @@ class JudgeTiming:
 
     def _own_base_in_memory(self, shape: dict, entries: list, seed: int) -> tuple[float, float]:
         """`own_base_ms` on the timing sets, with room made for the oracle's copies (memory.py)."""
-        from .timing import INPUT_SETS
+        from kernelsmith.referee.timing import INPUT_SETS
 
         originals = [e.originals for e in entries]
         planner = getattr(self, "memory", None)
@@ -324,7 +339,7 @@ class JudgeTiming:
 
     def audit(self, shape: dict, si: int, cid: int, seed: int, claimed_ms: float, host_ms: float):
         """Check (c) on AUDIT_SETS fresh input sets; [reason, message] on a failure, else None."""
-        from .timing import timed_output_ok
+        from kernelsmith.referee.timing import timed_output_ok
 
         sets, expected = [], []
         for j in range(AUDIT_SETS):

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
-from ..sandbox.limits import parse_size
+from kernelsmith.errors import ConfigError
+from kernelsmith.sandbox.limits import parse_size
 
 # Of the device memory measured free, never planned: a replacement runner's CUDA context booting
 # beside the others, the kernels' own workspaces, the allocator's rounding.

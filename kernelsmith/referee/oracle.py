@@ -18,14 +18,14 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..target.harness import load_harness
-from ..target.loader import load_operator_module
-from . import correctness as C
-from .backend import get_backend, standins
-from .channel import Channel
-from .compile_cache import CompileCaches
-from .judge_timing import time_base
-from .link_errors import PeerGone
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.backend import get_backend, standins
+from kernelsmith.referee.channel import Channel
+from kernelsmith.referee.compile_cache import CompileCaches
+from kernelsmith.referee.judge_timing import time_base
+from kernelsmith.referee.link_errors import PeerGone
+from kernelsmith.target.harness import load_harness
+from kernelsmith.target.loader import load_operator_module
 
 
 class OracleSession:
@@ -146,7 +146,7 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
 def start(sock, log_fds: tuple[int, int]) -> None:
     """In the forked child: keep only the channel and the log, drop into a user namespace of its own
     where one can be made (as the runner does: runner.start), then serve. Never returns."""
-    from .runner import _open_fds, _own_user_namespace
+    from kernelsmith.referee.runner import _open_fds, _own_user_namespace
 
     code = 70
     try:

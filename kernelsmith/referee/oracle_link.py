@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
-from ..target.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
-from ..target.harness import Harness
-from .channel import Foreign, pair
-from .judge import ChildLink, make_non_dumpable
-from .link_errors import PeerGone, ProtocolError
-from .shared_region import room_for
+from kernelsmith.referee.channel import Foreign, pair
+from kernelsmith.referee.judge import ChildLink, make_non_dumpable
+from kernelsmith.referee.link_errors import PeerGone, ProtocolError
+from kernelsmith.referee.shared_region import room_for
+from kernelsmith.target.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
+from kernelsmith.target.harness import Harness
 
 STAND_INS = frozenset({"active driver", "device properties", "fp8 cast", "list grids", "tl aliases"})
 
@@ -119,7 +119,7 @@ class OracleLink(ChildLink):
         pid = os.fork()
         if pid == 0:
             mine.close()
-            from .oracle import start
+            from kernelsmith.referee.oracle import start
 
             start(theirs, (1, 2))  # never returns
         theirs.close()

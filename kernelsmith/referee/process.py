@@ -15,12 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..pycmd import module_argv
+from kernelsmith.pycmd import module_argv
+from kernelsmith.referee.child import kill_group, sandboxed_command
 
 # The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
-from ..sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
-from ..sandbox.launch import signal_name
-from .child import kill_group, sandboxed_command
+from kernelsmith.sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
+from kernelsmith.sandbox.launch import signal_name
 
 
 class WorkerDied(Exception):
@@ -35,7 +35,7 @@ class Zygote:
     """The fork server (zygote.py): one per Referee, with the workers' environment and sandbox."""
 
     def __init__(self, env: dict[str, str], cwd: Path, log: Path | None = None):
-        from .. import sandbox
+        from kernelsmith import sandbox
 
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # In the sandbox each worker gets a PID namespace of its own (what it starts dies with it),

@@ -26,8 +26,8 @@ import math
 
 import torch
 
-from . import correctness as C
-from .input_cache import fresh_copy
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.input_cache import fresh_copy
 
 
 def _values(inputs: dict) -> dict:

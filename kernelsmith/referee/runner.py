@@ -21,18 +21,18 @@ from pathlib import Path
 
 import torch
 
-from ..target.harness import load_harness
-from ..target.loader import load_operator_module
-from . import correctness as C
-from .backend import get_backend
-from .channel import Channel
-from .compile_cache import CompileCaches
-from .integrity import Monitor, Record, thread_idents, violations_vs_base
-from .link_errors import PeerGone
-from .settings import GlobalSettings
-from .shape_trials import Rejected, classify_exception
-from .snapshot import Snapshot
-from .trials import FreshOutputs
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.backend import get_backend
+from kernelsmith.referee.channel import Channel
+from kernelsmith.referee.compile_cache import CompileCaches
+from kernelsmith.referee.integrity import Monitor, Record, thread_idents, violations_vs_base
+from kernelsmith.referee.link_errors import PeerGone
+from kernelsmith.referee.settings import GlobalSettings
+from kernelsmith.referee.shape_trials import Rejected, classify_exception
+from kernelsmith.referee.snapshot import Snapshot
+from kernelsmith.referee.trials import FreshOutputs
+from kernelsmith.target.harness import load_harness
+from kernelsmith.target.loader import load_operator_module
 
 
 def preload_lazy_torch() -> None:
@@ -232,7 +232,7 @@ class RunnerSession:
 
     def time(self, msg: dict, sets: list[dict]) -> dict:
         """The interleaved timing loop on the judge's input sets: raw per-call times, last output."""
-        from .timing import time_loop
+        from kernelsmith.referee.timing import time_loop
 
         fn = self.named(msg["fn"])
         copies = msg.get("copies")
@@ -363,7 +363,7 @@ def _own_user_namespace() -> bool:
     """Enter a new user namespace (mapping our own ids): capabilities there are none in the judge's,
     so even inside the sandbox (where the judge's namespace grants them) nothing here can ptrace
     the non-dumpable judge or read its memory or descriptors. False where the kernel refuses."""
-    from ..sandbox.launch import CLONE_NEWUSER, SandboxSetupError, map_ids, unshare
+    from kernelsmith.sandbox.launch import CLONE_NEWUSER, SandboxSetupError, map_ids, unshare
 
     uid, gid = os.geteuid(), os.getegid()
     try:

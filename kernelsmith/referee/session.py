@@ -17,21 +17,21 @@ import time
 import traceback
 from pathlib import Path
 
-from ..scratch import remove_tree
-from ..target.facts import MalformedFacts, shape_key
-from . import correctness as C
-from . import static
-from .backend import get_backend, standins
-from .compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
-from .input_cache import InputCache, default_budget, fresh_copy
-from .judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
-from .judge_timing import JudgeTiming
-from .link_errors import CandidateError, InfrastructureError, RunnerFailed
-from .memory import DeviceMemoryShort, Gauge, MemoryPlanner, device_oom, region_growth
-from .oracle_link import BASE, OracleLink, harness_from_facts
-from .phase_clock import PhaseClock
-from .shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
-from .verdict import REJECTIONS, in_progress
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee import static
+from kernelsmith.referee.backend import get_backend, standins
+from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
+from kernelsmith.referee.input_cache import InputCache, default_budget, fresh_copy
+from kernelsmith.referee.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
+from kernelsmith.referee.judge_timing import JudgeTiming
+from kernelsmith.referee.link_errors import CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.memory import DeviceMemoryShort, Gauge, MemoryPlanner, device_oom, region_growth
+from kernelsmith.referee.oracle_link import BASE, OracleLink, harness_from_facts
+from kernelsmith.referee.phase_clock import PhaseClock
+from kernelsmith.referee.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
+from kernelsmith.referee.verdict import REJECTIONS, in_progress
+from kernelsmith.scratch import remove_tree
+from kernelsmith.target.facts import MalformedFacts, shape_key
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
@@ -465,13 +465,13 @@ class Session(ShapeTrials, JudgeTiming):
         clock.mark("integrity")
         try:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
-                from .timing import time_candidate
+                from kernelsmith.referee.timing import time_candidate
 
                 def timer(mode, indices, host):
                     return time_candidate(self, fn, cid, seed, mode, out, host=host, indices=indices)
 
                 if timing == "staged":
-                    from .staging import run_staged
+                    from kernelsmith.referee.staging import run_staged
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
                     best = [(contender_shapes or {}).get(shape_key(s)) for s in shapes]

@@ -11,12 +11,12 @@ import traceback
 
 import torch
 
-from . import correctness as C
-from .correctness import unwritten_hint
-from .input_cache import ListedInputs, fresh_copy, listed_seed
-from .memory import region_growth
-from .record import Record
-from .trials import fitting_draw, into_arena
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.correctness import unwritten_hint
+from kernelsmith.referee.input_cache import ListedInputs, fresh_copy, listed_seed
+from kernelsmith.referee.memory import region_growth
+from kernelsmith.referee.record import Record
+from kernelsmith.referee.trials import fitting_draw, into_arena
 
 TRIALS = 3
 
@@ -45,7 +45,7 @@ def host_memory_note() -> str:
     """The out_of_memory message: this process's host memory cap, as the sandbox set it."""
     import resource
 
-    from ..sandbox.limits import MEMORY_ENV, format_size
+    from kernelsmith.sandbox.limits import MEMORY_ENV, format_size
 
     cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
     if cap == resource.RLIM_INFINITY:
@@ -56,7 +56,7 @@ def host_memory_note() -> str:
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """(violation, error text) for an exception raised by candidate code."""
-    from .link_errors import CandidateError
+    from kernelsmith.referee.link_errors import CandidateError
 
     if isinstance(exc, CandidateError):  # raised in the runner, classified there
         return (exc.name if exc.name in ("crash", "compile_error", "out_of_memory") else "crash"), exc.text

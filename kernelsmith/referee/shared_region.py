@@ -172,7 +172,7 @@ class JudgeRegions:
 
     def received(self, off: int, n: int) -> torch.Tensor:
         """A private clone of bytes [off, off+n) of `from_peer`, the runner's reply (bounds checked)."""
-        from .link_errors import ProtocolError
+        from kernelsmith.referee.link_errors import ProtocolError
 
         r = self.regions["from_peer"]
         ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (off, n))

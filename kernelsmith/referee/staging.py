@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .timing import geomean
-from .verdict import is_contender, lost_shapes
+from kernelsmith.referee.timing import geomean
+from kernelsmith.referee.verdict import is_contender, lost_shapes
 
 SUBSET_SIZE = 3
 SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there

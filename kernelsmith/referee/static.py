@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from ..pysource import parse
+from kernelsmith.pysource import parse
 
 # (violation, description) by dotted-name prefix of a referenced name or attribute chain.
 _NAME_RULES: list[tuple[str, str, str]] = [

@@ -16,9 +16,9 @@ from statistics import geometric_mean
 import numpy as np
 import torch
 
-from . import correctness as C
-from .rotation import Rotation
-from .verdict import shape_timing_fields, timing_block
+from kernelsmith.referee import correctness as C
+from kernelsmith.referee.rotation import Rotation
+from kernelsmith.referee.verdict import shape_timing_fields, timing_block
 
 INPUT_SETS = 3  # inputs change between iterations: a result cached across calls is caught
 # The A/A control strays when |aa_ratio - 1| passes AA_LIMIT and its own 95% CI excludes 1.0

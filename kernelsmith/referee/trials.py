@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from . import correctness as C
+from kernelsmith.referee import correctness as C
 
 
 def _fitting(arena: dict, cand: dict) -> dict:

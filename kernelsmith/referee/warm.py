@@ -16,8 +16,8 @@ import os
 import threading
 from pathlib import Path
 
-from ..scratch import ScratchDir
-from .process import Zygote, hide_environ, scrubbed_env
+from kernelsmith.referee.process import Zygote, hide_environ, scrubbed_env
+from kernelsmith.scratch import ScratchDir
 
 _LOCK = threading.Lock()
 _WARM: dict[tuple[str, int | None], tuple[ScratchDir, Zygote]] = {}
@@ -29,7 +29,7 @@ def referee_folders(root: Path) -> tuple[Path, Path, Path]:
     Only `work` is writable inside the sandbox; candidate sources and logs go to the other two,
     which candidate code cannot write, so nothing it plants there can redirect a later write.
     """
-    from ..safefs import open_dir
+    from kernelsmith.safefs import open_dir
 
     folders = tuple(Path(root) / name for name in ("work", "sources", "logs"))
     for folder in folders:

@@ -31,11 +31,11 @@ def main() -> int:
     fd = None
     session = None
     # Imported before the fork (no device is touched), so the runner does not import torch again.
-    from . import runner as _runner  # noqa: F401
-    from . import session as _session  # noqa: F401
-    from .judge import RunnerTemplate
-    from .link_errors import InfrastructureError
-    from .oracle_link import OracleLink
+    from kernelsmith.referee import runner as _runner  # noqa: F401
+    from kernelsmith.referee import session as _session  # noqa: F401
+    from kernelsmith.referee.judge import RunnerTemplate
+    from kernelsmith.referee.link_errors import InfrastructureError
+    from kernelsmith.referee.oracle_link import OracleLink
 
     # Non-dumpable first, then the fork of a clean process that forks one runner per candidate:
     # no runner holds the answer channel, and none outlives the candidate it ran.
@@ -54,7 +54,7 @@ def main() -> int:
         try:
             if op == "init":
                 fd = int(msg["fd"])
-                from .session import Session  # imported with the runner's modules above
+                from kernelsmith.referee.session import Session  # imported with the runner's modules above
 
                 session = Session(msg["spec"], template, oracle)
                 reply = {"ok": True, "device": session.backend.info(),

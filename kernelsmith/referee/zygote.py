@@ -47,7 +47,7 @@ def _child(sock: socket.socket, fds: list[int], pidns: bool) -> None:
             sock.send(json.dumps({"pid": os.getpid()}).encode())
         sock.close()
         if pidns:
-            from ..sandbox.launch import fork_into_pid_namespace
+            from kernelsmith.sandbox.launch import fork_into_pid_namespace
 
             fork_into_pid_namespace()  # only the new namespace's pid 1 returns
         stdin_fd, out_fd, res_fd = fds
@@ -60,7 +60,7 @@ def _child(sock: socket.socket, fds: list[int], pidns: bool) -> None:
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - lives as long as the process
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
-        from .worker import main
+        from kernelsmith.referee.worker import main
 
         code = main()
     except BaseException:  # noqa: BLE001 - report, then leave without running the zygote's cleanup
@@ -91,7 +91,7 @@ def main() -> int:
             continue
         importlib.import_module(name)
         took[name], clock = round(time.monotonic() - clock, 4), time.monotonic()
-    from . import channel, judge, judge_timing, runner, session, timing, worker  # noqa: F401
+    from kernelsmith.referee import channel, judge, judge_timing, runner, session, timing, worker  # noqa: F401
 
     took["kernelsmith.referee"] = round(time.monotonic() - clock, 4)
     statuses: dict[int, int] = {}

@@ -30,9 +30,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import KernelsmithError
-from . import limits
-from .environ import drop_secrets_from_environ, hide_environ, is_secret, scrubbed_env, secret_files
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.sandbox import limits
+from kernelsmith.sandbox.environ import (
+    drop_secrets_from_environ,
+    hide_environ,
+    is_secret,
+    scrubbed_env,
+    secret_files,
+)
 
 __all__ = ["PROFILES", "SandboxUnavailable", "disable", "enabled", "require", "summary", "wrap", "probe",
            "scrubbed_env", "hide_environ", "drop_secrets_from_environ", "is_secret", "secret_files"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from . import probe
+from kernelsmith.sandbox import probe
 
 
 def main() -> int:

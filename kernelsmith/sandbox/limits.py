@@ -8,7 +8,7 @@ import re
 import stat
 import sys
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 MEMORY_ENV = "KERNELSMITH_CANDIDATE_MEMORY"
 # A referee worker under the interpreter holds about 0.6 GiB of heap (torch, Triton, the harness);

@@ -32,9 +32,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from .. import faultpoint
-from ..errors import ConfigError
-from .candidate import Candidate
+from kernelsmith import faultpoint
+from kernelsmith.errors import ConfigError
+from kernelsmith.search.candidate import Candidate
 
 SCHEMA_VERSION = 1
 
@@ -430,7 +430,7 @@ def check_resumable(path: Path) -> None:
 
 
 def _timing_of(verdict: dict) -> str:
-    from ..referee.verdict import fully_measured
+    from kernelsmith.referee.verdict import fully_measured
 
     if not verdict.get("timed"):
         return "none"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..referee.verdict import Verdict, is_noisy, shape_timings_usable, speedup_to_trust
+from kernelsmith.referee.verdict import Verdict, is_noisy, shape_timings_usable, speedup_to_trust
 
 MALFORMED = "malformed_proposal"
 # Mutators whose code kernelsmith renders from the base's own by setting its launch values (one

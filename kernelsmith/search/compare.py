@@ -33,9 +33,9 @@ import json
 import sys
 from pathlib import Path
 
-from .candidate import Candidate
-from .efficiency import best_at, candidate_rows, curve, run_summary, time_to
-from .evidence import ci_seed, judge
+from kernelsmith.search.candidate import Candidate
+from kernelsmith.search.efficiency import best_at, candidate_rows, curve, run_summary, time_to
+from kernelsmith.search.evidence import ci_seed, judge
 
 FRACTIONS = (0.5, 0.9, 0.95)
 CHECKPOINTS = (0.1, 0.25, 0.5, 0.75, 1.0)  # of the sweep's GPU-seconds

@@ -17,7 +17,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from ..pysource import parse
+from kernelsmith.pysource import parse
 
 _SEARCH = re.compile(r"^\s*<{5,9}\s*SEARCH\s*$")
 _DIVIDER = re.compile(r"^\s*={5,9}\s*$")

@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from .archive import Archive
-from .candidate import Candidate
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.candidate import Candidate
 
 
 def candidate_rows(run_dir: Path) -> list[Candidate]:

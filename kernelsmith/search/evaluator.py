@@ -24,14 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..referee.verdict import Verdict, contender_bar
-from ..target.facts import shape_key
-from . import gpu_time
-from .archive import Archive
-from .candidate import Candidate
-from .evidence import fragile
-from .finish import SIMPLER_WITHIN
-from .precompile import compile_timeout_verdict
+from kernelsmith.referee.verdict import Verdict, contender_bar
+from kernelsmith.search import gpu_time
+from kernelsmith.search.archive import Archive
+from kernelsmith.search.candidate import Candidate
+from kernelsmith.search.evidence import fragile
+from kernelsmith.search.finish import SIMPLER_WITHIN
+from kernelsmith.search.precompile import compile_timeout_verdict
+from kernelsmith.target.facts import shape_key
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
 # At 1.0 a candidate must screen at least as fast as the best. Replaying the H200 archives of
@@ -74,7 +74,7 @@ class Evaluator:
         compile_limit: float | None = None,
         on_verdict: Callable[[Candidate], None] | None = None,
     ):
-        from ..referee import Referee
+        from kernelsmith.referee import Referee
 
         factory = referee_factory or Referee
         self.task = task
@@ -311,7 +311,7 @@ class Evaluator:
 
     def _retire(self, i: int) -> None:
         """Worker `i` is lost for good; the run stops only when every worker is."""
-        from ..errors import KernelsmithError
+        from kernelsmith.errors import KernelsmithError
 
         with self.changed:
             self.stats[i]["lost"] = True
@@ -377,7 +377,7 @@ class Evaluator:
         """`call(referee)` on the first referee alive, after the pool halted; a worker lost meanwhile
         (its Ray node died: nothing was measured) is retired and the next one is called. `what`: the
         consequence said when every worker is lost."""
-        from ..errors import KernelsmithError
+        from kernelsmith.errors import KernelsmithError
 
         for i, (ref, st) in enumerate(zip(self.referees, self.stats, strict=True)):
             if st.get("lost"):
@@ -445,6 +445,6 @@ def shape_speedups(verdict: dict) -> dict[str, float] | None:
 
 def _measured_win(verdict: dict, cid: int) -> bool:
     """True when a full verdict passes the winner rule (accepted, not noisy, CI above 1.0, no shape lost)."""
-    from .evidence import judge
+    from kernelsmith.search.evidence import judge
 
     return judge(verdict, seed=cid)["win"]

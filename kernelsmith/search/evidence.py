@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from ..referee.verdict import SLOWEST_SHAPE, aa_bias_factor, is_noisy, lost_shapes
+from kernelsmith.referee.verdict import SLOWEST_SHAPE, aa_bias_factor, is_noisy, lost_shapes
 
 __all__ = ["SLOWEST_SHAPE", "fragile", "geomean_ci", "ci_seed", "judge"]
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci

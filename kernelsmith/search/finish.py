@@ -17,16 +17,16 @@ import hashlib
 import time
 from pathlib import Path
 
-from ..errors import KernelsmithError
-from ..referee.verdict import is_noisy
-from ..rundir import write_json, write_text
-from .archive import now_iso, rejected_counts
-from .candidate import Candidate
-from .edits import unified_diff
-from .evidence import ci_seed, judge
-from .mutators.rewrite import rewrite_lineage
-from .result import SearchResult
-from .seeds import FINAL_SEED_OFFSET
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.referee.verdict import is_noisy
+from kernelsmith.rundir import write_json, write_text
+from kernelsmith.search.archive import now_iso, rejected_counts
+from kernelsmith.search.candidate import Candidate
+from kernelsmith.search.edits import unified_diff
+from kernelsmith.search.evidence import ci_seed, judge
+from kernelsmith.search.mutators.rewrite import rewrite_lineage
+from kernelsmith.search.result import SearchResult
+from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
 SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
 # A finalist whose search geomean is below this fraction of a re-measured win is not re-measured:
@@ -178,7 +178,7 @@ def _replay_summary(replay: dict, rows: list[Candidate]) -> dict:
 
 def finish(search, evaluator, started: float) -> SearchResult:
     """Pick the winner and write winner/ and result.json; returns the run directory and that data."""
-    from ..sandbox import summary as sandbox_summary
+    from kernelsmith.sandbox import summary as sandbox_summary
 
     task, archive, path = search.task, search.archive, Path(search.path)
     final_start = time.time()
@@ -260,7 +260,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
     if search.run.get("replay"):
         result["replay"] = _replay_summary(search.run["replay"], rows)
     if search.run.get("command") == "sweep":
-        from .sweep import summary
+        from kernelsmith.search.sweep import summary
 
         result["command"] = "sweep"
         result["sweep"] = summary(search, rows)
@@ -270,7 +270,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
 
 def record_state(run_dir: Path, progress) -> None:
     """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from ..target.state import record_run_dir
+    from kernelsmith.target.state import record_run_dir
 
     try:
         record_run_dir(run_dir)

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import time
 
-from ..errors import KernelsmithError
-from .archive import Archive, code_hash
-from .candidate import Candidate
-from .mutator_set import build_mutators
-from .mutators import Proposal
-from .progress import Progress
-from .resolve import DEFAULT_BUDGET, resolve_run
-from .result import SearchResult
-from .run_config import PIPELINE, SearchConfig  # noqa: F401 (SearchConfig: callers import it here)
-from .seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
-from .selection import Population, SelectionConfig
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.search.archive import Archive, code_hash
+from kernelsmith.search.candidate import Candidate
+from kernelsmith.search.mutator_set import build_mutators
+from kernelsmith.search.mutators import Proposal
+from kernelsmith.search.progress import Progress
+from kernelsmith.search.resolve import DEFAULT_BUDGET, resolve_run
+from kernelsmith.search.result import SearchResult
+from kernelsmith.search.run_config import PIPELINE, SearchConfig  # noqa: F401 (SearchConfig: callers import it here)
+from kernelsmith.search.seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
+from kernelsmith.search.selection import Population, SelectionConfig
 
 # Seconds every GPU may idle on CPU builds alone before the builds at the window's front move on
 # (on the H200 a sampler config at the 20 s compile limit stalled every GPU for 9-13 s). Short: the
@@ -81,8 +81,8 @@ class Search:
     # -- archive rows ---------------------------------------------------------------------------
     def record(self, p: Proposal, island: int, generation: int) -> int:
         """Store a proposal in the archive: pending, or rejected at once (no code, a duplicate); its id."""
-        from ..referee.verdict import Verdict
-        from .edits import unified_diff
+        from kernelsmith.referee.verdict import Verdict
+        from kernelsmith.search.edits import unified_diff
 
         parent = self.archive.get(p.parent_id) if p.parent_id is not None else None
         parent_code = (parent.code if parent is not None else None) or self.task.base_code
@@ -118,7 +118,7 @@ class Search:
 
     def settled(self, c: Candidate) -> None:
         """Report a candidate's verdict as it lands (the evaluator's on_verdict)."""
-        from .prompt import status_line
+        from kernelsmith.search.prompt import status_line
 
         summary = status_line(c) + (f" [{c.depth}]" if self.timed else "")
         if c.is_base:
@@ -234,7 +234,7 @@ class Search:
         base = self.archive.base()
         if base.evaluated and base.accepted:
             return
-        from ..referee.diagnose import base_failure
+        from kernelsmith.referee.diagnose import base_failure
 
         raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
 
@@ -399,9 +399,9 @@ class Search:
 def optimize(config: SearchConfig) -> SearchResult:
     """Run or resume a search; returns its run directory and result.json's content (winner null
     when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
-    from ..referee import warm
-    from .evaluator import Evaluator
-    from .finish import finish, record_state
+    from kernelsmith.referee import warm
+    from kernelsmith.search.evaluator import Evaluator
+    from kernelsmith.search.finish import finish, record_state
 
     setup_start = time.time()
     try:
@@ -411,7 +411,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         raise
     progress = search.progress
     progress.note(f"run directory: {search.path}")
-    from ..scratch import remove_orphans
+    from kernelsmith.scratch import remove_orphans
 
     orphans = remove_orphans("kernelsmith-referee-")  # left by a killed run: candidate sources
     if orphans:
@@ -423,7 +423,7 @@ def optimize(config: SearchConfig) -> SearchResult:
     precompiler = None
     workers, factory = search.gpus, config.referee_factory
     if config.ray:  # one actor per worker; kernels compile on each actor's node (ray_pool.py)
-        from .ray_pool import RayPool
+        from kernelsmith.search.ray_pool import RayPool
 
         pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory,
                        compile_limit=config.compile_limit or None, precompile=config.precompile,
@@ -431,7 +431,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
     elif search.timed and config.precompile:
-        from .precompile import Precompiler
+        from kernelsmith.search.precompile import Precompiler
 
         # One compile process per candidate that can be in flight (`pipeline` generations of a
         # batch), and one for the base's calibration job at start.
@@ -490,7 +490,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         search.search(evaluator, started, in_flight_at_start)
         progress.note(f"search stopped: {search.stop_reason}")
         if search.run.get("command") == "sweep":
-            from .sweep import measure_table
+            from kernelsmith.search.sweep import measure_table
 
             measure_table(search, evaluator)
         search.timeline["search_s"] = round(time.time() - started, 2)

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from .mutators import Mutator, members
+from kernelsmith.errors import ConfigError
+from kernelsmith.search.mutators import Mutator, members
 
 
 def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
                    sweep_seed: int | None = None) -> list[Mutator]:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
     the grid of `kernelsmith sweep`, every point once in that seed's order."""
-    from .mutators.llm import LLMMutator, llm_settings
-    from .mutators.params import GridMutator, ParamsMutator
+    from kernelsmith.search.mutators.llm import LLMMutator, llm_settings
+    from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 
     if sweep_seed is not None:
-        from .sweep import SweepGrid
+        from kernelsmith.search.sweep import SweepGrid
 
         grid = SweepGrid(task, device=device, seed=sweep_seed, budget_hint=budget_hint)
         note(f"sweep: {grid.describe_grid()}")
         return [grid]
     if name == "replay":
-        from .mutators.replay import ReplayMutator
+        from kernelsmith.search.mutators.replay import ReplayMutator
 
         if not replay:
             raise ConfigError("run.json", "mutator is replay but the run holds no diff to replay", "replay")
@@ -32,7 +32,7 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     if "params" in chosen:
         out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
     if "rewrite" in chosen:
-        from .mutators.rewrite import RewriteMutator
+        from kernelsmith.search.mutators.rewrite import RewriteMutator
 
         out.append(RewriteMutator(task, note=note))
     if "llm" in chosen:

@@ -28,8 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from ..safefs import open_dir, write_file
-from ..scratch import ScratchDir
+from kernelsmith.safefs import open_dir, write_file
+from kernelsmith.scratch import ScratchDir
 
 JOB_TIMEOUT_S = 180.0
 BASE_JOB = 0  # the base's own compile job (archive ids start at 1): how long an honest job takes
@@ -68,7 +68,7 @@ class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
     def __init__(self, spec: dict):
-        from ..referee.child import spawn
+        from kernelsmith.referee.child import spawn
 
         env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)
@@ -114,7 +114,7 @@ class _Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
-        from ..referee.child import kill_group
+        from kernelsmith.referee.child import kill_group
 
         self.killed = True
         kill_group(self.proc.pid)
@@ -219,7 +219,7 @@ class Precompiler:
     def _fresh_shapes(self, cid: int) -> list[dict]:
         if self.seed is None or self.harness is None:
             return []
-        from ..referee.correctness import fresh_shapes_for
+        from kernelsmith.referee.correctness import fresh_shapes_for
 
         return fresh_shapes_for(self.harness, "cuda", self.seed, cid)
 
@@ -310,7 +310,7 @@ class Precompiler:
 
 def compile_timeout_verdict(seconds: float, limit: float):
     """The verdict of a candidate whose kernels took longer than the compile limit to build."""
-    from ..referee.verdict import Verdict
+    from kernelsmith.referee.verdict import Verdict
 
     v = Verdict.rejected(
         "timeout",

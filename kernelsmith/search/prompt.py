@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
-from ..referee.verdict import subset_geomean
-from .edits import unified_diff
+from kernelsmith.referee.verdict import subset_geomean
+from kernelsmith.search.edits import unified_diff
 
 PROMPTS = Path(__file__).parent / "prompts"
 

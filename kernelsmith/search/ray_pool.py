@@ -20,10 +20,10 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, KernelsmithError
-from ..target.facts import HarnessFacts
-from .evaluator import WorkerLost
-from .precompile import compile_timeout_verdict
+from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.search.evaluator import WorkerLost
+from kernelsmith.search.precompile import compile_timeout_verdict
+from kernelsmith.target.facts import HarnessFacts
 
 INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
 # Rejections that a worker dying under the referee also produces: before storing one, make sure
@@ -111,7 +111,7 @@ class CompileGate:
         base compiled first as a job of its own (its time floors the limit, as locally)."""
         if not limit or not precompile:
             return cls(None, None)
-        from .precompile import Precompiler
+        from kernelsmith.search.precompile import Precompiler
 
         make = factory or (Precompiler.maybe if device == "cuda" else None)
         if make is None:
@@ -145,9 +145,9 @@ class _RefereeActor:
                  compile_limit: float | None = None, precompile: bool = True, precompiler_factory=None):
         import ray
 
-        from .. import sandbox
-        from ..referee import Referee
-        from ..target.task import make_task
+        from kernelsmith import sandbox
+        from kernelsmith.referee import Referee
+        from kernelsmith.target.task import make_task
 
         # The driver's choice (--no-sandbox) holds here too; a node that cannot build the sandbox
         # says so instead of evaluating candidates outside it.
@@ -163,7 +163,7 @@ class _RefereeActor:
         ip = ray.util.get_node_ip_address()
         root = Path(root)
         if not (root / target.operator(op).file).is_file():
-            from ..target.checkout import prepare_checkout
+            from kernelsmith.target.checkout import prepare_checkout
 
             co = prepare_checkout(target, None)
             if co.base_sha != base_sha:
@@ -216,7 +216,7 @@ class RayPool:
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .. import sandbox
+        from kernelsmith import sandbox
 
         remote = ray.remote(_RefereeActor)
         # The harness's facts travel as data (the driver gathered them in the sandbox; no node imports it).

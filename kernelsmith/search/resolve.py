@@ -11,11 +11,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..rundir import check_run_fields, default_run_dir, load_run, run_json, write_json
-from . import runlock
-from .archive import Archive, check_resumable
-from .mutators import DEFAULT as DEFAULT_MUTATOR
+from kernelsmith.errors import ConfigError
+from kernelsmith.rundir import check_run_fields, default_run_dir, load_run, run_json, write_json
+from kernelsmith.search import runlock
+from kernelsmith.search.archive import Archive, check_resumable
+from kernelsmith.search.mutators import DEFAULT as DEFAULT_MUTATOR
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
@@ -37,7 +37,7 @@ def resolve_run(config):
     """(task, run dir path, run.json dict, resolved device, gpus, its RunLock) for a new or resumed
     run of a `SearchConfig`; a new run's run.json is written here. The run directory is locked
     (runlock.py) before anything in it is read or written."""
-    from ..target.task import load_task
+    from kernelsmith.target.task import load_task
 
     out = Path(config.out) if config.out else None
     if config.resume:
@@ -51,7 +51,7 @@ def resolve_run(config):
             lock.release()
             raise
     if config.ray:  # the GPUs are the cluster's, not this machine's
-        from .ray_pool import cluster_device
+        from kernelsmith.search.ray_pool import cluster_device
 
         device, _ = cluster_device(config.ray, config.device, config.workers_per_node)
         gpus = [None]  # the cluster's workers are named by Ray (ray_pool.py), not by GPU index
@@ -67,7 +67,7 @@ def resolve_run(config):
                              harness="facts")
             device, gpus = resolving.result()
     if task.operator.test:  # verify will need fresh worktrees of this checkout: fail now, not at the end
-        from ..verify import preflight
+        from kernelsmith.verify import preflight
 
         preflight(task.root, task.base_sha)
     out = out or default_run_dir(task.target.name, task.operator.name)
@@ -89,7 +89,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock):
         budget = config.budget  # None: until the grid is done (or --minutes)
     replay = None
     if config.replay is not None:
-        from .mutators.replay import load_replay
+        from kernelsmith.search.mutators.replay import load_replay
 
         replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
     run = run_json(
@@ -122,7 +122,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock):
 
 def _resume(config, out: Path, lock):
     """The task and run.json of the run in `out` (locked), checked against the arguments given."""
-    from ..target.task import load_task
+    from kernelsmith.target.task import load_task
 
     rd = load_run(out)
     run = rd.run
@@ -152,7 +152,7 @@ def _resume(config, out: Path, lock):
 def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
     """A `--resume` continues the run as recorded: a TARGET, OP, --mutator or --seed that says
     otherwise is refused (ConfigError naming run.json and the field), never silently ignored."""
-    from ..target.config import resolve_target
+    from kernelsmith.target.config import resolve_target
 
     try:
         given = resolve_target(config.target, config.targets).resolve()
@@ -176,8 +176,8 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
     """(device, GPUs) on this machine from --device and --gpus ('auto' -> cuda or interpret; one
     worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
     servers (referee/warm.py) when the run's referees will be kernelsmith's own."""
-    from .. import referee
-    from ..referee.backend import usable_device
+    from kernelsmith import referee
+    from kernelsmith.referee.backend import usable_device
 
     device = usable_device(config.device)
     gpus: list = [None]
@@ -200,7 +200,7 @@ def default_layout(config, device: str, gpus: list, points: int | None = None) -
     GPU, at least two; where that would keep more than BLIND_SHARE of the `points` a model learns in
     flight, fewer generations (not below PIPELINE), and where that is not enough, one proposal per
     GPU and as few generations as keep within it (at least one)."""
-    from .run_config import PIPELINE
+    from kernelsmith.search.run_config import PIPELINE
 
     batch = config.batch or max(2, len(gpus))
     pipeline = default_pipeline(config, device, gpus)
@@ -216,8 +216,8 @@ def default_layout(config, device: str, gpus: list, points: int | None = None) -
 def default_pipeline(config, device: str, gpus: list) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
     with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
-    from .precompile import compile_processes, device_facts
-    from .run_config import PIPELINE
+    from kernelsmith.search.precompile import compile_processes, device_facts
+    from kernelsmith.search.run_config import PIPELINE
 
     if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
         return PIPELINE
@@ -229,13 +229,13 @@ def _learned_points(config, task, device: str) -> int | None:
     """The launch configs the params mutator's model learns over, when the run uses it (else None:
     a sweep or a replay learns nothing, a model writing code has no countable space): the distinct
     launch sets on the listed shapes where they can be counted (twins.py), else every config."""
-    from .mutators import members
+    from kernelsmith.search.mutators import members
 
     mutator = config.mutator or DEFAULT_MUTATOR
     if config.command == "sweep" or config.replay is not None or "params" not in members(mutator):
         return None
-    from .mutators.tunables import discover, relevant, space_points
-    from .mutators.twins import LaunchTwins
+    from kernelsmith.search.mutators.tunables import discover, relevant, space_points
+    from kernelsmith.search.mutators.twins import LaunchTwins
 
     tunables = relevant(discover(task.base_code), task.base_code, task.operator.entry)
     points = space_points(tunables)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 LOCK_NAME = "run.lock"
 

@@ -15,8 +15,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from ..referee.verdict import subset_geomean
-from .candidate import Candidate
+from kernelsmith.referee.verdict import subset_geomean
+from kernelsmith.search.candidate import Candidate
 
 _WARPS = re.compile(r"\bnum_warps\b\s*[=:]\s*[\"']?\s*(\d+)")
 _BLOCK = re.compile(r"\b\w*(?:BLOCK|TILE)\w*\b[\"']?\s*[=:]\s*(\d+)\b", re.I)

@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gitsafe
-from ..errors import ConfigError, KernelsmithError
-from ..paths import cache_dir, cache_lock
-from ..scratch import remove_tree
-from .config import Target
+from kernelsmith import gitsafe
+from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.paths import cache_dir, cache_lock
+from kernelsmith.scratch import remove_tree
+from kernelsmith.target.config import Target
 
 BOT_AUTHOR = ("kernelsmith[bot]", "kernelsmith@users.noreply.github.com")
 KEEP_WORKTREES = 3  # worktrees kept per repository (older base commits are pruned)
@@ -47,7 +47,7 @@ class Checkout:
 
 def safe_env(extra: dict | None = None) -> dict:
     """The current environment minus anything that looks like a credential (sandbox's scrubber)."""
-    from ..sandbox import scrubbed_env
+    from kernelsmith.sandbox import scrubbed_env
 
     env = scrubbed_env()
     env.update(extra or {})
@@ -175,8 +175,8 @@ def run_setup(target: Target, folder: Path) -> None:
     no tokens."""
     if not target.setup:
         return
-    from ..sandbox import wrap
-    from ..scratch import scratch_dir
+    from kernelsmith.sandbox import wrap
+    from kernelsmith.scratch import scratch_dir
 
     make_venv(folder)
     with scratch_dir("kernelsmith-setup-") as scratch:  # the setup writes there: no cleanup() chmod

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ConfigError
-from .release import Package, parse_package
+from kernelsmith.errors import ConfigError
+from kernelsmith.target.release import Package, parse_package
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 # Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
 DEFAULT_TOLERANCE = {

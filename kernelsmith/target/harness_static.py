@@ -8,8 +8,8 @@ import ast
 import stat
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..pysource import parse
+from kernelsmith.errors import ConfigError
+from kernelsmith.pysource import parse
 
 REQUIRED = ("SHAPES", "make_inputs", "reference")
 MAX_BYTES = 4 << 20

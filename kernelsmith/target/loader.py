@@ -14,7 +14,7 @@ import sys
 import types
 from pathlib import Path
 
-from ..errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 
 class HeavyImportError(ImportError):

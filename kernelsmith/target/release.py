@@ -24,10 +24,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .. import gitsafe
-from ..errors import ConfigError, KernelsmithError
-from ..paths import cache_dir, cache_lock
-from ..pysource import parse
+from kernelsmith import gitsafe
+from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.paths import cache_dir, cache_lock
+from kernelsmith.pysource import parse
 
 MARKER = ".kernelsmith-release.json"
 FORMAT = 1  # bump when the selection or the commit changes: cached checkouts are then rebuilt
@@ -303,7 +303,7 @@ def _write_tree(folder: Path, wheel: Wheel, files: list[str], pkg: Package, sha2
               "files": files, "format": FORMAT}
     (folder / MARKER).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     if shutil.which("git") is None:  # a plain folder: identified by its content hash (checkout.tree_hash)
-        from .checkout import tree_hash
+        from kernelsmith.target.checkout import tree_hash
 
         return tree_hash(folder)
     _git(folder, "init", "-q", "-b", base)
@@ -368,7 +368,7 @@ def _existing(path: Path, pkg: Package) -> ReleaseCheckout | None:
     data = read_marker(path)
     if not data or data.get("package") != pkg.spec or data.get("format") != FORMAT:
         return None
-    from .checkout import head_sha
+    from kernelsmith.target.checkout import head_sha
 
     sha, _ = head_sha(path)
     return ReleaseCheckout(path, sha, pkg.spec, data.get("wheel", ""), data.get("sha256", ""),

@@ -14,16 +14,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import gitsafe
-from ..errors import ConfigError
-from ..pysource import parse, reachable
-from ..reproduce import harness_line
-from .checkout import Checkout, git_dir_for, has_git, is_commit
-from .config import Operator, Target, merge_repo_operators, parse_yaml
-from .harness_static import check_harness_static
-from .release import base_release
-from .state import entry as state_entry
-from .state import source_hash, staleness
+from kernelsmith import gitsafe
+from kernelsmith.errors import ConfigError
+from kernelsmith.pysource import parse, reachable
+from kernelsmith.reproduce import harness_line
+from kernelsmith.target.checkout import Checkout, git_dir_for, has_git, is_commit
+from kernelsmith.target.config import Operator, Target, merge_repo_operators, parse_yaml
+from kernelsmith.target.harness_static import check_harness_static
+from kernelsmith.target.release import base_release
+from kernelsmith.target.state import entry as state_entry
+from kernelsmith.target.state import source_hash, staleness
 
 REPO_CONFIG = ".kernelsmith.yml"
 _MARK_RE = re.compile(r"^\s*#\s*kernelsmith:\s*hotspot\s*$")
@@ -228,7 +228,7 @@ def harness_problems(ops: list[Operator], root: Path, static: bool = False) -> l
     (`static`, runs no target code), else imported in a sandboxed child of its own (a crash or a
     hang is that harness's problem only)."""
     if not static:
-        from ..harnessbox import load_harnesses
+        from kernelsmith.harnessbox import load_harnesses
 
         return load_harnesses([op.harness for op in ops], root)
     out: list[str | None] = []
@@ -310,7 +310,7 @@ def scan_target(target: Target, co: Checkout, state: dict, static: bool = False,
     ops += [OperatorStatus(name=name, source=_source_of(e, merged), file="", entry="", harness="",
                            harness_ok=False, source_hash=None, stale=False, stale_reason="not loaded",
                            problems=[str(e)]) for name, e in merged.broken.items()]
-    from .. import sandbox
+    from kernelsmith import sandbox
 
     return ScanResult(target=target.name, repo=target.repo, checkout=str(root), base_sha=co.base_sha,
                       operators=ops, hotspots=hotspots, warnings=warnings,

@@ -14,8 +14,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import KernelsmithError
-from ..paths import cache_dir
+from kernelsmith.errors import KernelsmithError
+from kernelsmith.paths import cache_dir
 
 STATE_VERSION = 1
 
@@ -150,7 +150,7 @@ def record_run_dir(run_dir: str | Path, *, verify_status: str | None = None,
             result = json.loads((run_dir / "result.json").read_text())
         except ValueError as e:
             raise KernelsmithError(f"{run_dir}/result.json: invalid JSON ({e})") from None
-    from .checkout import read_at_base
+    from kernelsmith.target.checkout import read_at_base
 
     base_code = read_at_base(Path(run["checkout"]), run.get("base_sha", ""), run["file"])
     digest = run.get("source_hash") or (source_hash(base_code) if base_code is not None else None)

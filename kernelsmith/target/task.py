@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
-from .config import Operator, Target, load_target, resolve_target
-from .facts import HarnessFacts
-from .harness import Harness, load_harness
-from .harness_static import check_harness_static
+from kernelsmith.errors import ConfigError
+from kernelsmith.target.config import Operator, Target, load_target, resolve_target
+from kernelsmith.target.facts import HarnessFacts
+from kernelsmith.target.harness import Harness, load_harness
+from kernelsmith.target.harness_static import check_harness_static
 
 HARNESS_MODES = ("import", "facts", None)
 
@@ -61,12 +61,12 @@ def make_task(target: Target, op_name: str, root: Path, base_sha: str,
     # the harness file, never a traceback from the referee's worker.
     check_harness_static(op.harness, f"operators.{op.name}.harness in {target.path}")
     if harness == "facts":
-        from ..harnessfacts import gather
+        from kernelsmith.harnessfacts import gather
 
         loaded = gather(op.harness, root)
     else:
         loaded = load_harness(op.harness) if harness == "import" else None
-    from .release import base_release
+    from kernelsmith.target.release import base_release
 
     return Task(target=target, operator=op, root=root, base_sha=base_sha, base_code=code, harness=loaded,
                 base_release=base_release(root))
@@ -76,8 +76,8 @@ def load_task(target_arg: str, op_name: str, checkout: str | None = None, target
               harness: str | None = "import") -> Task:
     """Target argument + operator + optional checkout -> a validated Task (clones when needed);
     `harness` as in make_task."""
-    from .checkout import prepare_checkout
-    from .scan import with_repo_operators
+    from kernelsmith.target.checkout import prepare_checkout
+    from kernelsmith.target.scan import with_repo_operators
 
     target = load_target(resolve_target(target_arg, targets))
     co = prepare_checkout(target, checkout)

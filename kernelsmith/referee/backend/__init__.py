@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import Backend
+from kernelsmith.referee.backend.base import Backend
 
 
 def cuda_available() -> bool:
@@ -27,7 +27,7 @@ def resolve_device(device: str) -> str:
 
 def usable_device(device: str) -> str:
     """`resolve_device`, and a device this machine has: ConfigError naming --device otherwise."""
-    from ...errors import ConfigError
+    from kernelsmith.errors import ConfigError
 
     try:
         resolved = resolve_device(device)
@@ -41,10 +41,10 @@ def usable_device(device: str) -> str:
 def get_backend(device: str) -> Backend:
     """The backend object for a resolved device name."""
     if device == "cuda":
-        from .cuda import CudaBackend
+        from kernelsmith.referee.backend.cuda import CudaBackend
 
         return CudaBackend()
-    from .interpret import InterpretBackend
+    from kernelsmith.referee.backend.interpret import InterpretBackend
 
     return InterpretBackend()
 
@@ -53,9 +53,9 @@ def device_info(device: str = "auto") -> dict:
     """{"name", "driver", "torch", "triton"} of the device the referee would use."""
     resolved = resolve_device(device)
     if resolved == "cuda":
-        from .cuda import CudaBackend
+        from kernelsmith.referee.backend.cuda import CudaBackend
 
         return CudaBackend().info()
-    from .interpret import InterpretBackend
+    from kernelsmith.referee.backend.interpret import InterpretBackend
 
     return InterpretBackend().info()

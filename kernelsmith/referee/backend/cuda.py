@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .base import Backend
-from .event_timing import SPIN_US, LateReps, time_reps
+from kernelsmith.referee.backend.base import Backend
+from kernelsmith.referee.backend.event_timing import SPIN_US, LateReps, time_reps
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MiB)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import platform
 
-from . import standins
-from .base import Backend
+from kernelsmith.referee.backend import standins
+from kernelsmith.referee.backend.base import Backend
 
 
 class InterpretBackend(Backend):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..candidate import Candidate
+    from kernelsmith.search.candidate import Candidate
 
 
 @dataclass

@@ -70,8 +70,8 @@ class Broker:
     by one reader thread."""
 
     def __init__(self, base_url: str | None, api_key: str | None):
-        from ...pycmd import module_argv, python_path
-        from ...sandbox import scrubbed_env
+        from kernelsmith.pycmd import module_argv, python_path
+        from kernelsmith.sandbox import scrubbed_env
 
         env = scrubbed_env()
         pkg_parent = str(Path(__file__).resolve().parents[3])
@@ -224,7 +224,7 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
 
 
 def _serve(parent: int | None = None, pdeathsig: bool = False) -> int:
-    from ...sandbox import hide_environ
+    from kernelsmith.sandbox import hide_environ
 
     if parent is not None:
         _die_with_parent(parent, pdeathsig)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import ast
 import re
 
-from ...pysource import parse
-from .launch_syntax import _call_name, jit_functions, line_offsets
-from .launch_values import (
+from kernelsmith.pysource import parse
+from kernelsmith.search.mutators.launch_syntax import _call_name, jit_functions, line_offsets
+from kernelsmith.search.mutators.launch_values import (
     MAX_PATHS,
     PURE,
     UNKNOWN,

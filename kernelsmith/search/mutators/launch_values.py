@@ -10,7 +10,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from .launch_syntax import _OTHER_PLATFORM, _cuda_branch
+from kernelsmith.search.mutators.launch_syntax import _OTHER_PLATFORM, _cuda_branch
 
 MAX_PATHS = 16  # paths through undecidable tests, per shape
 PURE = {"min", "max", "abs", "int", "len", "next_power_of_2", "cdiv", "triton.next_power_of_2",

@@ -25,7 +25,7 @@ import ast
 import re
 from collections import defaultdict
 
-from .launch_syntax import (
+from kernelsmith.search.mutators.launch_syntax import (
     _ARITH,
     _KNOB,
     _ORDER,

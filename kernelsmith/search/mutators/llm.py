@@ -20,11 +20,11 @@ import random
 import threading
 import time
 
-from ...pysource import parse
-from ..edits import EditError, parse_proposal
-from ..prompt import build_messages, render_prompt, retry_message
-from . import Proposal
-from .llm_settings import LLMSettings, llm_settings  # noqa: F401 (the mutator's settings, named here too)
+from kernelsmith.pysource import parse
+from kernelsmith.search.edits import EditError, parse_proposal
+from kernelsmith.search.mutators import Proposal
+from kernelsmith.search.mutators.llm_settings import LLMSettings, llm_settings  # noqa: F401 (the mutator's settings, named here too)
+from kernelsmith.search.prompt import build_messages, render_prompt, retry_message
 
 MAX_DEAD_CALLS = 3  # consecutive requests that fail after every retry: the model is unreachable
 MIN_REQUEST_S = 1.0  # with less of the run's time left no request starts (it could not be answered)
@@ -84,7 +84,7 @@ class LLMMutator:
         """The process that calls the model and alone holds the key (started on first use when
         `optimize` did not start one; the key then leaves these settings)."""
         if self.settings.broker is None:
-            from .broker import broker_for
+            from kernelsmith.search.mutators.broker import broker_for
 
             self.settings.broker = broker_for(self.settings.base_url, self.settings.api_key)
             self.settings.api_key = None
@@ -125,7 +125,7 @@ class LLMMutator:
     def chat(self, messages: list[dict], rng: random.Random) -> tuple[str | None, list[dict]]:
         """(answer text or None, log of failed attempts) with bounded retries on transient errors,
         all within the run's deadline."""
-        from .broker import LLMCallError
+        from kernelsmith.search.mutators.broker import LLMCallError
 
         log: list[dict] = []
         for attempt in range(self.settings.max_retries + 1):

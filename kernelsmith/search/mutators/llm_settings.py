@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from . import broker
+from kernelsmith.search.mutators import broker
 
 
 @dataclass
@@ -48,8 +48,8 @@ def _from_env(env: dict) -> LLMSettings:
     if path:
         from pathlib import Path
 
-        from ...errors import ConfigError
-        from ...target.config import read_yaml
+        from kernelsmith.errors import ConfigError
+        from kernelsmith.target.config import read_yaml
 
         data = read_yaml(Path(path))
         for key, value in data.items():
@@ -74,7 +74,7 @@ def _from_env(env: dict) -> LLMSettings:
 def start_from_environment():
     """Start the broker from KERNELSMITH_LLM_* / OPENAI_* settings (when usable), then drop every
     secret from this process's environment. Returns the key-less settings, or None."""
-    from ...sandbox import drop_secrets_from_environ
+    from kernelsmith.sandbox import drop_secrets_from_environ
 
     settings = llm_settings()
     if settings.problem is None:

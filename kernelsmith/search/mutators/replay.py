@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import ConfigError
-from . import Proposal
+from kernelsmith.errors import ConfigError
+from kernelsmith.search.mutators import Proposal
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 

@@ -19,18 +19,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...pysource import parse
-from ..archive import code_hash
-from ..edits import format_edits, make_edits
-from . import Proposal
-from .rewrites import MARK, Rewrite
-from .rewrites.analysis import Decline, Site, find_sites, pid_calls
-from .rewrites.coarsen import coarsen
-from .rewrites.explain import KNOBBED, TRANSFORMS, sentence
-from .rewrites.hoist import has_loop, hoist
-from .rewrites.loads import has_repeated_loads, merge_loads
-from .rewrites.persistent import persistent
-from .rewrites.widen import widen
+from kernelsmith.pysource import parse
+from kernelsmith.search.archive import code_hash
+from kernelsmith.search.edits import format_edits, make_edits
+from kernelsmith.search.mutators import Proposal
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, find_sites, pid_calls
+from kernelsmith.search.mutators.rewrites.coarsen import coarsen
+from kernelsmith.search.mutators.rewrites.explain import KNOBBED, TRANSFORMS, sentence
+from kernelsmith.search.mutators.rewrites.hoist import has_loop, hoist
+from kernelsmith.search.mutators.rewrites.loads import has_repeated_loads, merge_loads
+from kernelsmith.search.mutators.rewrites.persistent import persistent
+from kernelsmith.search.mutators.rewrites.widen import widen
 
 DEFAULT = {"widen": 4, "coarsen": 4, "persistent": 4}
 ALTERNATES = {"widen": (2, 8, 16), "coarsen": (2, 8, 16), "persistent": (2, 8, 1)}

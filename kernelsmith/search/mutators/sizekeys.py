@@ -21,8 +21,8 @@ import ast
 import math
 from dataclasses import dataclass
 
-from ...pysource import parse
-from .launch_syntax import _KNOB, Tunable, jit_functions
+from kernelsmith.pysource import parse
+from kernelsmith.search.mutators.launch_syntax import _KNOB, Tunable, jit_functions
 
 Atom = tuple  # ("shape", arg, dim) | ("numel", arg) | ("rows", arg): numel // shape[-1] | ("value", arg)
 _SAME_SHAPE = {"contiguous", "float", "half", "bfloat16", "to", "clone", "detach", "type_as", "cuda"}
@@ -335,7 +335,7 @@ def resolve(harness, shapes: list[dict], key: SizeKey) -> tuple[SizeKey, list[in
     """(the key keeping the sizes that vary over the harness shapes, its value per shape), from fake
     tensors (nothing allocated); None when no size varies or the harness cannot be read so."""
     try:
-        from ...target.facts import fake_mode_for
+        from kernelsmith.target.facts import fake_mode_for
 
         with fake_mode_for(harness):
             inputs = [harness.make_inputs(dict(s), "cpu", 0) for s in shapes]

@@ -16,7 +16,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from ...errors import ConfigError
+from kernelsmith.errors import ConfigError
 
 FAILED_VALUE = math.log(1e-3)  # the value an infeasible trial carries (TPE orders them by violation)
 

@@ -14,9 +14,9 @@ import itertools
 import math
 from collections import defaultdict
 
-from ...pysource import parse, reachable
-from .launch_syntax import Tunable, is_int, kernel_loops, line_offsets
-from .launchers import find
+from kernelsmith.pysource import parse, reachable
+from kernelsmith.search.mutators.launch_syntax import Tunable, is_int, kernel_loops, line_offsets
+from kernelsmith.search.mutators.launchers import find
 
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
 MAX_NUMEL = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 
-from .launch_eval import LaunchEvaluator
-from .launch_values import Unsupported
-from .tunables import space_configs, space_points
+from kernelsmith.search.mutators.launch_eval import LaunchEvaluator
+from kernelsmith.search.mutators.launch_values import Unsupported
+from kernelsmith.search.mutators.tunables import space_configs, space_points
 
 COUNT_CAP = 5_000  # grids up to this many points have their distinct launches counted (~0.2 ms a shape each)
 # Each space's launch sets, once per process: the run's layout (resolve.py), the params mutator's
@@ -56,7 +56,7 @@ class LaunchTwins:
         if self._inputs is None and self.off is None:
             import torch
 
-            from ...target.facts import fake_mode_for
+            from kernelsmith.target.facts import fake_mode_for
 
             try:
                 with fake_mode_for(self.harness):  # sizes read inside, meta tensors made outside

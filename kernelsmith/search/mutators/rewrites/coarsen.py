@@ -8,10 +8,10 @@ search tunes (it feeds the grid and the launch argument, so both always agree).
 
 from __future__ import annotations
 
-from . import MARK, Rewrite
-from .analysis import Decline, Site, pid_calls
-from .explain import sentence
-from .wrap import KernelWrap, apply, constexpr, free_name
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, pid_calls
+from kernelsmith.search.mutators.rewrites.explain import sentence
+from kernelsmith.search.mutators.rewrites.wrap import KernelWrap, apply, constexpr, free_name
 
 KNOB = "COARSEN_GROUP"
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import ast
 
-from ....pysource import parse
-from . import MARK, Rewrite
-from .analysis import Decline, Site, call_name
-from .explain import sentence
-from .loads import WRITES
-from .wrap import apply, free_name, module_alias
+from kernelsmith.pysource import parse
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, call_name
+from kernelsmith.search.mutators.rewrites.explain import sentence
+from kernelsmith.search.mutators.rewrites.loads import WRITES
+from kernelsmith.search.mutators.rewrites.wrap import apply, free_name, module_alias
 
 LOOPS = ("range", "static_range")
 PURE = {

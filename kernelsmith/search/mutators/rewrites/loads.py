@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ast
 
-from . import MARK, Rewrite
-from .analysis import Decline, Site, call_name
-from .explain import sentence
-from .wrap import apply, free_name
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, call_name
+from kernelsmith.search.mutators.rewrites.explain import sentence
+from kernelsmith.search.mutators.rewrites.wrap import apply, free_name
 
 WRITES = ("store", "debug_barrier", "inline_asm_elementwise")
 SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)

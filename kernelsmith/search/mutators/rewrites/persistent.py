@@ -10,10 +10,10 @@ k is the knob `PERSISTENT_GROUP`, a literal in the launcher that the params sear
 
 from __future__ import annotations
 
-from . import MARK, Rewrite
-from .analysis import Decline, Site
-from .explain import sentence
-from .wrap import KernelWrap, apply, free_name, module_alias, paren
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site
+from kernelsmith.search.mutators.rewrites.explain import sentence
+from kernelsmith.search.mutators.rewrites.wrap import KernelWrap, apply, free_name, module_alias, paren
 
 KNOB = "PERSISTENT_GROUP"
 CPU_SMS = 4  # the SM count assumed without CUDA (the interpreter runs programs one at a time anyway)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 
-from .analysis import Decline, Site, pid_calls
-from .wrap import KernelWrap, free_name, paren
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, pid_calls
+from kernelsmith.search.mutators.rewrites.wrap import KernelWrap, free_name, paren
 
 KNOB = "ROWS_GROUP"
 S, R, C, T = "uniform", "row", "column", "tile"

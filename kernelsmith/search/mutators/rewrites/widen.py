@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import ast
 
-from . import MARK, Rewrite
-from .analysis import Decline, Site
-from .explain import sentence
-from .shapes import KNOB, Grow, S, ShapeWalk, join
-from .wrap import apply, constexpr
+from kernelsmith.search.mutators.rewrites import MARK, Rewrite
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site
+from kernelsmith.search.mutators.rewrites.explain import sentence
+from kernelsmith.search.mutators.rewrites.shapes import KNOB, Grow, S, ShapeWalk, join
+from kernelsmith.search.mutators.rewrites.wrap import apply, constexpr
 
 
 def widen(site: Site, axis: int, rows: int) -> Rewrite:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 
-from ....pysource import parse
-from .analysis import PID_CALLS, Decline, Site, call_name, pid_calls
+from kernelsmith.pysource import parse
+from kernelsmith.search.mutators.rewrites.analysis import PID_CALLS, Decline, Site, call_name, pid_calls
 
 WIDTH = 100
 
