@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelsmith.referee import correctness as C
-from kernelsmith.referee.memory import DeviceMemoryShort, ShapeBytes, device_oom, tensor_bytes
+from kernelsmith.referee.memory import DeviceMemoryShort, ShapeBytes, device_oom, region_growth, tensor_bytes
 
 CPU_BUDGET_BYTES = 256 << 20
 
@@ -176,6 +176,7 @@ class InputCache:
         self.budget = None if budget is None else int(budget)
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.used: dict[tuple, Entry] = {}  # entries used since `begin` (verified at the end)
+        self.tampered: list[str] = []  # shapes of used entries found changed when dropped early
         self.stats = self._zero()
 
     @staticmethod
@@ -185,7 +186,7 @@ class InputCache:
     def begin(self) -> dict:
         """Start counting for one evaluation; returns the (live) counters."""
         self.stats = self._zero()
-        self.used = {}
+        self.used, self.tampered = {}, []
         return self.stats
 
     def report(self) -> dict:
@@ -240,8 +241,9 @@ class InputCache:
         return entry.base_outs, entry.base_err
 
     def verify(self) -> list[str]:
-        """Check the entries used since `begin`; drops and names those whose bits changed."""
-        bad = []
+        """Check the entries used since `begin`; drops and names those whose bits changed (with
+        those found changed when they were dropped earlier)."""
+        bad, self.tampered = self.tampered, []
         for key, entry in self.used.items():
             if not entry.intact():
                 bad.append(key[0])
@@ -250,11 +252,19 @@ class InputCache:
         self.used = {}
         return bad
 
+    def _checked(self, key: tuple) -> None:
+        """Verify now an entry used since `begin` that is about to lose tensors, so that nothing but
+        the cache keeps them alive until the end of the evaluation."""
+        entry = self.used.pop(key, None)
+        if entry is not None and not entry.intact():
+            self.tampered.append(key[0])
+
     def evict(self, key: tuple) -> int:
         """Drop the entry at `key` (made again when next asked for); bytes freed."""
         entry = self.entries.pop(key, None)
         if entry is None:
             return 0
+        self._checked(key)
         self.stats["evictions"] += 1
         return entry.nbytes
 
@@ -262,7 +272,12 @@ class InputCache:
         """Drop the reference and base outputs of the entry at `key` (made again when next asked
         for); bytes freed."""
         entry = self.entries.get(key)
-        return 0 if entry is None else entry.drop_outputs()
+        if entry is None:
+            return 0
+        if key in self.used:
+            self._checked(key)
+            self.used[key] = entry  # its inputs stay in use
+        return entry.drop_outputs()
 
     def _refit(self, entry: Entry) -> None:
         for key, e in self.entries.items():
@@ -280,8 +295,7 @@ class InputCache:
                 return
             if key == keep:
                 continue
-            total -= self.entries.pop(key).nbytes
-            self.stats["evictions"] += 1
+            total -= self.evict(key)
         if total > self.budget and keep in self.entries:
             self.entries.pop(keep)  # the caller still holds it for this use; made again next time
             self.stats["evictions"] += 1
@@ -299,7 +313,8 @@ class ListedInputs:
         if planner is None or self.inputs.key(shape, s) in self.inputs.entries:
             return self.inputs.get(shape, s, lambda: self.harness.make_inputs(shape, self.dev, s))
         sizes = planner.sizes_of(shape)
-        entry = self.with_room(shape, sizes.make() if sizes else None, keep, "making its inputs",
+        need = sizes.make() + region_growth(getattr(self, "oracle", None), 0, sizes.inputs) if sizes else None
+        entry = self.with_room(shape, need, keep, "making its inputs",
                                lambda: self.inputs.get(shape, s, lambda: self.harness.make_inputs(
                                    shape, self.dev, s)))
         self._note_sizes(entry)
@@ -339,7 +354,8 @@ class ListedInputs:
         if entry.shape is None or getattr(self, "memory", None) is None:
             return step()
         sizes = self.memory.sizes_of(entry.shape)
-        need = sizes.call() + sizes.outputs if sizes else None
+        grow = region_growth(getattr(self, "oracle", None), sizes.inputs, sizes.reply) if sizes else 0
+        need = sizes.call() + grow if sizes else None
         out = self.with_room(entry.shape, need, [entry.key], what, step)
         self._note_sizes(entry)
         return out

@@ -219,6 +219,7 @@ class JudgeTiming:
 
         planner = getattr(self, "memory", None)
         entries = self.timing_entries(shape, seed, INPUT_SETS)
+        self.listed_expected(entries[0])  # the outputs' size is part of the need
         n_fns = 3 if mode == "full" else 2
         if planner is None:
             return self._claims(fn, shape, si, cid, seed, mode, host, entries, None)
@@ -245,10 +246,9 @@ class JudgeTiming:
 
         sizes = self.memory.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
         sets = INPUT_SETS * sizes.inputs
-        need = sizes.timing(copies, INPUT_SETS) + region_growth(self.link.chan, sets, sizes.outputs)
+        need = sizes.timing(copies, INPUT_SETS) + region_growth(self.link, sets, sizes.outputs)
         if (json.dumps(shape, sort_keys=True), seed) not in self.own_base:
-            oracle = getattr(self, "oracle", None)
-            grow = region_growth(oracle.chan, sets) if oracle is not None else 0
+            grow = region_growth(getattr(self, "oracle", None), sets)
             need = max(need, sizes.base_timing(INPUT_SETS) + grow)
         return need
 
@@ -302,7 +302,8 @@ class JudgeTiming:
         if planner is None:
             return self.own_base_ms(originals, seed)
         sizes = planner.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
-        need = sizes.base_timing(INPUT_SETS) + region_growth(self.oracle.chan, INPUT_SETS * sizes.inputs)
+        need = sizes.base_timing(INPUT_SETS) + region_growth(getattr(self, "oracle", None),
+                                                             INPUT_SETS * sizes.inputs)
         return self.with_room(shape, need, [e.key for e in entries], "the judge's own timing of the base",
                               lambda: self.own_base_ms(originals, seed), keep_outputs=False)
 

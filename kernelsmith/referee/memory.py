@@ -99,9 +99,13 @@ class ShapeBytes:
         return 2 * self.inputs + 2 * self.outputs
 
     def make(self) -> int:
-        """Making one cache entry while the others stay: the entry, and its making (the oracle's
-        build of the inputs, the reference's and the base's calls)."""
-        return self.entry + self.call() + self.inputs
+        """Making one input set: the oracle's build of it and the judge's copy."""
+        return 2 * self.inputs
+
+    @property
+    def reply(self) -> int:
+        """What a call's reply carries back: the inputs, and the outputs where they are returned."""
+        return self.inputs + (self.outputs if self.returned else 0)
 
     def timing(self, copies: int, sets: int) -> int:
         """A timing request beyond the cache: the runner's received sets, `copies` copies of them
@@ -115,10 +119,11 @@ class ShapeBytes:
         return 2 * sets * self.inputs + 2 * self.outputs
 
 
-def region_growth(chan, to_peer: int = 0, from_peer: int = 0) -> int:
-    """Bytes the judge's regions of a channel (shared_region.py) must grow by for a request of
-    `to_peer` bytes and its reply of `from_peer` (0 where the channel has none)."""
-    regions = getattr(chan, "regions", None)
+def region_growth(link, to_peer: int = 0, from_peer: int = 0) -> int:
+    """Bytes the judge's regions (shared_region.py) of the channel to a child (its `link`: the
+    runner's or the oracle's) must grow by for a request of `to_peer` bytes and its reply of
+    `from_peer` (0 where there are none)."""
+    regions = getattr(getattr(link, "chan", None), "regions", None)
     if regions is None:
         return 0
     return regions.growth("to_peer", to_peer) + regions.growth("from_peer", from_peer)
@@ -129,8 +134,8 @@ class DeviceMemoryShort(Exception):
 
     def __init__(self, shape: dict, need: int | None, free: int, what: str, sizes: ShapeBytes | None):
         self.shape, self.need, self.free, self.what, self.sizes = shape, need, int(free), what, sizes
-        parts = (f" (one input set {format_bytes(sizes.inputs)}, its outputs {format_bytes(sizes.outputs)})"
-                 if sizes is not None else "")
+        parts = "" if sizes is None else f" (one input set {format_bytes(sizes.inputs)}" + (
+            f", its outputs {format_bytes(sizes.outputs)})" if sizes.outputs else ")")
         needs = f"needs {format_bytes(need)}" if need is not None else "ran out"
         super().__init__(
             f"shape {shape_text(shape)}: {what} {needs} of device memory{parts}, and "
@@ -185,8 +190,11 @@ class MemoryPlanner:
         self.decisions, self.least = [], None
 
     def report(self) -> dict:
-        """The verdict's `details.memory`: the least room measured and the decisions taken."""
-        return {"least_free_bytes": self.least, "cap_bytes": self.gauge.cap,
+        """The verdict's `details.memory`: the least room measured, the bytes the judge holds, each
+        shape's sizes, and the decisions taken."""
+        return {"least_free_bytes": self.least, "cap_bytes": self.gauge.cap, "held_bytes": self.gauge.held(),
+                "shapes": [{"shape": json.loads(k), "input_set_bytes": v.inputs, "output_bytes": v.outputs}
+                           for k, v in self.sizes.items()],
                 "decisions": list(self.decisions)}
 
     def note_sizes(self, shape: dict, sizes: ShapeBytes) -> ShapeBytes:

@@ -153,18 +153,18 @@ class Session(ShapeTrials, JudgeTiming):
             except (RunnerFailed, CandidateError):
                 pass  # nothing was given back: the room measured next says so
 
-    def call_need(self, shape: dict, chan) -> int | None:
-        """Device bytes one call on `shape` through `chan` needs beyond the cache (None before the
-        shape's first entry)."""
+    def call_need(self, shape: dict, link) -> int | None:
+        """Device bytes one call on `shape` in a child (`link`: the runner's or the oracle's) needs
+        beyond the cache (None before the shape's first entry)."""
         sizes = self.memory.sizes_of(shape)
         if sizes is None:
             return None
-        return sizes.call() + region_growth(chan, sizes.inputs, sizes.inputs + sizes.outputs)
+        return sizes.call() + region_growth(link, sizes.inputs, sizes.reply)
 
     def _base_call(self, shape: dict, what: str) -> None:
         """The base once on the run's first trial of `shape`, in the oracle (compiling it there)."""
         entry = self.listed(shape, self._profile_seed, 0)
-        self.with_room(shape, self.call_need(shape, self.oracle.chan), [entry.key], what,
+        self.with_room(shape, self.call_need(shape, self.oracle), [entry.key], what,
                        lambda: self.call(self.base_fn, fresh_copy(entry.originals), float("nan"), None))
 
     def _memory_short(self, out: dict, e: DeviceMemoryShort) -> None:
@@ -302,7 +302,7 @@ class Session(ShapeTrials, JudgeTiming):
         originals = entry.originals
         if warm and judge:
             self._base_call(shape, "warming the base")  # the judge's own base
-        need = self.call_need(shape, self.link.chan)
+        need = self.call_need(shape, self.link)
         reply, _ = self.with_room(shape, None if need is None else need + self.memory.sizes_of(shape).inputs,
                                   [entry.key], "profiling the base", lambda: self.link.request(
                                       {"op": "profile", "key": key, "warm": warm}, originals,
@@ -446,7 +446,7 @@ class Session(ShapeTrials, JudgeTiming):
             shape = out["details"].get("failed_shape")
             if device_oom(text) and isinstance(shape, dict):
                 self._memory_short(out, DeviceMemoryShort(
-                    shape, self.call_need(shape, self.link.chan), self.memory.room() or 0,
+                    shape, self.call_need(shape, self.link), self.memory.room() or 0,
                     "a correctness call", self.memory.sizes_of(shape)))
                 out["error"] = text
             else:

@@ -203,8 +203,7 @@ class ShapeTrials(ListedInputs):
         sizes = planner.sizes_of(shape) if planner is not None else None
         if sizes is None:
             return
-        planner.make_room(shape, sizes.call() + region_growth(self.link.chan, sizes.inputs,
-                                                              sizes.inputs + sizes.outputs),
+        planner.make_room(shape, sizes.call() + region_growth(self.link, sizes.inputs, sizes.reply),
                           [entry.key], what="a correctness trial")
 
     def _tol(self, t: torch.Tensor) -> tuple[float, float]:
