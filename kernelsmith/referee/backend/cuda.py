@@ -66,7 +66,9 @@ class CudaBackend(Backend):
         return int(torch.cuda.mem_get_info()[0])
 
     def release(self) -> None:
-        """torch.cuda.empty_cache(): blocks this process's allocator keeps but does not use."""
+        """Blocks this process's allocator keeps but does not use, and those it shared with another
+        process that has let them go (a shared region replaced by a larger one), back to the device."""
+        torch.cuda.ipc_collect()
         torch.cuda.empty_cache()
 
     # -- device measurements ------------------------------------------------------------------
@@ -129,7 +131,11 @@ class CudaBackend(Backend):
         return best
 
     def _measure_bandwidth(self) -> float:
-        n = 1 << 30
+        # 1 GiB each way (far beyond any L2), less on a device with little memory free: the worker
+        # must start there, and the referee then says which shape does not fit (memory.py).
+        n, free = 1 << 30, self.free_memory()
+        while n > 64 << 20 and 4 * n > free:
+            n //= 2
         src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
         dst = torch.empty_like(src)
         ms = self._best_ms(lambda: dst.copy_(src))
