@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,10 +23,11 @@ from pathlib import Path
 
 from kernelsmith import safefs
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.onboard.checkout import clean_worktree, run_setup, safe_env, venv_env
 from kernelsmith.paths import cache_dir
 from kernelsmith.sandbox import summary as sandbox_summary
+from kernelsmith.sandbox.spawn import device_env
 from kernelsmith.scratch import remove_tree
-from kernelsmith.target.checkout import clean_worktree, run_setup, safe_env, venv_env
 
 DEFAULT_TIMEOUT_S = 1800.0
 TAIL_LINES = 60
@@ -110,7 +110,7 @@ def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
                 junit: Path | None = None, scratch: Path | None = None) -> CommandResult:
     """Run a shell command inside the "tests" sandbox (writable: `cwd` and `scratch`, where the
     junit file goes), in its own process group; kill the group on timeout."""
-    from kernelsmith.sandbox import wrap
+    from kernelsmith.sandbox.spawn import kill_group, start
 
     env = dict(env)
     if junit is not None:
@@ -119,24 +119,23 @@ def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
     own = scratch is None
     scratch = Path(tempfile.mkdtemp(prefix="verify-cmd-")) if own else Path(scratch)
     try:
-        argv, env = wrap(["/bin/sh", "-c", command], "tests", env=env, writable=[cwd],
-                         scratch=scratch, keep=("KERNELSMITH_TARGET_DIR",))
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        began = time.monotonic()
+        proc = start(["/bin/sh", "-c", command], "tests", env=env, cwd=cwd, writable=[cwd], scratch=scratch,
+                     keep=("KERNELSMITH_TARGET_DIR",), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                     stderr=subprocess.STDOUT, text=True, errors="replace")
         timed_out = False
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)
             output, _ = proc.communicate()
             output += f"\n[kernelsmith] killed after {timeout_s:.0f} s"
     finally:
         if own:
             remove_tree(str(scratch))
     result = CommandResult(command=command, exit_code=None if timed_out else proc.returncode,
-                           duration=time.monotonic() - start, output_tail=_tail(output),
+                           duration=time.monotonic() - began, output_tail=_tail(output),
                            timed_out=timed_out, counts=parse_pytest_counts(output), output=output)
     if junit is not None:
         result.outcomes = parse_junit(junit)
@@ -208,7 +207,7 @@ def _load_json(path: Path) -> dict:
 def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has_cuda: bool | None = None,
                log=print) -> dict:
     """Verify one run directory; writes verify.json and the report section; returns verify.json."""
-    from kernelsmith.target.config import load_target
+    from kernelsmith.onboard.config import load_target
 
     run_dir = Path(run_dir).resolve()
     run = _load_json(run_dir / "run.json")
@@ -246,8 +245,8 @@ def _find_operator(target, run: dict):
     """The run's operator: from the yaml, else from the repo's `.kernelsmith.yml` at the base."""
     if any(o.name == run["op"] for o in target.operators):
         return target.operator(run["op"])
-    from kernelsmith.target.checkout import Checkout, is_commit
-    from kernelsmith.target.scan import with_repo_operators
+    from kernelsmith.onboard.checkout import Checkout, is_commit
+    from kernelsmith.onboard.scan import with_repo_operators
 
     co = Checkout(Path(run["checkout"]), run["base_sha"], is_commit(run["base_sha"]))
     return with_repo_operators(target, co).operator(run["op"])
@@ -258,8 +257,8 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
     tree no test has run in yet, so nothing the base's tests planted (a link at the operator's path,
     a rewritten `.git`) is followed, read back or handed to git."""
     env = safe_env({"KERNELSMITH_TARGET_DIR": str(target.path.parent), "PYTHONDONTWRITEBYTECODE": "1"})
-    if not has_cuda:
-        env["TRITON_INTERPRET"] = "1"  # kernels run under the Triton interpreter on a CPU machine
+    if not has_cuda:  # kernels run under the Triton interpreter on a CPU machine
+        env = device_env(env, "interpret")
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=cache_dir()))
     checkout, base_sha = Path(run["checkout"]), run["base_sha"]
     try:
@@ -330,7 +329,7 @@ def _run_side(op, target, tree: Path, env: dict, timeout_s: float, log, side: st
 
 def preflight(checkout: str | Path, base_sha: str) -> None:
     """Fail now, with one clear line, where verify could not make its worktrees later."""
-    from kernelsmith.target.checkout import preflight as checkout_preflight
+    from kernelsmith.onboard.checkout import preflight as checkout_preflight
 
     checkout_preflight(Path(checkout), base_sha)
 

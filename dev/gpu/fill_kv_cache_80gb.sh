@@ -6,7 +6,7 @@
 # over all processes (nvidia-smi, sampled every 200 ms). About 4 minutes of GPU time.
 #   bash dev/gpu/fill_kv_cache_80gb.sh
 # Run from the tree on the GPU machine (Python 3.12, torch, triton, no pip): needs .carry/lmdeploy
-# (scripts/carry_checkouts.sh) and .carry/wheels (optuna: scripts/carry_wheels.sh) carried in.
+# (dev/gpu/carry_checkouts.sh) and .carry/wheels (optuna: dev/gpu/carry_wheels.sh) carried in.
 # Look for: "evaluate: exit 0" with the base ACCEPTED and timed on every shape, the batch=512 shape
 # among them; optimize's base row accepted and evaluations > 1; the decisions (which shape, what was
 # done) and a peak below the card's memory. KS_DEVICE_MEMORY=70G caps what the referee plans with

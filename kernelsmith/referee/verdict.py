@@ -19,7 +19,10 @@ REJECTIONS = (
 
 NO_TIMING_LINE = "No timing was done (no CUDA device: correctness and integrity only)."
 # A candidate is a contender (gets the full measurement) when its all-shape screen geomean is at
-# least this share of the best measured win so far.
+# least this share of the best measured win so far. Replayed H200 archives (dev/notes/benchmarks.md):
+# screen and full agree within ~1.3%, and at 0.99 most full measurements on a plateau changed
+# nothing; 1.0 skips 5-10 per run and misses only gains of 0.3-0.7%, which the winner rule (the
+# smallest change within 1%) ignores anyway.
 CONTENDER_MARGIN = 1.0
 # The winner rule's floor (search/evidence.py): a shape whose speedup CI lies entirely below it is
 # lost, and a candidate with a lost shape cannot be the winner however fast its geomean.
@@ -114,7 +117,7 @@ def lost_shapes(shapes: list[dict]) -> list[int]:
 def timing_depth(verdict) -> str:
     """How deep a verdict (a Verdict or its JSON) was timed: "none", "screen_subset", "screen" or "full".
 
-    "screen_subset" (staging.py): screened on a few representative shapes only and stopped there;
+    "screen_subset" (timing/staged.py): screened on a few representative shapes only and stopped there;
     its null `geomean_speedup` must not be read as an all-shape number.
     """
     if isinstance(verdict, Verdict):
@@ -178,7 +181,7 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
         # A strayed A/A control dwarfed by the shape's effect (timing.aa_bias): the factor its
         # `ci95` was widened by, and the geomean's CI is too (search/evidence.py); None otherwise.
         "aa_bias": aa_bias,
-        # The judge's own median of the base (judge_timing.py, check b); None in one process.
+        # The judge's own median of the base (timing/claims.py, check b); None in one process.
         "judge_base_ms": judge_base_ms,
         # Repetitions the host queued too late to be timed alone: timed again, or (past the
         # allowance) kept; the runner's own count, shown for diagnosis, never decides anything.

@@ -23,12 +23,11 @@ from kernelsmith.rundir import write_json, write_text
 from kernelsmith.search.archive import now_iso, rejected_counts
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import unified_diff
-from kernelsmith.search.evidence import ci_seed, judge
+from kernelsmith.search.evidence import SIMPLER_WITHIN, ci_seed, judge
 from kernelsmith.search.mutators.rewrite import rewrite_lineage
 from kernelsmith.search.result import SearchResult
 from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
-SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
 # A finalist whose search geomean is below this fraction of a re-measured win is not re-measured:
 # re-measurements move a geomean by a percent or two (H200 runs), not the four it would need.
 FINAL_SKIP_BELOW = 0.95
@@ -156,7 +155,7 @@ def _shapes(verdict: dict | None) -> list[dict]:
                 "ci95": s.get("ci95"),
                 "pct_roofline": s.get("pct_roofline"),
                 "max_abs_err": s.get("max_abs_err"),
-                "aa_bias": s.get("aa_bias"),  # a strayed A/A control inside the CI (referee timing.py)
+                "aa_bias": s.get("aa_bias"),  # a strayed A/A control inside the CI (referee timing/ab.py)
             }
         )
     return out
@@ -270,7 +269,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
 
 def record_state(run_dir: Path, progress) -> None:
     """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from kernelsmith.target.state import record_run_dir
+    from kernelsmith.onboard.state import record_run_dir
 
     try:
         record_run_dir(run_dir)

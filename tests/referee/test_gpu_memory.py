@@ -7,9 +7,9 @@ a shape that does not fit alone is named with its need and the memory free."""
 import pytest
 from referee_helpers import ROOT, demo_task
 
+from kernelsmith.harness.model import load_harness
 from kernelsmith.referee import Referee
-from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure
-from kernelsmith.target.harness import load_harness
+from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure
 
 pytestmark = pytest.mark.gpu
 

@@ -12,14 +12,14 @@ from test_timing_logic import FILL_HARNESS, FakeBackend, FakeSession, _verdict_d
 from tiny_project import tiny_task
 
 from kernelsmith.cli import main
-from kernelsmith.referee import timing
-from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure
-from kernelsmith.referee.input_cache import InputCache
-from kernelsmith.referee.judge import RemoteFn
-from kernelsmith.referee.link_errors import CandidateError
+from kernelsmith.harness.model import load_harness
+from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure
+from kernelsmith.referee.checks.input_cache import InputCache
+from kernelsmith.referee.link.errors import CandidateError
 from kernelsmith.referee.memory import MEMORY_ENV, DeviceMemoryShort, Gauge, MemoryPlanner, ShapeBytes
-from kernelsmith.referee.rotation import Rotation
-from kernelsmith.target.harness import load_harness
+from kernelsmith.referee.proc.judge import RemoteFn
+from kernelsmith.referee.timing import ab as timing
+from kernelsmith.referee.timing.rotation import Rotation
 
 KIB = 1 << 10
 

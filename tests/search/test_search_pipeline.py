@@ -12,8 +12,9 @@ from stub_compiler import StubCompiler
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.loop import Search, SearchConfig, optimize
+from kernelsmith.search.loop import Search, optimize
 from kernelsmith.search.precompile import compile_processes
+from kernelsmith.search.run_config import SearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "H200", "total_memory": 1 << 37}
@@ -412,8 +413,8 @@ def _wait_for_a_stuck_build(tmp_path, fake_gpu, precompiler, stall_s: float):
     import time
 
     import kernelsmith.search.evaluator as evaluator
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.archive import Archive
-    from kernelsmith.target.task import load_task
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kernelsmith.launch.finder import jit_functions, line_offsets
 from kernelsmith.pysource import parse, reachable
-from kernelsmith.search.mutators.launchers import jit_functions, line_offsets
 
 PID_CALLS = ("program_id", "num_programs")
 
@@ -50,10 +50,6 @@ class Site:
 
     def line_start(self, lineno: int) -> int:
         return self.offsets[lineno - 1]
-
-    def axes_used(self) -> set[int]:
-        """Grid axes whose program id or program count the kernel reads."""
-        return {axis for _, axis, _ in pid_calls(self.kernel)}
 
 
 def call_name(node: ast.AST) -> str:
