@@ -287,8 +287,8 @@ class MemoryPlanner:
             self.make_room(shape, need_of(1), keep, keep_outputs=False, what="timing with one copy")
             room = self.room()
             chosen = next((c for c in range(most, 0, -1) if need_of(c) <= room), 1)
-        self.copies[memo] = chosen
-        if chosen < n_fns:
+        if chosen < n_fns:  # a limit of memory (a screen times fewer functions than a full measurement)
+            self.copies[memo] = chosen
             self.decisions.append({"shape": shape, "step": "timing", "action": "fewer_copies",
                                    "copies": chosen, "of": n_fns, "need_bytes": need_of(n_fns),
                                    "free_bytes": room})

@@ -135,7 +135,7 @@ class Session(ShapeTrials, JudgeTiming):
         try:
             step()
         except DeviceMemoryShort as e:
-            self.memory.decisions.append({"shape": shape, "step": e.what, "action": "left for the evaluation",
+            self.memory.decisions.append({"shape": shape, "step": e.what, "action": "skipped_at_boot",
                                           "need_bytes": e.need, "free_bytes": e.free})
 
     def _held_bytes(self) -> int:
@@ -401,6 +401,12 @@ class Session(ShapeTrials, JudgeTiming):
         loaded = False
         shapes = self.harness.shapes_for(self.device)
         try:
+            for shape in shapes:
+                # A shape the boot could not profile for lack of memory (`_boot`): profiled now, in a
+                # runner no candidate code has reached yet (none is loaded until every shape is).
+                if shape_key(shape) not in self._profiles and not self.loaded_any:
+                    out["details"]["failed_shape"] = shape
+                    self.base_profile(shape)
             if code is not None:
                 try:
                     compile(code, str(source_path), "exec")

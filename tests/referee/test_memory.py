@@ -94,6 +94,8 @@ def test_a_shapes_copies_never_grow_back_within_a_run():
     planner.gauge.cap = 10 << 20  # memory came back: the shape keeps the copies it was measured with
     assert planner.timing_copies({"n": 1}, 7, need, 3) == 2
     assert planner.timing_copies({"n": 1}, 8, need, 3) == 3  # another seed (the final re-measurement)
+    assert planner.timing_copies({"n": 1}, 9, need, 2) == 2  # a screen (two functions) fits ...
+    assert planner.timing_copies({"n": 1}, 9, need, 3) == 3  # ... and sets no limit for the full timing
 
 
 def test_an_entry_dropped_mid_evaluation_is_checked_for_tampering_at_once():
