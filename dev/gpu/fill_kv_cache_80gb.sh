@@ -33,13 +33,13 @@ if command -v nvidia-smi > /dev/null; then
 fi
 
 t0=$SECONDS
-timeout 100 python3 -P -m kernelsmith evaluate lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+timeout 110 python3 -P -m kernelsmith evaluate lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
   --json > "$D/evaluate.json" 2> "$D/evaluate.err"
 echo "evaluate: exit $? in $((SECONDS - t0)) s"
 tail -n 12 "$D/evaluate.err"
 
 t0=$SECONDS
-timeout 170 python3 -P -m kernelsmith optimize lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+timeout 150 python3 -P -m kernelsmith optimize lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
   --mutator params --minutes 1 --seed 0 --out "$D/run" --no-progress > "$D/optimize.log" 2>&1
 echo "optimize: exit $? in $((SECONDS - t0)) s"
 tail -n 8 "$D/optimize.log"

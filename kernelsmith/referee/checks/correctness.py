@@ -155,6 +155,9 @@ class Check:
     mean_abs_err: float = 0.0
 
 
+COMPARE_CHUNK = 1 << 26  # elements compared at once (float32 temporaries of 256 MiB each)
+
+
 def common_view(out: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Both tensors cast to the wider of their dtypes (floats at least float32, fp8 included)."""
     def widened(d):  # torch does not promote fp8: compare it as float32
@@ -198,22 +201,30 @@ def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str,
         expected = expected.to(out.dtype)
     if out.numel() == 0:
         return Check(None)
-    o, e = common_view(out, expected)
-    diff = (o - e).abs()
-    finite = torch.isfinite(diff)
-    kept = torch.where(finite, diff, diff.new_zeros(()))  # errors >= 0: zeros change no max or sum
     atol, rtol = tol
+    flat_out, flat_expected = out.detach().reshape(-1), expected.detach().reshape(-1)
+    parts = []
+    # In chunks: the float32 temporaries of a multi-gigabyte output (a paged KV cache) would take
+    # several times its size on the device at once (memory.py plans no room for them).
+    for at in range(0, flat_out.numel(), COMPARE_CHUNK):
+        o, e = common_view(flat_out[at:at + COMPARE_CHUNK], flat_expected[at:at + COMPARE_CHUNK])
+        diff = (o - e).abs()
+        finite = torch.isfinite(diff)
+        kept = torch.where(finite, diff, diff.new_zeros(()))  # errors >= 0: zeros change no max or sum
+        far = ~torch.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)
+        unwritten = torch.isnan(o) & ~torch.isnan(e)
+        parts.append(torch.stack([kept.max().double(), kept.sum().double(), finite.sum().double(),
+                                  unwritten.sum().double(), far.sum().double()]))
     # Every statistic on the device, then one copy to the host: one wait for the device, not five.
-    stats = torch.stack([kept.max().double(), kept.sum().double(), finite.sum().double(),
-                         (torch.isnan(o) & ~torch.isnan(e)).sum().double(),
-                         (~torch.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)).sum().double()])
+    stats = torch.stack(parts)
+    stats = torch.cat([stats[:, :1].max(0).values, stats[:, 1:].sum(0)])
     max_err, total, n_finite, n_nan, bad = stats.tolist()
     mean_err = total / n_finite if n_finite else 0.0
     if n_nan:
-        return Check("unwritten_output", f"{name}: {int(n_nan)} of {o.numel()} elements are NaN where the "
+        return Check("unwritten_output", f"{name}: {int(n_nan)} of {out.numel()} elements are NaN where the "
                      "reference is finite (left unwritten, or read uninitialised memory)", max_err, mean_err)
     if bad:
-        return Check("incorrect", f"{name}: {int(bad)} of {o.numel()} elements outside atol={atol:g}, "
+        return Check("incorrect", f"{name}: {int(bad)} of {out.numel()} elements outside atol={atol:g}, "
                      f"rtol={rtol:g} (max abs err {max_err:.3g})", max_err, mean_err)
     return Check(None, "", max_err, mean_err)
 
