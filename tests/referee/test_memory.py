@@ -293,3 +293,23 @@ def test_base_failure_of_a_shape_too_large_for_the_device():
     assert "shape: batch=512,max_history=2048" in text
     assert "what: timing with one copy needs 30.00 GiB of device memory; 21.00 GiB is free" in text
     assert "one input set: 2.50 GiB" in text and NOT_A_CANDIDATE not in text
+
+
+def test_outputs_are_compared_in_chunks_with_the_same_verdict(monkeypatch):
+    """A multi-gigabyte output is compared chunk by chunk (bounded float32 temporaries): the same
+    problem, counts and errors as in one piece, wherever in the output the problem lies."""
+    from kernelsmith.referee.checks import correctness as C
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1000, 37, generator=g).half()
+    ref = base.float() + torch.randn(1000, 37, generator=g) * 1e-3
+    wrong, holes = base.clone(), base.clone()
+    wrong[999, 30] += 1.0  # in the last chunk
+    holes[2, 3] = float("nan")  # in the first
+    whole = [C.compare(o, ref, (1e-2, 1e-2), "x", like=base) for o in (base, wrong, holes)]
+    monkeypatch.setattr(C, "COMPARE_CHUNK", 1000)
+    chunked = [C.compare(o, ref, (1e-2, 1e-2), "x", like=base) for o in (base, wrong, holes)]
+    assert [c.problem for c in chunked] == [None, "incorrect", "unwritten_output"]
+    for a, b in zip(whole, chunked, strict=True):
+        assert (a.problem, a.message, a.max_abs_err) == (b.problem, b.message, b.max_abs_err)
+        assert b.mean_abs_err == pytest.approx(a.mean_abs_err, rel=1e-6)
