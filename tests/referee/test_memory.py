@@ -313,3 +313,16 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdict(monkeypatch):
     for a, b in zip(whole, chunked, strict=True):
         assert (a.problem, a.message, a.max_abs_err) == (b.problem, b.message, b.max_abs_err)
         assert b.mean_abs_err == pytest.approx(a.mean_abs_err, rel=1e-6)
+
+
+def test_fingerprints_summed_in_slices_are_the_same(monkeypatch):
+    """A fingerprint sums a large tensor a slice of rows at a time (its int64 copy stays bounded):
+    the numbers are those of one piece."""
+    from kernelsmith.referee.checks import input_cache as IC
+
+    g = torch.Generator().manual_seed(1)
+    tensors = [torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
+               for n in (7, 256, 4 * 64 * 5 + 4 * 17 + 3, 4 * 64 * 3000 + 5)]
+    whole = IC.fingerprints(tensors)
+    monkeypatch.setattr(IC, "FINGERPRINT_ROWS", 7)
+    assert IC.fingerprints(tensors) == whole

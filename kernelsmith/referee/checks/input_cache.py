@@ -32,6 +32,7 @@ from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.memory import DeviceMemoryShort, ShapeBytes, device_oom, region_growth, tensor_bytes
 
 CPU_BUDGET_BYTES = 256 << 20
+FINGERPRINT_ROWS = 1 << 20  # rows of 64 words a fingerprint sums at once (their int64 copy: 512 MiB)
 
 
 def listed_seed(run_seed: int, shape: dict, trial) -> int:
@@ -88,8 +89,11 @@ def _checksum(t: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.cat([tag, ints.to(torch.int64), tail])
     block = ints[:n].view(-1, 64)
-    rows = block.sum(1, dtype=torch.int64)
-    cols = block.sum(0, dtype=torch.int64)
+    # In slices of rows: a sum to int64 copies its input to int64 first, twice a multi-gigabyte
+    # tensor's size on the device at once (integer sums: the same numbers in any slicing).
+    slices = [block[i:i + FINGERPRINT_ROWS] for i in range(0, block.size(0), FINGERPRINT_ROWS)]
+    rows = torch.cat([b.sum(1, dtype=torch.int64) for b in slices])
+    cols = torch.stack([b.sum(0, dtype=torch.int64) for b in slices]).sum(0)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
     # The total from the column sums and the last words (not a third pass over all of them).
     total = cols.sum() + ints[n:].sum(dtype=torch.int64)
