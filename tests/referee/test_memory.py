@@ -326,3 +326,14 @@ def test_fingerprints_summed_in_slices_are_the_same(monkeypatch):
     whole = IC.fingerprints(tensors)
     monkeypatch.setattr(IC, "FINGERPRINT_ROWS", 7)
     assert IC.fingerprints(tensors) == whole
+
+
+def test_bitwise_equality_in_slices(monkeypatch):
+    from kernelsmith.referee.checks import correctness as C
+
+    a = torch.arange(1000, dtype=torch.float32)
+    b = a.clone()
+    b[999] = torch.nextafter(b[999], torch.tensor(1e9))
+    monkeypatch.setattr(C, "EQUAL_CHUNK", 64)
+    assert C.same_bits(a, a.clone()) and not C.same_bits(a, b)
+    assert C.same_bits(a > 3, a.clone() > 3) and not C.same_bits(a > 3, a > 4)

@@ -11,6 +11,11 @@ import torch
 INT_SENTINEL = -0x5A5A5A5A  # written into integer outputs before a call; clamped to the dtype
 _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
         if hasattr(torch, n)}
+# Large outputs are compared in slices, so their temporaries stay bounded on the device (memory.py
+# plans no room for them): elements compared with the reference at once (float32 copies of 256 MiB),
+# and bytes compared bit for bit at once.
+COMPARE_CHUNK = 1 << 26
+EQUAL_CHUNK = 1 << 28
 
 
 def derive_seed(run_seed: int, candidate_id: int, *parts) -> int:
@@ -133,9 +138,11 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.numel() == 0:
         return True
     av, bv = _flat(a), _flat(b).to(a.device)
-    if av.dtype == torch.bool:
-        return bool(torch.equal(av, bv))
-    return bool(torch.equal(av.view(torch.uint8), bv.view(torch.uint8)))
+    if av.dtype != torch.bool:
+        av, bv = av.view(torch.uint8), bv.view(torch.uint8)
+    # In slices: on CUDA torch.equal makes a bool tensor of its inputs' length.
+    return all(bool(torch.equal(av[i:i + EQUAL_CHUNK], bv[i:i + EQUAL_CHUNK]))
+               for i in range(0, av.numel(), EQUAL_CHUNK))
 
 
 def as_tuple(value) -> tuple:
@@ -153,9 +160,6 @@ class Check:
     message: str = ""
     max_abs_err: float = 0.0
     mean_abs_err: float = 0.0
-
-
-COMPARE_CHUNK = 1 << 26  # elements compared at once (float32 temporaries of 256 MiB each)
 
 
 def common_view(out: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,8 +208,8 @@ def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str,
     atol, rtol = tol
     flat_out, flat_expected = out.detach().reshape(-1), expected.detach().reshape(-1)
     parts = []
-    # In chunks: the float32 temporaries of a multi-gigabyte output (a paged KV cache) would take
-    # several times its size on the device at once (memory.py plans no room for them).
+    # In chunks: in one piece the float32 temporaries of a multi-gigabyte output (a paged KV cache)
+    # would take several times its size on the device at once.
     for at in range(0, flat_out.numel(), COMPARE_CHUNK):
         o, e = common_view(flat_out[at:at + COMPARE_CHUNK], flat_expected[at:at + COMPARE_CHUNK])
         diff = (o - e).abs()
