@@ -14,6 +14,7 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
+from kernelsmith.referee.memory import device_memory_cap
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
 from kernelsmith.referee.proc.pinned import task_files
 from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote
@@ -49,7 +50,7 @@ class Referee:
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None,
                  prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None,
-                 shared_regions: bool = True):
+                 shared_regions: bool = True, device_memory_bytes: int | None = None):
         self.device = usable_device(device)
         self.task = task
         # Tokens handed to this process stay in its /proc/<pid>/environ; candidates must not read it.
@@ -72,8 +73,12 @@ class Referee:
         # fork server run there), `sources` (candidate files, written here) and `logs`.
         self.workdir, self.sources, self.logs = referee_folders(Path(workdir).resolve())
         # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
-        # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
+        # None: bounded by the free device memory on CUDA (memory.py), 256 MiB elsewhere.
         self.input_cache_bytes = input_cache_bytes
+        # The device bytes the referee's processes may plan with (memory.py); None: what the
+        # device reports free, or $KERNELSMITH_DEVICE_MEMORY.
+        self.device_memory_bytes = (device_memory_cap() if device_memory_bytes is None
+                                    else int(device_memory_bytes))
         # False: every tensor between judge and runner travels in message files (no shared regions).
         self.shared_regions = bool(shared_regions)
         self.device_info: dict | None = None
@@ -104,7 +109,7 @@ class Referee:
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
                 "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes,
-                "shared_regions": self.shared_regions}
+                "shared_regions": self.shared_regions, "device_memory_bytes": self.device_memory_bytes}
 
     def _env(self) -> dict[str, str]:
         return worker_env(self.device, self.gpu)

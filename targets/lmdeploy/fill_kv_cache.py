@@ -30,6 +30,8 @@ SHAPES = [
     {"batch": 1, "q_per_seq": 1, "max_history": 8192, **_GPU, "dtype": "bfloat16"},  # decode, one request
     {"batch": 1, "q_per_seq": 4096, "max_history": 0, **_GPU, "dtype": "bfloat16"},  # a whole prompt
     {"batch": 64, "q_per_seq": 128, "max_history": 1024, **_GPU, "dtype": "float16"},
+    # A full decode batch: its caches take about 1.2 GB each, and the referee holds several copies.
+    {"batch": 512, "q_per_seq": 1, "max_history": 2048, **_GPU, "dtype": "bfloat16"},
 ]
 CPU_SHAPES = [
     {"batch": 3, "q_per_seq": 1, "max_history": 20, "block_size": 8, "heads": 2, "q_heads": 4,

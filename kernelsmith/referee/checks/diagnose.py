@@ -2,7 +2,8 @@
 
 The base (the unmodified upstream file) is trusted, so a rejection of the base is never a verdict
 on code: it names the failing check, the shape and the likely fix, for `evaluate`, `optimize`
-and `harness check`.
+and `harness check`. A shape that needs more device memory than is free (memory.py) is neither:
+the message names the shape, its need and the memory free.
 """
 
 from __future__ import annotations
@@ -72,7 +73,12 @@ FIXES: list[tuple[str, str | None, str]] = [
      "the base's kernels do not compile here: check triton's version, or use --device cuda"),
     ("no_kernel_launch", None,
      "the base launches no kernel on this shape: pick shapes that take the kernel path"),
+    ("out_of_memory", None,
+     "the base's process ran out of host memory: raise $KERNELSMITH_CANDIDATE_MEMORY or use smaller "
+     "shapes"),
 ]
+DEVICE_SHORT_FIX = ("a device with more free memory (other processes on it hold some), or a smaller "
+                    "shape in SHAPES (this one alone needs more than is free)")
 GENERIC = ("the base does something the referee forbids candidates (see the message): check the "
            "harness's inputs and the environment")
 
@@ -91,10 +97,32 @@ def _shape_text(shape) -> str:
     return "(before any shape: loading the file or the harness)"
 
 
+def memory_short(short: dict) -> str:
+    """Several lines: a shape of the base does not fit the device's free memory."""
+    from kernelsmith.referee.memory import format_bytes
+
+    need = short.get("need_bytes")
+    lines = ["the referee cannot run the base on one of its shapes: it needs more device memory than "
+             "is free (a limit of this device, not a fault of the harness or of the base).",
+             "  check: out_of_memory",
+             f"  shape: {_shape_text(short.get('shape'))}",
+             f"  what: {short.get('what')} needs "
+             f"{format_bytes(need) if need is not None else 'more than is free'} of device memory; "
+             f"{format_bytes(short.get('free_bytes'))} is free"]
+    if short.get("input_set_bytes") is not None:
+        lines.append(f"  one input set: {format_bytes(short['input_set_bytes'])}; its outputs: "
+                     f"{format_bytes(short.get('output_bytes'))}")
+    lines.append(f"  likely fix: {DEVICE_SHORT_FIX}")
+    return "\n".join(lines)
+
+
 def base_failure(verdict) -> str:
-    """Several lines: the base failed, so the harness or the environment is at fault, and how."""
+    """Several lines: the base failed, so the harness or the environment is at fault, and how (or
+    a shape needs more device memory than is free: `memory_short`)."""
     data = verdict.to_json() if hasattr(verdict, "to_json") else dict(verdict or {})
     details = data.get("details") or {}
+    if isinstance(details.get("memory_short"), dict):
+        return memory_short(details["memory_short"])
     messages = details.get("messages") or []
     reason = data.get("reason") or (data.get("violations") or [None])[0]
     text = "\n".join([*messages, data.get("error") or ""])

@@ -81,10 +81,7 @@ class OracleSession:
     def release(self) -> None:
         """Give freed device memory back: what the oracle made now lives in the judge's cache, and
         its own caching allocator would otherwise hold as much again on the device."""
-        if self.dev is not None and str(self.dev).startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
+        self.backend.release()
 
     def time_base(self, originals: list[dict], seed: int) -> dict:
         """Check (b)'s own base time on copies of `originals` (the judge has stopped the runner)."""
