@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate and print; exit 0 accepted, 1 rejected, 2 when the base itself fails (the harness or
     the environment is at fault) or on config errors."""
     from kernelsmith.referee import Referee, RefereeError
-    from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
+    from kernelsmith.referee.diagnose import base_failure
     from kernelsmith.target.task import load_task
 
     code = None
@@ -54,9 +54,8 @@ def run(args: argparse.Namespace) -> int:
             elif not verdict.accepted:
                 # A rejected candidate: is the base itself sound on this harness?
                 base_verdict = referee.evaluate(None, candidate_id=0, timing="none")
-        except RefereeError as e:  # the worker cannot load the base file or its harness
-            raise RefereeError(f"the referee cannot run the base: {NOT_A_CANDIDATE}.\n  check: import_error\n"
-                               f"  likely fix: {likely_fix('import_error', str(e))}\n{e}") from None
+        except RefereeError as e:  # the worker cannot load the base file or its harness, or the base fails
+            raise RefereeError(f"{base_failure(e.verdict())}\n{e}") from None
     if args.json:
         from kernelsmith.sandbox import summary
 

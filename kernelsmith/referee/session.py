@@ -15,6 +15,7 @@ import base64
 import json
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from kernelsmith.referee import correctness as C
@@ -24,7 +25,7 @@ from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, CompileCaches, ma
 from kernelsmith.referee.input_cache import InputCache, default_budget, fresh_copy
 from kernelsmith.referee.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
 from kernelsmith.referee.judge_timing import JudgeTiming
-from kernelsmith.referee.link_errors import CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.link_errors import BaseRunFailed, CandidateError, InfrastructureError, RunnerFailed
 from kernelsmith.referee.oracle_link import BASE, OracleLink, harness_from_facts
 from kernelsmith.referee.phase_clock import PhaseClock
 from kernelsmith.referee.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
@@ -34,6 +35,19 @@ from kernelsmith.target.facts import MalformedFacts, shape_key
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
+
+
+@contextmanager
+def base_runs():
+    """Failures of the base, or of the harness's make_inputs or reference, on the listed shapes at a
+    worker's start, as BaseRunFailed: the task loaded, so it is not a load error (the referee's
+    machinery failing stays InfrastructureError)."""
+    try:
+        yield
+    except (InfrastructureError, BaseRunFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - harness or base code failed on a shape
+        raise BaseRunFailed(f"{type(e).__name__}: {e}") from e
 
 class Session(ShapeTrials, JudgeTiming):
     """The judge's state: the harness's facts, the input cache, the backend, its runner and oracle."""
@@ -86,6 +100,23 @@ class Session(ShapeTrials, JudgeTiming):
         budget = spec.get("input_cache_bytes")
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         runner_seed = spec.get("base_cache_seed") or {}
+        with base_runs():
+            runner_seed = self._compile_base(runner_seed, clock)
+        # The runner boots beside the judge (its own device context, monitor, base and A/A), with
+        # the judge's device numbers (two processes calibrating at once would disturb both).
+        self._runner_seed = runner_seed
+        self._profiles: dict = dict(spec.get("base_profiles") or {})
+        self.runner_cache = self._send_init(link)
+        self._ready_runner(link)
+        clock.mark("runner_start")
+        with base_runs():
+            self._profile_base(clock)
+        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
+        standins.USED.update(oracle.stand_ins())
+        self.boot_phases = clock.phases
+
+    def _compile_base(self, runner_seed: dict, clock: PhaseClock) -> dict:
+        """The base binaries the runner starts with (compiled here for the run's first worker)."""
         if self.backend.compiles and not self.seeded:
             # The run's first worker: its oracle compiles the base for every listed shape now, before
             # any candidate, and the runner starts with those binaries instead of compiling again.
@@ -95,13 +126,10 @@ class Session(ShapeTrials, JudgeTiming):
             files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
             runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
             clock.mark("base_compile")
-        # The runner boots beside the judge (its own device context, monitor, base and A/A), with
-        # the judge's device numbers (two processes calibrating at once would disturb both).
-        self._runner_seed = runner_seed
-        self._profiles: dict = dict(spec.get("base_profiles") or {})
-        self.runner_cache = self._send_init(link)
-        self._ready_runner(link)
-        clock.mark("runner_start")
+        return runner_seed
+
+    def _profile_base(self, clock: PhaseClock) -> None:
+        """The base's profiles and the run's cached inputs, reference and base outputs."""
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
@@ -115,9 +143,6 @@ class Session(ShapeTrials, JudgeTiming):
             for t in range(TRIALS):
                 self.listed_base(self.listed(shape, self._profile_seed, t))
         clock.mark("input_cache")
-        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
-        standins.USED.update(oracle.stand_ins())
-        self.boot_phases = clock.phases
 
     # -- runners: one per candidate ------------------------------------------------------------
     def _spawn_runner(self) -> RunnerLink:

@@ -34,7 +34,7 @@ def main() -> int:
     from kernelsmith.referee import runner as _runner  # noqa: F401
     from kernelsmith.referee import session as _session  # noqa: F401
     from kernelsmith.referee.judge import RunnerTemplate
-    from kernelsmith.referee.link_errors import InfrastructureError
+    from kernelsmith.referee.link_errors import BaseRunFailed, InfrastructureError
     from kernelsmith.referee.oracle_link import OracleLink
 
     # Non-dumpable first, then the fork of a clean process that forks one runner per candidate:
@@ -75,6 +75,8 @@ def main() -> int:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except InfrastructureError as e:  # the parent judges the candidate again on a new worker
             reply = {"ok": False, "error": str(e)[:4000], "infrastructure": True}
+        except BaseRunFailed:  # the task loaded; the base or the harness failed on a listed shape
+            reply = {"ok": False, "error": traceback.format_exc()[-4000:], "stage": "run"}
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:
