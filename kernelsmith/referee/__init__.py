@@ -15,7 +15,7 @@ from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
 from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, read_folder
-from kernelsmith.referee.diagnose import interpreter_gap_line
+from kernelsmith.referee.diagnose import key_line
 from kernelsmith.referee.phase_clock import PhaseClock
 from kernelsmith.referee.pinned import task_files
 from kernelsmith.referee.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
@@ -51,8 +51,8 @@ class RefereeError(KernelsmithError):
         text = str(self)
         if self.stage != "run":
             return Verdict.rejected("import_error", text)
-        gap = interpreter_gap_line(text)
-        return Verdict.rejected("crash", text, details={"messages": [gap]} if gap else {})
+        why = key_line(text)
+        return Verdict.rejected("crash", text, details={"messages": [why]} if why else {})
 
 
 class Referee:

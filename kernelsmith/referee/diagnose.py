@@ -14,6 +14,7 @@ import traceback
 NOT_A_CANDIDATE = "the harness or the environment, not a candidate"
 INTERPRETER_GAP = "the Triton interpreter cannot run this"
 _GAP_LINE = re.compile(r"^kernel [^\n]*" + re.escape(INTERPRETER_GAP) + r"[^\n]*$", re.M)
+_OUTPUTS_LINE = re.compile(r"OutputsError: ([^\n]+)")
 
 # (violation, text pattern or None, likely fix): the first row whose violation and pattern match.
 FIXES: list[tuple[str, str | None, str]] = [
@@ -21,6 +22,10 @@ FIXES: list[tuple[str, str | None, str]] = [
      "the kernel fails inside the Triton interpreter at the line named (an operation it lacks, or a "
      "value it handles unlike compiled Triton): run it on a GPU (--device cuda); if the line is yours "
      "to change, check what it does with the inputs make_inputs builds"),
+    ("crash", r"OutputsError",
+     "OUTPUTS names a position where the entry returns no tensor: name only the positions of tensors "
+     "(the skeleton of `kernelsmith harness new` lists what the entry returns), or return what to "
+     "compare from a `call(entry, inputs)` hook"),
     ("crash", r"NotImplementedError.*reference|reference.*NotImplementedError|TODO: write the reference",
      "the harness's `reference` is not written yet (the skeleton's TODO): compute the expected "
      "output(s) independently of the kernel, in float32 if you like"),
@@ -122,6 +127,13 @@ def interpreter_gap_line(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+def key_line(text: str) -> str | None:
+    """The line of an error text that says why the base failed, where one does: a kernel line the
+    interpreter cannot run, or the harness's OUTPUTS naming a position that holds no tensor."""
+    found = _OUTPUTS_LINE.findall(text or "")
+    return interpreter_gap_line(text) or (found[-1].strip() if found else None)
+
+
 def _shape_text(shape) -> str:
     if isinstance(shape, dict):
         return ",".join(f"{k}={v}" for k, v in shape.items())
@@ -137,7 +149,7 @@ def base_failure(verdict) -> str:
     text = "\n".join([*messages, data.get("error") or ""])
     first = (messages[0] if messages else (data.get("error") or "").strip().splitlines()[-1:] or [""])
     first = first if isinstance(first, str) else (first[0] if first else "")
-    first = interpreter_gap_line(text) or first
+    first = key_line(text) or first
     lines = [f"the referee rejects the base itself: {NOT_A_CANDIDATE}.",
              f"  check: {reason}",
              f"  shape: {_shape_text(details.get('failed_shape'))}"]
