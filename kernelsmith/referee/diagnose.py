@@ -100,7 +100,9 @@ def likely_fix(reason: str | None, text: str = "") -> str:
 
 def _triton_file(filename: str) -> bool:
     """Whether a traceback frame is Triton's own code (the interpreter, triton.language)."""
-    return f"{os.sep}triton{os.sep}" in filename
+    import triton  # imported already: an InterpreterError came from it
+
+    return os.path.realpath(filename).startswith(os.path.dirname(os.path.realpath(triton.__file__)) + os.sep)
 
 
 def interpreter_failure(exc: BaseException) -> str | None:
