@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.harnesscheck import check_harness, run_probe
-from kernelsmith.harnessnew import write_skeleton
+from kernelsmith.harness.check import check_harness, run_probe
+from kernelsmith.harness.entry import OutputsError, entry_caller, parse_outputs, resolve_entry
+from kernelsmith.harness.new import write_skeleton
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.scan import _has_entry
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.config import load_target
-from kernelsmith.target.entry import OutputsError, entry_caller, parse_outputs, resolve_entry
-from kernelsmith.target.scan import _has_entry
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,8 +256,8 @@ def test_harness_new_lists_what_a_tuple_returning_entry_returns(tmp_path):
 
 
 def test_the_facts_carry_positions_and_the_call_hook(tmp_path):
-    from kernelsmith.harnessfacts import gather
-    from kernelsmith.target.facts import HarnessFacts
+    from kernelsmith.harness.facts import HarnessFacts
+    from kernelsmith.harness.gather import gather
 
     proj, _, harness = _project(tmp_path, "call")
     facts = gather(harness, proj)

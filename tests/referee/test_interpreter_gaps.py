@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
-from kernelsmith.harnesscheck import run_probe
+from kernelsmith.harness.check import run_probe
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.referee.diagnose import INTERPRETER_GAP
-from kernelsmith.target.task import load_task
+from kernelsmith.referee.checks.diagnose import INTERPRETER_GAP
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,7 +158,8 @@ def _triton_cache(tmp_path, monkeypatch):
 
 
 def _kernel_line(task) -> str:
-    line = next(i for i, text in enumerate(task.base_code.splitlines(), 1) if "inline_asm_elementwise" in text)
+    lines = task.base_code.splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "inline_asm_elementwise" in text)
     return f"kernel {task.root / 'eng' / 'kern.py'}:{line} in _asm_kernel: NotImplementedError"
 
 
