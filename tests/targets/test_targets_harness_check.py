@@ -1,7 +1,7 @@
 """Every harness under targets/ passes `kernelsmith harness check` on CPU (the interpreter).
 
-The demo target is bundled; LMDeploy and SGLang need their sources (tests/upstreamkit.py: the release
-checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT).
+The demo target is bundled; LMDeploy, SGLang and Liger-Kernel need their sources (tests/upstreamkit.py:
+the release checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT / LIGER_CHECKOUT).
 """
 
 from pathlib import Path
@@ -20,7 +20,8 @@ MINISERVE = TARGETS.parent / "examples" / "miniserve"
 # check's limit), so it is checked on a GPU (its kernel runs on CPU shapes in test_targets_harnesses.py).
 GPU_ONLY = {("lmdeploy", "fused_single_group_router")}
 OPS = [pytest.param(name, op.name, marks=[pytest.mark.gpu] if (name, op.name) in GPU_ONLY else [])
-       for name in ("demo", "lmdeploy", "sglang") for op in load_target(TARGETS / f"{name}.yaml").operators]
+       for name in ("demo", "lmdeploy", "sglang", "liger")
+       for op in load_target(TARGETS / f"{name}.yaml").operators]
 
 
 def _checkout(target_name):

@@ -24,7 +24,7 @@ from kernelsmith.onboard.scan import _has_entry
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 KERNEL = '''
 import torch
