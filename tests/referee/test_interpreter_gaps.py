@@ -48,6 +48,7 @@ def math_kernel(x_ptr, out_ptr, eps, BLOCK: tl.constexpr):
     tl.store(out_ptr + 3 * BLOCK + offs, libdevice.log1p(x * x))
     tl.store(out_ptr + 4 * BLOCK + offs, tl.extra.cuda.libdevice.pow(x * x, x))
     tl.store(out_ptr + 5 * BLOCK + offs, libdevice.isnan(x / x).to(tl.float32))
+    tl.store(out_ptr + 6 * BLOCK + offs, libdevice.fma(x, x, x))
 
 
 @triton.jit
@@ -63,9 +64,9 @@ def bessel_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 x = torch.tensor([-3.0, -0.5, 0.0, 0.25, 1.0, 2.5, 7.0, 0.1])
-out = torch.empty(6 * 8)
+out = torch.empty(7 * 8)
 math_kernel[(1,)](x, out, 1e-6, BLOCK=8)
-result = {"math": out.view(6, 8).tolist()}
+result = {"math": out.view(7, 8).tolist()}
 x64 = x.double()
 out64 = torch.empty(8, dtype=torch.float64)
 f64_kernel[(1,)](x64, out64, BLOCK=8)
@@ -91,7 +92,8 @@ def test_libdevice_math_and_a_float_argument_under_the_interpreter(child):
     x = torch.tensor([-3.0, -0.5, 0.0, 0.25, 1.0, 2.5, 7.0, 0.1])
     got = torch.tensor(child["math"])
     expected = torch.stack([torch.tanh(x), torch.rsqrt(x * x + 1e-6), torch.erf(x), torch.log1p(x * x),
-                            torch.pow(x * x, x), torch.tensor([0.0, 0, 1, 0, 0, 0, 0, 0])])
+                            torch.pow(x * x, x), torch.tensor([0.0, 0, 1, 0, 0, 0, 0, 0]),
+                            (x.double() * x.double() + x.double()).float()])
     # pow(0, 0) is 1 (C's pow), torch's too
     assert torch.allclose(got, expected, rtol=1e-6, atol=1e-7), (got - expected).abs().max()
     assert child["f64"] == [math.tanh(v) for v in x.double().tolist()]

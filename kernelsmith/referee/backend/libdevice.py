@@ -49,10 +49,11 @@ _UNARY = {
 }
 _BINARY = {
     "atan2": np.arctan2, "copysign": np.copysign, "fdim": lambda x, y: np.maximum(x - y, 0.0),
-    "fmod": np.fmod, "hypot": np.hypot, "pow": np.power, "powi": np.power, "nextafter": np.nextafter,
+    "fmod": np.fmod, "hypot": np.hypot, "pow": np.power, "powi": np.power,
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "fdivide": np.divide,
 }
-_TERNARY = {"fma": lambda x, y, z: x * y + z}
+FMA = "fma"  # fused multiply-add: the interpreter builder's own exact fma computes it
+_TERNARY = {"fma": FMA}
 # The float32 symbols' spellings: `__nv_<name>f`, `__nv_fast_<name>f`, `__nv_f<name>_rn`
 # (rounded to nearest), `__nv_frsqrt_rn`, `__nv_<name>d` (a float64 predicate).
 _RENAMES = {"saturatef": "saturate", "frcp_rn": "rcp", "drcp_rn": "rcp", "frsqrt_rn": "rsqrt",
@@ -87,13 +88,15 @@ def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, 
     if found is None or len(args) != found[1]:
         raise NotImplementedError(f"{symbol}: no libdevice stand-in under the Triton interpreter")
     op, _ = found
+    _used()
+    if op is FMA:
+        return self.create_fma(*args)
     scalar = getattr(ret_type, "element_ty", ret_type)
     out_dtype = interpreter._get_np_dtype(scalar)
     values = [np.asarray(a.data) for a in args]
     wide = [v.astype(np.float64) if v.dtype == np.float32 else v for v in values]
     with np.errstate(all="ignore"):  # inf and NaN come out as the GPU gives them
         result = np.asarray(op(*wide))
-    _used()
     return interpreter.TensorHandle(result.astype(out_dtype), scalar)
 
 

@@ -84,8 +84,8 @@ def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
     its functions as requests to `link`."""
     if not isinstance(data, dict):
         raise MalformedFacts("not an object")
-    base = HarnessFacts.from_json({k: data.get(k) for k in ("shapes", "cpu_shapes", "outputs", "positions",
-                                                            "call", "vary")}
+    base = HarnessFacts.from_json({k: data[k] for k in ("shapes", "cpu_shapes", "outputs", "positions",
+                                                        "call", "vary") if k in data}
                                   | {"reference_source": None, "inputs": []}, path)
     inplace = data.get("inplace")
     if not (isinstance(inplace, list) and len(inplace) <= 256
