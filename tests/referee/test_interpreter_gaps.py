@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
-from kernelsmith.harness.check import run_probe
+from kernelsmith.onboard.harness_check import run_probe
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.referee.checks.diagnose import INTERPRETER_GAP
