@@ -5,7 +5,7 @@
 # per step as it ends, then a table per operator. Runs from the tree (no pip there):
 #   bash dev/gpu/liger_targets.sh
 # Needs, carried in: .carry/liger (bash dev/gpu/carry_liger.sh here) and .carry/wheels (Optuna, for
-# the params mutator: bash scripts/carry_wheels.sh), i.e. carry=[".carry/liger", ".carry/wheels"].
+# the params mutator: bash dev/gpu/carry_wheels.sh), i.e. carry=[".carry/liger", ".carry/wheels"].
 # LIGER_OPS: the operators (default: all in the yaml); LIGER_GPUS: one lane per listed GPU, the
 # operators dealt round-robin (default: every visible GPU); LIGER_BUDGET_S: no step starts after this
 # many seconds (default 320), so the whole stays under 6 minutes of GPU time; the steps left out are

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.onboard.harness_check import check_harness, run_probe
 from kernelsmith.harness.entry import OutputsError, entry_caller, parse_outputs, resolve_entry
 from kernelsmith.harness.new import write_skeleton
 from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.harness_check import check_harness, run_probe
 from kernelsmith.onboard.scan import _has_entry
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee

@@ -16,8 +16,8 @@ import upstreamkit
 from kernelsmith.cli import main
 from kernelsmith.harness.model import load_harness
 from kernelsmith.harness.new import write_skeleton
-from kernelsmith.onboard.config import load_target
 from kernelsmith.loader import load_operator_module
+from kernelsmith.onboard.config import load_target
 from kernelsmith.onboard.release import base_release
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
