@@ -47,8 +47,8 @@ class RefereeError(KernelsmithError):
         self.stage = stage
 
     def verdict(self) -> Verdict:
-        """The base's rejection this error stands for: a crash on a listed shape (the kernel line
-        the interpreter cannot run first, where that is why), else a load error (import_error)."""
+        """The base's rejection this error stands for: a crash on a listed shape (its first message
+        the line saying why, where one does: diagnose.key_line), else a load error (import_error)."""
         text = str(self)
         if self.stage != "run":
             return Verdict.rejected("import_error", text)
