@@ -12,6 +12,7 @@ import yaml
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.onboard.package import Package, parse_package
+from kernelsmith.pysource import is_entry_name
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5
@@ -211,8 +212,9 @@ def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -
     if Path(file).is_absolute() or ".." in Path(file).parts:
         raise ConfigError(path, "must be a path inside the repository", f"{where}file")
     entry = _require(item, "entry", path, where)
-    if not entry.isidentifier():
-        raise ConfigError(path, f"{entry!r} is not a Python function name", f"{where}entry")
+    if not is_entry_name(entry):
+        raise ConfigError(path, f"{entry!r} is not a Python function name or a dotted name "
+                          "(Class.method, Function.apply)", f"{where}entry")
     harness = (harness_root / _require(item, "harness", path, where)).resolve()
     min_speedup = _optional(item, "min_speedup", path, where, (int, float), DEFAULT_MIN_SPEEDUP)
     variants = {}

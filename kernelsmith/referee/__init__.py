@@ -14,6 +14,7 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
+from kernelsmith.referee.checks.diagnose import key_line
 from kernelsmith.referee.memory import device_memory_cap
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
 from kernelsmith.referee.proc.pinned import task_files
@@ -39,7 +40,21 @@ HONEST_FAILURES = frozenset({"compile_error", "incorrect", "wrong_on_fresh_shape
 
 
 class RefereeError(KernelsmithError):
-    """The referee itself cannot work (broken harness or base file), not a bad candidate."""
+    """The referee itself cannot work (broken harness or base file), not a bad candidate. `stage`
+    "run": the task loaded, and the base or the harness failed on a listed shape."""
+
+    def __init__(self, message: str, stage: str = "load"):
+        super().__init__(message)
+        self.stage = stage
+
+    def verdict(self) -> Verdict:
+        """The base's rejection this error stands for: a crash on a listed shape (its first message
+        the line saying why, where one does: diagnose.key_line), else a load error (import_error)."""
+        text = str(self)
+        if self.stage != "run":
+            return Verdict.rejected("import_error", text)
+        why = key_line(text)
+        return Verdict.rejected("crash", text, details={"messages": [why]} if why else {})
 
 
 class Referee:
@@ -153,6 +168,9 @@ class Referee:
             raise RefereeError(f"the referee's worker failed to start: {e}") from None
         if not reply.get("ok"):
             worker.kill()
+            if reply.get("stage") == "run":
+                raise RefereeError(f"the base of {self.task.operator.file} failed on a listed shape in the "
+                                   f"worker:\n{reply.get('error')}", stage="run")
             raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
                                f"{reply.get('error')}")
         worker.base_cache = reply.get("base_cache")
@@ -299,7 +317,7 @@ class Referee:
                 self._worker = self._start()
             except RefereeError as e:
                 if code is None:
-                    return Verdict.rejected("import_error", str(e))
+                    return e.verdict()
                 raise
         if self.prefork and self._spare is None:
             self._spare = self._spawn()

@@ -15,6 +15,7 @@ import base64
 import json
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from kernelsmith.harness.facts import MalformedFacts, shape_key
@@ -23,7 +24,7 @@ from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import static
 from kernelsmith.referee.checks.input_cache import InputCache, default_budget, fresh_copy
 from kernelsmith.referee.checks.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
-from kernelsmith.referee.link.errors import CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.link.errors import BaseRunFailed, CandidateError, InfrastructureError, RunnerFailed
 from kernelsmith.referee.memory import DeviceMemoryShort, Gauge, MemoryPlanner, device_oom, region_growth
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from kernelsmith.referee.proc.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
@@ -35,6 +36,19 @@ from kernelsmith.scratch import remove_tree
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
+
+
+@contextmanager
+def base_runs():
+    """Failures of the base, or of the harness's make_inputs or reference, on the listed shapes at a
+    worker's start, as BaseRunFailed: the task loaded, so it is not a load error (the referee's
+    machinery failing stays InfrastructureError)."""
+    try:
+        yield
+    except (InfrastructureError, BaseRunFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - harness or base code failed on a shape
+        raise BaseRunFailed(f"{type(e).__name__}: {e}") from e
 
 class Session(ShapeTrials, JudgeTiming):
     """The judge's state: the harness's facts, the input cache, the backend, its runner and oracle."""
@@ -92,14 +106,8 @@ class Session(ShapeTrials, JudgeTiming):
         self.memory = MemoryPlanner(Gauge(self.backend.free_memory, None if cap is None else int(cap),
                                           self._held_bytes, self._release_memory), self.inputs)
         runner_seed = spec.get("base_cache_seed") or {}
-        if self.backend.compiles and not self.seeded:
-            # The run's first worker: its oracle compiles the base for every listed shape now, before
-            # any candidate, and the runner starts with those binaries instead of compiling again.
-            for shape in self.harness.shapes_for(self.device):
-                self._boot(shape, lambda shape=shape: self._base_call(shape, "compiling the base"))
-            files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
-            runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
-            clock.mark("base_compile")
+        with base_runs():
+            runner_seed = self._compile_base(runner_seed, clock)
         # The runner boots beside the judge (its own device context, monitor, base and A/A), with
         # the judge's device numbers (two processes calibrating at once would disturb both).
         self._runner_seed = runner_seed
@@ -108,6 +116,27 @@ class Session(ShapeTrials, JudgeTiming):
         self._ready_runner(link)
         self.runner_ready = True
         clock.mark("runner_start")
+        with base_runs():
+            self._profile_base(clock)
+        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
+        standins.USED.update(oracle.stand_ins())
+        self.boot_phases = clock.phases
+        self.boot_memory = self.memory.report()["decisions"]
+
+    def _compile_base(self, runner_seed: dict, clock: PhaseClock) -> dict:
+        """The base binaries the runner starts with (compiled here for the run's first worker)."""
+        if self.backend.compiles and not self.seeded:
+            # The run's first worker: its oracle compiles the base for every listed shape now, before
+            # any candidate, and the runner starts with those binaries instead of compiling again.
+            for shape in self.harness.shapes_for(self.device):
+                self._boot(shape, lambda shape=shape: self._base_call(shape, "compiling the base"))
+            files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
+            runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
+            clock.mark("base_compile")
+        return runner_seed
+
+    def _profile_base(self, clock: PhaseClock) -> None:
+        """The base's profiles and the run's cached inputs, reference and base outputs."""
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
@@ -123,10 +152,6 @@ class Session(ShapeTrials, JudgeTiming):
                 self._boot(shape, lambda shape=shape, t=t: self.listed_base(
                     self.listed(shape, self._profile_seed, t)))
         clock.mark("input_cache")
-        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
-        standins.USED.update(oracle.stand_ins())
-        self.boot_phases = clock.phases
-        self.boot_memory = self.memory.report()["decisions"]
 
     # -- device memory (memory.py) ---------------------------------------------------------------
     def _boot(self, shape: dict, step) -> None:

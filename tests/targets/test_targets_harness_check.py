@@ -1,7 +1,7 @@
 """Every harness under targets/ passes `kernelsmith harness check` on CPU (the interpreter).
 
-The demo target is bundled; LMDeploy and SGLang need their sources (tests/upstreamkit.py: the release
-checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT).
+The demo target is bundled; LMDeploy, SGLang and Liger-Kernel need their sources (tests/upstreamkit.py:
+the release checkouts scripts/test.sh makes, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT / LIGER_CHECKOUT).
 """
 
 from pathlib import Path
@@ -21,7 +21,8 @@ MINISERVE = TARGETS.parent / "examples" / "miniserve"
 GPU_ONLY = {("lmdeploy", "fused_single_group_router")}
 # Every operator, and every harness variant of one (`OP@VARIANT`).
 OPS = [pytest.param(name, n, marks=[pytest.mark.gpu] if (name, op.name) in GPU_ONLY else [])
-       for name in ("demo", "lmdeploy", "sglang") for op in load_target(TARGETS / f"{name}.yaml").operators
+       for name in ("demo", "lmdeploy", "sglang", "liger")
+       for op in load_target(TARGETS / f"{name}.yaml").operators
        for n in [op.name, *(f"{op.name}@{v}" for v in op.variants)]]
 
 

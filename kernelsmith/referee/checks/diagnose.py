@@ -8,12 +8,25 @@ the message names the shape, its need and the memory free.
 
 from __future__ import annotations
 
+import os
 import re
+import traceback
 
 NOT_A_CANDIDATE = "the harness or the environment, not a candidate"
+INTERPRETER_GAP = "the Triton interpreter cannot run this"
+_GAP_LINE = re.compile(r"^kernel [^\n]*" + re.escape(INTERPRETER_GAP) + r"[^\n]*$", re.M)
+_OUTPUTS_LINE = re.compile(r"OutputsError: ([^\n]+)")
 
 # (violation, text pattern or None, likely fix): the first row whose violation and pattern match.
 FIXES: list[tuple[str, str | None, str]] = [
+    ("crash", re.escape(INTERPRETER_GAP),
+     "the kernel fails inside the Triton interpreter at the line named (an operation it lacks, or a "
+     "value it handles unlike compiled Triton): run it on a GPU (--device cuda); if the line is yours "
+     "to change, check what it does with the inputs make_inputs builds"),
+    ("crash", r"OutputsError",
+     "OUTPUTS names a position where the entry returns no tensor: name only the positions of tensors "
+     "(the skeleton of `kernelsmith harness new` lists what the entry returns), or return what to "
+     "compare from a `call(entry, inputs)` hook"),
     ("crash", r"NotImplementedError.*reference|reference.*NotImplementedError|TODO: write the reference",
      "the harness's `reference` is not written yet (the skeleton's TODO): compute the expected "
      "output(s) independently of the kernel, in float32 if you like"),
@@ -91,6 +104,44 @@ def likely_fix(reason: str | None, text: str = "") -> str:
     return GENERIC
 
 
+def _triton_file(filename: str) -> bool:
+    """Whether a traceback frame is Triton's own code (the interpreter, triton.language)."""
+    import triton  # imported already: an InterpreterError came from it
+
+    return os.path.realpath(filename).startswith(os.path.dirname(os.path.realpath(triton.__file__)) + os.sep)
+
+
+def interpreter_failure(exc: BaseException) -> str | None:
+    """For an exception raised inside a kernel the Triton interpreter ran, one line naming the
+    kernel's file:line and function, the error, and that the interpreter cannot run it; else None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        inner = e.__cause__ or e.__context__
+        if type(e).__name__ == "InterpreterError" and type(e).__module__.startswith("triton") and inner:
+            frames = [f for f in traceback.extract_tb(inner.__traceback__) if not _triton_file(f.filename)]
+            if frames:
+                f = frames[-1]
+                what = f"{type(inner).__name__}: {inner}".strip()[:300]
+                return f"kernel {f.filename}:{f.lineno} in {f.name}: {what}: {INTERPRETER_GAP}"
+        e = inner
+    return None
+
+
+def interpreter_gap_line(text: str) -> str | None:
+    """The line `interpreter_failure` wrote into an error text (the last one), or None."""
+    found = _GAP_LINE.findall(text or "")
+    return found[-1].strip() if found else None
+
+
+def key_line(text: str) -> str | None:
+    """The line of an error text that says why the base failed, where one does: a kernel line the
+    interpreter cannot run, or the harness's OUTPUTS naming a position that holds no tensor."""
+    found = _OUTPUTS_LINE.findall(text or "")
+    return interpreter_gap_line(text) or (found[-1].strip() if found else None)
+
+
 def _shape_text(shape) -> str:
     if isinstance(shape, dict):
         return ",".join(f"{k}={v}" for k, v in shape.items())
@@ -128,6 +179,7 @@ def base_failure(verdict) -> str:
     text = "\n".join([*messages, data.get("error") or ""])
     first = (messages[0] if messages else (data.get("error") or "").strip().splitlines()[-1:] or [""])
     first = first if isinstance(first, str) else (first[0] if first else "")
+    first = key_line(text) or first
     lines = [f"the referee rejects the base itself: {NOT_A_CANDIDATE}.",
              f"  check: {reason}",
              f"  shape: {_shape_text(details.get('failed_shape'))}"]

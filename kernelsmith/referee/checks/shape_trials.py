@@ -13,6 +13,7 @@ import torch
 
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.correctness import unwritten_hint
+from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.checks.input_cache import ListedInputs, fresh_copy, listed_seed
 from kernelsmith.referee.checks.record import Record
 from kernelsmith.referee.checks.trials import fitting_draw, into_arena
@@ -62,7 +63,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return (exc.name if exc.name in ("crash", "compile_error", "out_of_memory") else "crash"), exc.text
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     lines = text.strip().splitlines()
-    text = "\n".join(lines[-40:])
+    gap = interpreter_failure(exc)  # a kernel line the interpreter cannot run: said last
+    text = "\n".join(lines[-40:] + ([gap] if gap else []))
     try:
         from triton.compiler.errors import CompilationError
     except ImportError:  # pragma: no cover
@@ -90,7 +92,7 @@ class ShapeTrials(ListedInputs):
         if len(outs) != len(expected) or (like is not None and len(like) != len(outs)):
             n = len(expected) if like is None else len(like)
             raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {n}")
-        names = self.harness.outputs or [f"output {i}" for i in range(len(outs))]
+        names = self.harness.output_labels(len(outs))
         checks = []
         for i, (name, o, e) in enumerate(zip(names, outs, expected, strict=False)):
             b = like[i] if like is not None and isinstance(like[i], torch.Tensor) else None

@@ -92,7 +92,7 @@ class RunnerSession:
         self.threads_before: set[int] = set()
 
     def _entry_fn(self, mod):
-        return self.harness.bind(mod) if self.harness.bind is not None else getattr(mod, self.entry, None)
+        return self.harness.callable_of(mod, self.entry)
 
     def trusted(self, fn) -> bool:
         """Whether `fn` is the base or its A/A copy (compiled in the runner's private cache)."""
