@@ -68,7 +68,9 @@ def row(pair: str, sweep_dir: Path, opt_dir: Path, retime_json: Path, minutes: f
         out |= {"optimize_final": res.get("geomean_speedup"), "mutator": res.get("mutator"),
                 "optimize_evals_per_held_min": _evals_per_held_minute(run, res),
                 "optimize_minutes_used": round(search_s / 60, 2) if search_s is not None else None,
-                "covered": stop.startswith("search space exhausted"), "stop_reason": stop,
+                # covered: every distinct launch measured (result.json `space`), or nothing left to propose
+                "covered": bool((res.get("space") or {}).get("covered"))
+                or stop.startswith(("search space covered", "search space exhausted")), "stop_reason": stop,
                 "optimize_no_winner": _no_geomean(res)}
     try:
         retime = json.loads(retime_json.read_text())
