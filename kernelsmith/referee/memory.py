@@ -94,9 +94,15 @@ class ShapeBytes:
         return self.inputs + 2 * self.outputs
 
     def call(self) -> int:
-        """One call on one set beyond the cache: the caller's copy, the callee's, the outputs on
-        both sides."""
-        return 2 * self.inputs + 2 * self.outputs
+        """One correctness trial's calls on one set beyond the cache, the judge's and the child's
+        together: the judge's copy of the set, its copies of a reply's tensors (the whole set comes
+        back: inputs written in place), the outputs a trial holds (the previous trial's, the first
+        and the second call's; a returned output is copied out of the reply once more); the child's
+        received set and, where the entry returns its outputs, its blocks of their sizes
+        (correctness.dirty_allocator: three each, one of them the outputs)."""
+        judge = 2 * self.inputs + (4 if self.returned else 3) * self.outputs
+        child = self.inputs + (3 * self.outputs if self.returned else 0)
+        return judge + child
 
     def make(self) -> int:
         """Making one input set: the oracle's build of it and the judge's copy."""

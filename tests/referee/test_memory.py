@@ -337,3 +337,139 @@ def test_bitwise_equality_in_slices(monkeypatch):
     monkeypatch.setattr(C, "EQUAL_CHUNK", 64)
     assert C.same_bits(a, a.clone()) and not C.same_bits(a, b)
     assert C.same_bits(a > 3, a.clone() > 3) and not C.same_bits(a > 3, a > 4)
+
+
+# -- the device running out of memory inside a request ----------------------------------------------
+# What an 80 GB card did with LMDeploy fill_kv_cache at batch 512 x history 2048: the judge's copy
+# of the runner's reply (the caches written in place come back) did not fit. That is a shortfall of
+# device memory the planner handles, never a malformed reply blamed on the base.
+CUDA_OOM = "CUDA out of memory. Tried to allocate 2.12 GiB. GPU 0 has a total capacity of 79.18 GiB"
+
+
+def test_the_judge_running_out_of_memory_taking_in_a_reply_is_a_memory_shortfall(monkeypatch):
+    import subprocess
+
+    from kernelsmith.referee.link.channel import Channel, pair
+    from kernelsmith.referee.link.shared_region import JudgeRegions
+    from kernelsmith.referee.memory import device_oom
+    from kernelsmith.referee.proc.judge import RunnerLink
+
+    judge_sock, runner_sock = pair()
+    child = subprocess.Popen(["sleep", "30"])  # stands for the runner's process (only its pid is read)
+    try:
+        link = RunnerLink(child.pid, judge_sock)
+        link.set_device("cpu")
+        runner = Channel(runner_sock, "cpu", trusted_peer=True)
+        cache = torch.randn(512, 64)
+        link.chan.send({"op": "call"}, {"cache": cache}, reply_bytes=2 * cache.numel() * 4)
+        _, got = runner.recv(timeout=5)
+
+        def no_room(self, off, n):
+            raise torch.OutOfMemoryError(CUDA_OOM)
+
+        monkeypatch.setattr(JudgeRegions, "received", no_room)
+        runner.send({"ok": True}, {"outs": (), "inputs": got})
+        with pytest.raises(CandidateError) as e:
+            link.receive()
+        assert device_oom(e.value.text) and "Tried to allocate 2.12 GiB" in e.value.text
+        from kernelsmith.referee.link.errors import DeviceOutOfMemory
+
+        runner.send({"ok": True}, {"outs": (), "inputs": got})  # the channel is still in step
+        with pytest.raises(DeviceOutOfMemory):
+            link.chan.recv(timeout=5)
+        monkeypatch.undo()
+        runner.send({"ok": True}, {"outs": (), "inputs": got})
+        reply, out = link.receive()
+        assert reply["ok"] and torch.equal(out["inputs"]["cache"], cache)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_runner_running_out_of_memory_taking_in_a_request_says_so(monkeypatch):
+    import threading
+
+    from kernelsmith.referee.link.channel import Channel, pair
+    from kernelsmith.referee.link.shared_region import PeerRegions
+    from kernelsmith.referee.memory import device_oom
+    from kernelsmith.referee.proc import runner as R
+
+    judge_sock, runner_sock = pair()
+    judge = Channel(judge_sock, "cpu", trusted_peer=False)
+    runner = Channel(runner_sock, "cpu", trusted_peer=True)
+    judge.share_regions("cpu")
+
+    def no_room(self, off, n, device):
+        raise torch.OutOfMemoryError(CUDA_OOM)
+
+    monkeypatch.setattr(PeerRegions, "inbound", no_room)
+    served = threading.Thread(target=R.serve, args=(runner,))
+    served.start()
+    judge.send({"op": "call"}, {"cache": torch.randn(512, 64)}, reply_bytes=1 << 17)
+    reply, _ = judge.recv(timeout=10)
+    judge.send({"op": "exit"})
+    served.join(10)
+    assert reply["ok"] is False and reply["raised"][0] == "crash" and device_oom(reply["raised"][1])
+    assert "Tried to allocate 2.12 GiB" in reply["raised"][1]
+
+
+# A candidate that runs out of device memory on the largest cache (the runner's allocator failing as
+# on the 80 GB card), `OOMS` times: once, the trial is made again with room made; always, the shape
+# is named with its need and the memory free.
+OOM_CANDIDATE = '''
+
+_fill_slots = fill_slots
+_ooms = [OOMS]
+
+
+def fill_slots(cache, src, slots):
+    if cache.shape[0] == 65536 and _ooms[0] > 0:
+        _ooms[0] -= 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.12 GiB.")
+    _fill_slots(cache, src, slots)
+'''
+
+
+def test_a_correctness_call_out_of_device_memory_is_made_again_with_room_else_named(tmp_path, monkeypatch):
+    from tiny_project import TINY
+
+    from kernelsmith.referee import Referee
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = tiny_task(tmp_path / "t", "fill_slots", "fill_slots", CACHES)
+    base = (TINY / "kern.py").read_text()
+    with Referee(task, device="interpret", seed=3, timeout_s=300, device_memory_bytes=TOGETHER_CAP) as ref:
+        once = ref.evaluate(base + OOM_CANDIDATE.replace("OOMS", "1"), candidate_id=2, timing="none")
+        always = ref.evaluate(base + OOM_CANDIDATE.replace("OOMS", "100"), candidate_id=3, timing="none")
+    assert once.accepted, (once.violations, once.details.get("messages"))
+    retried = [d for d in once.details["memory"]["decisions"] if d["step"] == "a correctness trial"
+               and d["action"] == "evicted" and "ran out of memory" in d.get("note", "")]
+    assert retried and retried[0]["shape"] == {"blocks": 65536, "d": 8}
+    assert always.violations == ["out_of_memory"]
+    short = always.details["memory_short"]
+    assert short["shape"] == {"blocks": 65536, "d": 8} and short["what"] == "a correctness trial"
+    assert short["need_bytes"] > 0 and short["free_bytes"] >= 0
+    assert "shape blocks=65536,d=8: a correctness trial needs" in always.details["messages"][0]
+
+
+def test_a_trial_on_caches_written_in_place_plans_for_both_processes_copies():
+    """fill_kv_cache at batch 512 x history 2048 on an 80 GB card, scaled to KiB: a set of two caches
+    (the in-place outputs) and a little more. A correctness trial holds, beyond the cache, the
+    judge's copy of the set, its copies of the reply (the caches come back), three outputs, and the
+    runner's received set: the room made must cover all of it, or the judge runs out of memory."""
+    cache = InputCache(None)
+    shape = {"batch": 512, "min_history": 2048, "max_history": 2048}
+    caches, rest = 2 * 64 * KIB, 4 * KIB
+    entry = cache.get(shape, 0, lambda: {"k": torch.zeros(64 * KIB // 2, dtype=torch.bfloat16),
+                                         "v": torch.zeros(64 * KIB // 2, dtype=torch.bfloat16),
+                                         "x": torch.zeros(rest // 4)})
+    sizes = ShapeBytes(caches + rest, caches, False)
+    peak = (2 * sizes.inputs + 3 * sizes.outputs) + sizes.inputs  # the judge's, then the runner's
+    assert sizes.call() >= peak
+    planner = _planner(cache, cache.bytes() + peak - 1)
+    planner.note_sizes(shape, sizes)
+    with pytest.raises(DeviceMemoryShort):  # one byte short of both processes' copies: not planned
+        planner.make_room(shape, sizes.call(), keep=[entry.key], what="a correctness trial")
+    planner = _planner(cache, cache.bytes() + sizes.call())
+    planner.make_room(shape, sizes.call(), keep=[entry.key], what="a correctness trial")
+    assert planner.decisions == []

@@ -17,7 +17,7 @@ from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.checks.input_cache import ListedInputs, fresh_copy, listed_seed
 from kernelsmith.referee.checks.record import Record
 from kernelsmith.referee.checks.trials import fitting_draw, into_arena
-from kernelsmith.referee.memory import region_growth
+from kernelsmith.referee.memory import DeviceMemoryShort, device_oom, region_growth
 
 TRIALS = 3
 
@@ -141,7 +141,7 @@ class ShapeTrials(ListedInputs):
                     inputs = fresh_copy(originals)
                 inputs = into_arena(arena, inputs)
             sizes = _nbytes(expected)
-            outs = self.call(fn, inputs, float("nan"), rec, sizes, pristine=originals)
+            outs = self.trial_call(shape, entry, fn, inputs, float("nan"), rec, sizes, pristine=originals)
             # The interface is the base's: its outputs on this entry (cached, made by the base only).
             base_outs, base_err, known = outs, None, None
             if fn is not self.base_fn:
@@ -163,7 +163,7 @@ class ShapeTrials(ListedInputs):
             for name, orig in C.tensors_of(originals).items():
                 if name in self.harness.inplace or name not in (self.harness.outputs or []):
                     inputs[name].copy_(orig)
-            outs2 = self.call(fn, inputs, 1.0e4, rec, sizes, pristine=originals)
+            outs2 = self.trial_call(shape, entry, fn, inputs, 1.0e4, rec, sizes, pristine=originals)
             for a, b in zip(outs, outs2, strict=False):
                 atol, rtol = self._tol(a)
                 same = C.same_bits(a, b) if not self.harness.nondeterministic else \
@@ -199,14 +199,40 @@ class ShapeTrials(ListedInputs):
                 shape, self.dev, listed_seed(seed, shape, f"1.{k}")))
         return draws[key]
 
-    def room_for_trial(self, shape: dict, entry) -> None:
-        """Room on the device for one correctness trial's calls on `shape` (memory.py)."""
+    def trial_need(self, shape: dict) -> int | None:
+        """Device bytes one correctness trial on `shape` needs beyond the cache (memory.py; None
+        before the shape's first entry)."""
         planner = getattr(self, "memory", None)
         sizes = planner.sizes_of(shape) if planner is not None else None
         if sizes is None:
-            return
-        planner.make_room(shape, sizes.call() + region_growth(self.link, sizes.inputs, sizes.reply),
-                          [entry.key], what="a correctness trial")
+            return None
+        return sizes.call() + region_growth(self.link, sizes.inputs, sizes.reply)
+
+    def room_for_trial(self, shape: dict, entry) -> None:
+        """Room on the device for one correctness trial's calls on `shape` (memory.py)."""
+        need = self.trial_need(shape)
+        if need is not None:
+            self.memory.make_room(shape, need, [entry.key], what="a correctness trial")
+
+    def trial_call(self, shape: dict, entry, fn, inputs: dict, *args, **kw) -> tuple:
+        """`call` in a correctness trial on `entry`. A call the device runs out of memory in (the
+        runner's work, or the judge's copies of its reply; `inputs` is written back only after a
+        reply is taken in) is made again once with every other cache entry dropped and the
+        processes' cached blocks given back (memory.py); out of memory again, it is DeviceMemoryShort."""
+        planner = getattr(self, "memory", None)
+        try:
+            return self.call(fn, inputs, *args, **kw)
+        except Exception as e:
+            if planner is None or not device_oom(getattr(e, "text", None) or str(e)):
+                raise
+        planner.evict_all(shape, [entry.key], "a correctness trial")
+        try:
+            return self.call(fn, inputs, *args, **kw)
+        except Exception as e:
+            if not device_oom(getattr(e, "text", None) or str(e)):
+                raise
+        raise DeviceMemoryShort(shape, self.trial_need(shape), planner.room() or 0, "a correctness trial",
+                                planner.sizes_of(shape)) from None
 
     def _tol(self, t: torch.Tensor) -> tuple[float, float]:
         return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))

@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from kernelsmith.referee.link.errors import PeerGone, ProtocolError
+from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import (
     ALIGN,
     PINS_PER_MESSAGE,
@@ -367,6 +367,8 @@ class Channel:
                                region=region).value(body["values"])
             if shared and self.regions is not None:
                 self.regions.synchronize()  # the clones are complete before anything reads them
+        except torch.OutOfMemoryError as e:  # the copies out of the message did not fit the device
+            raise DeviceOutOfMemory(f"CUDA out of memory taking in a message: {str(e)[:400]}") from None
         except (ValueError, KeyError, TypeError, RecursionError, MemoryError, RuntimeError) as e:
             raise ProtocolError(f"bad message: {type(e).__name__}: {str(e)[:200]}") from None
         finally:

@@ -6,6 +6,11 @@ class ProtocolError(Exception):
     """The peer sent something that is not a well-formed message (from the runner: `protocol`)."""
 
 
+class DeviceOutOfMemory(Exception):
+    """This process's device ran out of memory taking in a well-formed message (the copies of its
+    tensors): a shortfall of device memory (memory.py), not a protocol violation of the peer."""
+
+
 class PeerGone(Exception):
     """The peer closed its end (it exited or died)."""
 

@@ -23,7 +23,13 @@ import torch
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.shape_trials import Rejected
 from kernelsmith.referee.link.channel import Channel, pair
-from kernelsmith.referee.link.errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
+from kernelsmith.referee.link.errors import (
+    CandidateError,
+    DeviceOutOfMemory,
+    PeerGone,
+    ProtocolError,
+    RunnerFailed,
+)
 from kernelsmith.referee.link.shared_region import room_for, storage_key
 
 SHUTDOWN_S = 5.0
@@ -311,6 +317,8 @@ class RunnerLink(ChildLink):
             except PeerGone:
                 self._wait_dead()
                 raise RunnerFailed("crash", self.death_note()) from None
+            except DeviceOutOfMemory as e:  # the judge's copy of a well-formed reply: memory.py's to handle
+                raise CandidateError("crash", f"the judge, taking in the runner's reply: {e}") from None
             except (ProtocolError, OSError, ValueError) as e:
                 raise RunnerFailed("protocol", f"the runner's reply is malformed: {e}") from None
             if reply.get("ok") is True:

@@ -20,7 +20,7 @@ import torch
 from kernelsmith.harness.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from kernelsmith.harness.model import Harness
 from kernelsmith.referee.link.channel import Foreign, pair
-from kernelsmith.referee.link.errors import PeerGone, ProtocolError
+from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import room_for
 from kernelsmith.referee.proc.judge import ChildLink, make_non_dumpable
 
@@ -172,6 +172,8 @@ class OracleLink(ChildLink):
                 continue
             except PeerGone:
                 raise self._gone() from None
+            except DeviceOutOfMemory as e:  # memory.py's to handle (input_cache.with_room)
+                raise OracleFailed(f"the judge, taking in the harness process's reply: {e}") from None
             except (ProtocolError, OSError, ValueError) as e:
                 raise OracleFailed(f"the harness process's reply is malformed: {e}") from None
             if reply.get("ok") is True:

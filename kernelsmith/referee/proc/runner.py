@@ -31,7 +31,7 @@ from kernelsmith.referee.checks.shape_trials import Rejected, classify_exception
 from kernelsmith.referee.checks.snapshot import Snapshot
 from kernelsmith.referee.checks.trials import FreshOutputs
 from kernelsmith.referee.link.channel import Channel
-from kernelsmith.referee.link.errors import PeerGone
+from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 
 
@@ -138,7 +138,9 @@ class RunnerSession:
         names = self.harness.outputs
         for name in [n for n in (names or []) if n not in self.harness.inplace]:
             C.poison(inputs[name])
-        C.dirty_allocator(self.dev, dirty, sizes)
+        # Outputs the harness names are the caller's buffers, not allocated by the entry: blocks of
+        # their sizes would only take device memory (three multi-GB caches for LMDeploy's KV cache).
+        C.dirty_allocator(self.dev, dirty, sizes if names is None else ())
         self.backend.synchronize()
         with self.caches.base() if self.trusted(fn) else nullcontext():
             if not watch:
@@ -263,6 +265,9 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
             msg, values = chan.recv()
         except PeerGone:
             return 0
+        except DeviceOutOfMemory as e:  # the request's copies did not fit: the judge makes room (memory.py)
+            chan.send({"ok": False, "raised": ["crash", f"the runner, taking in a request: {e}"]})
+            continue
         except Exception as e:  # noqa: BLE001 - e.g. a shared region this process cannot map
             chan.send({"ok": False, "error": f"cannot read the request: {type(e).__name__}: {e}"[:2000]})
             continue
