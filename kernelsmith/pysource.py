@@ -20,15 +20,34 @@ def parse(source, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
 def reachable(code: str, entry: str) -> set[str]:
     """Functions of the file that `entry` may call (itself included), by name, transitively.
 
-    Kernel launches (`_kernel[grid](...)`) count as references; raises SyntaxError on bad code.
+    `entry` may be dotted: `Class.method`, or `Function.apply` (an autograd Function: its `forward`).
+    A function reaches the functions it names, the methods it names through a class of the file
+    (`Class.method`, `Function.apply`), and the kernels it launches (`_kernel[grid](...)`); raises
+    SyntaxError on bad code.
     """
     tree = parse(code)
     funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    seen, todo = set(), [entry]
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    head, _, attr = entry.partition(".")
+    seen, todo = set(), [method_of(classes.get(head), attr) if attr else head]
     while todo:
         name = todo.pop()
-        if name in seen or name not in funcs:
+        if name is None or name in seen or name not in funcs:
             continue
         seen.add(name)
-        todo.extend(n.id for n in ast.walk(funcs[name]) if isinstance(n, ast.Name) and n.id in funcs)
+        for n in ast.walk(funcs[name]):
+            if isinstance(n, ast.Name) and n.id in funcs:
+                todo.append(n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in classes:
+                todo.append(method_of(classes[n.value.id], n.attr))
     return seen
+
+
+def method_of(cls: ast.ClassDef | None, attr: str) -> str | None:
+    """The name of the method `Class.attr` runs: `apply` of an autograd Function runs `forward`."""
+    if cls is None:
+        return None
+    methods = {s.name for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if attr == "apply" and "apply" not in methods and "forward" in methods:
+        return "forward"
+    return attr if attr in methods else None

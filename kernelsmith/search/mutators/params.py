@@ -37,7 +37,7 @@ from kernelsmith.search.mutators.buckets import buckets
 from kernelsmith.search.mutators.nearby import coordinates, distance
 from kernelsmith.search.mutators.space import SPACE_MUTATORS, ConfigSpace, shape_sizes
 from kernelsmith.search.mutators.studies import Observation, Study, load_optuna
-from kernelsmith.search.mutators.tunables import discover, relevant, render, values_of
+from kernelsmith.search.mutators.tunables import discover, relevant, render, sources_of, values_of
 
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
@@ -253,7 +253,7 @@ class ParamsMutator(ConfigSpace):
         """Retune the tunables of another mutator's code (an llm rewrite) with a study of its own."""
         code = parent.get("code") or ""
         try:
-            tunables = relevant(discover(code), code, self.task.operator.entry)
+            tunables = relevant(discover(code, sources_of(self.task)), code, self.task.operator.entry)
         except SyntaxError:
             return None
         own = values_of(tunables)
