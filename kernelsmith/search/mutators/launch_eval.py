@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass, field
 
 from kernelsmith.pysource import parse
+from kernelsmith.search.mutators.follow import Callee, Module, Sources, callee, entry_function
 from kernelsmith.search.mutators.launch_syntax import _call_name, jit_functions, line_offsets
 from kernelsmith.search.mutators.launch_values import (
     MAX_PATHS,
@@ -48,50 +50,104 @@ from kernelsmith.search.mutators.launch_values import (
 )
 
 _DEFS = ast.FunctionDef | ast.AsyncFunctionDef
+MAX_DEPTH = 8  # helper calls followed inside one another
+
+
+@dataclass
+class _Names:
+    """A module's names as the evaluator reads them: module-level bindings, memoised per signature."""
+
+    module: Module
+    defs: dict
+    memo: dict = field(default_factory=dict)
+
+
+def _is_launch(n: ast.AST, jit: set[str]) -> bool:
+    """`kernel[grid](...)` of a Triton function of the file (or a name saying it is a kernel)."""
+    if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Subscript):
+        return False
+    name = _call_name(n.func.value)
+    return name in jit or "kernel" in name.lower()
+
+
+def _holding(tree: ast.Module, candidates: set[str], jit: set[str], sites: set[int], span) -> set[str]:
+    """Module functions (among `candidates`) that hold a knob's site or a kernel launch, or call one
+    that does: the entry's calls are followed into these."""
+    fns = {f.name: f for f in tree.body if isinstance(f, _DEFS) and f.name in candidates}
+    holds = {name for name, f in fns.items() if any(
+        isinstance(n, ast.expr) and span(n)[0] in sites or _is_launch(n, jit) for n in ast.walk(f))}
+    calls = {name: {c.func.id for c in ast.walk(f)
+                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)} for name, f in fns.items()}
+    grew = True
+    while grew:
+        grew = False
+        for name in fns.keys() - holds:
+            if calls[name] & holds:
+                holds.add(name)
+                grew = True
+    return holds
 
 
 class LaunchEvaluator:
     """The launch signature of `entry` in `code` for knob values; see the module docstring."""
 
-    def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True):
+    def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True,
+                 sources: Sources | None = None):
         tree = parse(code)
         self.cuda = cuda  # which platform switches are decided (launch_values.platform)
+        self.sources = sources or Sources(None, None)
         funcs = [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
-        named = [f for f in funcs if f.name == entry]
-        if len(named) != 1:
+        own = self.sources.own(code, tree)
+        fn = entry_function(own, entry)
+        if fn is None or "." not in entry and len([f for f in funcs if f.name == entry]) != 1:
             raise Unsupported(f"no single function {entry!r}")
-        self.fn = named[0]
+        self.fn = fn
         self.jit = jit_functions(tree)
         self.kparams = {f.name: [a.arg for a in f.args.posonlyargs + f.args.args]
                         for f in funcs if f.name in self.jit}
-        self.module_funcs = {f.name for f in tree.body if isinstance(f, _DEFS)}
+        module_funcs = {f.name for f in tree.body if isinstance(f, _DEFS)}
         off = line_offsets(code.encode())
         self.span = lambda n: (off[n.lineno - 1] + n.col_offset, off[n.end_lineno - 1] + n.end_col_offset)
         consts = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        exprs = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.expr)}
         self.knob_at: dict[int, tuple[str, int]] = {}  # id(Constant) -> (key, base)
+        self.override_at: dict[int, tuple[str, int]] = {}  # id(launch argument) -> (key, base)
         self.option_at: dict[int, list] = {}  # insertion offset -> [(option, key, base)]
-        inside = {id(n) for n in ast.walk(self.fn)}
-        self.module_knobs: set[str] = set()
+        sites = set()
         for t in tunables:
-            if t.key.startswith("config") or t.scope not in (None, entry):
-                raise Unsupported(f"knob {t.key} lives outside {entry}")
             for s, e in t.sites:
                 if s == e:
                     if not (m := re.search(r"(\w+)=", t.fmt)):
                         raise Unsupported(f"knob {t.key}: an insertion of unknown form")
                     self.option_at.setdefault(s, []).append((m.group(1), t.key, t.base))
+                elif t.computed and (s, e) in exprs:
+                    self.override_at[id(exprs[(s, e)])] = (t.key, t.base)
                 elif (s, e) in consts:
                     self.knob_at[id(consts[(s, e)])] = (t.key, t.base)
                 else:
                     raise Unsupported(f"knob {t.key}: a site that is no literal")
+                sites.add(s)
+        # Module functions the entry's calls are followed into: those holding a knob or a launch.
+        self.helpers = _holding(tree, module_funcs - self.jit, self.jit, sites, self.span)
+        inside = {id(n) for f in [self.fn, *(f for f in tree.body if isinstance(f, _DEFS)
+                                             and f.name in self.helpers)] for n in ast.walk(f)}
+        self.module_knobs: set[str] = set()
+        for t in tunables:
+            if t.key.startswith("config") or t.scope not in (None, self.fn.name, *self.helpers):
+                raise Unsupported(f"knob {t.key} lives outside {entry}")
             if t.scope is None:
                 self.module_knobs.add(module_knob(t, tree, inside))
-        self.module_defs = module_bindings(tree.body, {})
+        # The module whose names are read: this file's, or a helper's of another module while it runs.
+        self.own = self.here = _Names(own, module_bindings(tree.body, {}, cuda))
+        self.names: dict[str, _Names] = {own.name: self.own}  # per module evaluated
+        self.depth = 0  # helpers being evaluated
 
     # -- the entry point ---------------------------------------------------------------------------
     def signature(self, values: dict, inputs: dict) -> tuple:
         """The launches (tainted arguments' values) of every path for one shape's inputs."""
-        self.values, self.module_memo = values, {}
+        self.values = values
+        for names in self.names.values():
+            names.memo.clear()
         env = {}
         a = self.fn.args
         params = a.posonlyargs + a.args + a.kwonlyargs
@@ -124,6 +180,14 @@ class LaunchEvaluator:
         return states
 
     def stmt(self, s: ast.stmt, st: _State) -> list[_State]:
+        call = s.value if isinstance(s, ast.Expr | ast.Assign | ast.Return) else None
+        if isinstance(call, ast.Call) and (helper := self._helper(call)) is not None:
+            try:
+                return self._helper_stmt(s, call, st, helper)
+            except Unsupported:
+                if helper[1] is self.own:
+                    raise  # a knob lives there: no signature
+                # another module's helper the evaluator cannot follow: an unknown call, as before
         if isinstance(s, ast.Expr | ast.Assert | ast.Pass | ast.Import | ast.ImportFrom):
             if isinstance(s, ast.Expr):
                 self.eval(s.value, st)
@@ -152,7 +216,7 @@ class LaunchEvaluator:
             st.launches.append((type(s).__name__.lower(), s.lineno))
             if isinstance(s, ast.Return) and s.value is not None:
                 st.ret = self.eval(s.value, st)
-                if deep(*st.ret):
+                if deep(*st.ret) and not self.depth:  # a helper returns its knob's value to its caller
                     raise Unsupported("the launcher returns a knob-dependent value")
             st.done = True
             return [st]
@@ -174,9 +238,74 @@ class LaunchEvaluator:
                 st.env[n.id] = (UNKNOWN, st.ctx)
         return [st]
 
+    def _helper_stmt(self, s: ast.stmt, call: ast.Call, st: _State, helper: tuple) -> list[_State]:
+        """`x = helper(...)`, `helper(...)` or `return helper(...)`: one state per path through it."""
+        out = []
+        for path, ret in self._inline(call, st, helper):
+            if isinstance(s, ast.Assign):
+                for target in s.targets:
+                    self.bind(target, ret, path)
+            elif isinstance(s, ast.Return) and not path.done:
+                path.launches.append(("return", s.lineno))
+                path.ret, path.done = ret, True
+                if deep(*ret) and not self.depth:
+                    raise Unsupported("the launcher returns a knob-dependent value")
+            out.append(path)
+        return out
+
+    def _helper(self, n: ast.Call) -> tuple | None:
+        """(function, its module's names) a call runs when the entry's calls are followed into it: a
+        function of this file holding a knob or a launch, or one of another module of the checkout
+        (e.g. `calculate_settings`); else None."""
+        if self.here is self.own and isinstance(n.func, ast.Name) and n.func.id in self.own.module.funcs:
+            fn = self.own.module.funcs[n.func.id]
+            return (fn, self.own) if fn.name in self.helpers and fn.name not in self.jit else None
+        found = callee(self.here.module, n.func, self.sources)
+        if not isinstance(found, Callee) or found.module is self.own.module or found.fn.name in self.jit:
+            return None
+        if found.module.name not in self.names:
+            defs = module_bindings(found.module.tree.body, {}, self.cuda)
+            self.names[found.module.name] = _Names(found.module, defs)
+        return found.fn, self.names[found.module.name]
+
+    def _inline(self, n: ast.Call, st: _State, helper: tuple) -> list[tuple[_State, tuple]]:
+        """(the caller's state after, the value returned) per path through the helper `n` calls; a path
+        the helper raises on ends the caller's too."""
+        fn, module = helper
+        if self.depth >= MAX_DEPTH:
+            raise Unsupported(f"helpers nested deeper than {MAX_DEPTH} calls")
+        if any(isinstance(a, ast.Starred) for a in n.args) or any(k.arg is None for k in n.keywords):
+            raise Unsupported(f"{fn.name} called with *args or **kwargs")
+        a = fn.args
+        names = [p.arg for p in a.posonlyargs + a.args]
+        if a.vararg or a.kwarg or len(n.args) > len(names):
+            raise Unsupported(f"{fn.name}: a helper with an unusual signature")
+        args = dict(zip(names, [self.eval(x, st) for x in n.args], strict=False))
+        args.update({k.arg: self.eval(k.value, st) for k in n.keywords})
+        defaults = dict(zip(names[len(names) - len(a.defaults):], a.defaults, strict=True))
+        defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+        env = {p: args[p] if p in args else self.eval(defaults[p], _State({})) if p in defaults
+               else (UNKNOWN, False) for p in names + [p.arg for p in a.kwonlyargs]}
+        self.depth += 1
+        caller, self.here = self.here, module
+        try:
+            paths = self.block(fn.body, [_State(env, ctx=st.ctx)])
+        finally:
+            self.depth -= 1
+            self.here = caller
+        out = []
+        for p in paths:
+            after = st.fork()
+            after.launches.extend(p.launches)
+            after.done = bool(p.launches) and p.launches[-1][0] == "raise"
+            out.append((after, p.ret if p.ret is not None else (None, False)))
+        return out
+
     def _touches(self, node: ast.AST, st: _State) -> bool:
         for n in ast.walk(node):
-            if id(n) in self.knob_at or isinstance(n, ast.Call) and self._kernel(n) is not None:
+            if id(n) in self.knob_at or id(n) in self.override_at:
+                return True
+            if isinstance(n, ast.Call) and self._kernel(n) is not None:
                 return True
             if isinstance(n, ast.Name) and (n.id in self.module_knobs or deep(*st.env.get(n.id, (0, False)))):
                 return True
@@ -222,6 +351,10 @@ class LaunchEvaluator:
     # -- expressions -----------------------------------------------------------------------------
     def eval(self, n: ast.AST, st: _State) -> tuple:
         """(value, tainted) of an expression; UNKNOWN where it cannot be computed."""
+        if id(n) in self.override_at:  # an override knob: its value replaces the argument's
+            key, base = self.override_at[id(n)]
+            if (v := self.values.get(key, base)) != base:
+                return v, True
         if isinstance(n, ast.Constant):
             if id(n) in self.knob_at:
                 key, base = self.knob_at[id(n)]
@@ -287,15 +420,16 @@ class LaunchEvaluator:
     def _name(self, name: str, st: _State) -> tuple:
         if name in st.env:
             return st.env[name]
-        if name in self.module_defs:
-            if name not in self.module_memo:
-                self.module_memo[name] = (UNKNOWN, name in self.module_knobs)  # a cycle reads unknown
-                defs = self.module_defs[name]
+        here = self.here
+        knob = here is self.own and name in self.module_knobs
+        if name in here.defs:
+            if name not in here.memo:
+                here.memo[name] = (UNKNOWN, knob)  # a cycle reads unknown
+                defs = here.defs[name]
                 one = defs[0] if len(defs) == 1 and defs[0] is not None else None
-                self.module_memo[name] = self.eval(one, _State({})) if one is not None else (
-                    UNKNOWN, name in self.module_knobs)
-            return self.module_memo[name]
-        if name in self.module_funcs:
+                here.memo[name] = self.eval(one, _State({})) if one is not None else (UNKNOWN, knob)
+            return here.memo[name]
+        if name in here.module.funcs:
             return UNKNOWN, False
         return Global(name), False
 
@@ -304,6 +438,17 @@ class LaunchEvaluator:
         if (kernel := self._kernel(n)) is not None:
             self._launch(n, kernel, st)
             return UNKNOWN, False
+        if (helper := self._helper(n)) is not None:
+            try:
+                (after, ret), *more = self._inline(n, st, helper)
+                if more or after.done:
+                    raise Unsupported(f"{ast.unparse(n.func)}, called in an expression, has several paths")
+                st.launches[:] = after.launches
+                return ret
+            except Unsupported:
+                if helper[1] is self.own:
+                    raise  # a knob lives there: no signature
+                # another module's helper the evaluator cannot follow: an unknown call, as before
         if any(isinstance(a, ast.Starred) for a in n.args) or any(k.arg is None for k in n.keywords):
             if any(self._touches(a, st) for a in n.args + n.keywords):
                 raise Unsupported("a knob reaches an unpacked call")
@@ -358,10 +503,7 @@ class LaunchEvaluator:
         return child.ret
 
     def _kernel(self, n: ast.Call) -> str | None:
-        if not isinstance(n.func, ast.Subscript):
-            return None
-        name = _call_name(n.func.value)
-        return name if name in self.jit or "kernel" in name.lower() else None
+        return _call_name(n.func.value) if _is_launch(n, self.jit) else None
 
     def _launch(self, n: ast.Call, kernel: str, st: _State) -> None:
         """Record a launch: the kernel and its tainted arguments' values (grid entries by index)."""

@@ -18,7 +18,7 @@ import json
 
 from kernelsmith.search.mutators.launch_eval import LaunchEvaluator
 from kernelsmith.search.mutators.launch_values import Unsupported
-from kernelsmith.search.mutators.tunables import space_configs, space_points
+from kernelsmith.search.mutators.tunables import sources_of, space_configs, space_points
 
 COUNT_CAP = 5_000  # grids up to this many points have their distinct launches counted (~0.2 ms a shape each)
 # Each space's launch sets, once per process: the run's layout (resolve.py), the params mutator's
@@ -47,7 +47,8 @@ class LaunchTwins:
         else:
             try:
                 entry = task.operator.entry
-                self.evaluator = LaunchEvaluator(task.base_code, tunables, entry, cuda=device == "cuda")
+                self.evaluator = LaunchEvaluator(task.base_code, tunables, entry, cuda=device == "cuda",
+                                                 sources=sources_of(task))
             except (Unsupported, SyntaxError) as e:
                 self.off = f"the launcher cannot be evaluated statically: {e}"
 
