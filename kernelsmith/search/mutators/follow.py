@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith import safefs
-from kernelsmith.pysource import method_of, parse
+from kernelsmith.pysource import entry_def, parse
 from kernelsmith.target.loader import _import_root
 
 MAX_MODULE_BYTES = 4 << 20  # a module larger than this is not read (no repository helper is)
@@ -135,13 +135,7 @@ class Callee:
 
 def entry_function(mod: Module, entry: str) -> ast.FunctionDef | None:
     """The function an entry names: `f`, `Class.method`, or `Function.apply` (its `forward`)."""
-    head, _, attr = entry.partition(".")
-    return mod.funcs.get(head) if not attr else _method(mod.classes.get(head), attr)
-
-
-def _method(cls: ast.ClassDef | None, attr: str) -> ast.FunctionDef | None:
-    name = method_of(cls, attr)
-    return next(s for s in cls.body if isinstance(s, _DEFS) and s.name == name) if name else None
+    return entry_def(mod.tree, entry) if "." in entry else mod.funcs.get(entry)
 
 
 def callee(mod: Module, func: ast.expr, sources: Sources) -> Callee | str | None:
@@ -156,7 +150,7 @@ def callee(mod: Module, func: ast.expr, sources: Sources) -> Callee | str | None
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
         owner = func.value.id
         if owner in mod.classes:
-            fn = _method(mod.classes[owner], func.attr)
+            fn = entry_def(mod.tree, f"{owner}.{func.attr}")
             return Callee(mod, fn) if fn is not None else f"{owner}.{func.attr}: no such method"
         if owner in mod.imports:
             target, attr = mod.imports[owner]
