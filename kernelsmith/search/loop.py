@@ -359,8 +359,11 @@ class Search:
                         # budget stopped the run, not the search space.
                         late = evaluator.past_deadline() or any(
                             getattr(m, "out_of_time", lambda: False)() for m in self.mutators)
+                        # What the params search could not follow is why its space may be small.
+                        unfollowed = [n for m in self.mutators for n in getattr(m, "unfollowed", [])]
                         self.stop_reason = (f"time budget of {self.minutes} minutes spent" if late
-                                            else "search space exhausted: no new proposal could be made")
+                                            else "search space exhausted: no new proposal could be made"
+                                            + "".join(f"; not followed: {n}" for n in unfollowed))
                     dry = True
             if not in_flight:
                 break

@@ -172,7 +172,7 @@ def _imported(ref: tuple[str, str | None], sources: Sources, depth: int) -> Call
         top = dotted.split(".")[0]
         if sources.package and top != sources.package[0]:
             return None  # a library outside the repository (torch, triton): no helper of the target
-        return f"{shown}: {mod}"
+        return mod
     if attr in mod.funcs:
         return Callee(mod, mod.funcs[attr])
     if attr in mod.imports and depth < MAX_REEXPORTS:

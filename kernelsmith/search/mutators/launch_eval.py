@@ -70,20 +70,21 @@ def _is_launch(n: ast.AST, jit: set[str]) -> bool:
     return name in jit or "kernel" in name.lower()
 
 
-def _holding(tree: ast.Module, candidates: set[str], jit: set[str], sites: set[int], span) -> set[str]:
-    """Module functions (among `candidates`) that hold a knob's site or a kernel launch, or call one
-    that does: the entry's calls are followed into these."""
-    fns = {f.name: f for f in tree.body if isinstance(f, _DEFS) and f.name in candidates}
-    holds = {name for name, f in fns.items() if any(
+def _holding(own: Module, jit: set[str], sites: set[int], span) -> set[int]:
+    """The functions and methods of the file (ids of their defs; no kernels) that hold a knob's site
+    or a kernel launch, or call one that does: the entry's calls are followed into these."""
+    fns = [f for f in ast.walk(own.tree) if isinstance(f, _DEFS) and f.name not in jit]
+    holds = {id(f) for f in fns if any(
         isinstance(n, ast.expr) and span(n)[0] in sites or _is_launch(n, jit) for n in ast.walk(f))}
-    calls = {name: {c.func.id for c in ast.walk(f)
-                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)} for name, f in fns.items()}
+    none = Sources(None, None)
+    calls = {id(f): {id(c.fn) for n in ast.walk(f) if isinstance(n, ast.Call)
+                     and isinstance(c := callee(own, n.func, none), Callee)} for f in fns}
     grew = True
     while grew:
         grew = False
-        for name in fns.keys() - holds:
-            if calls[name] & holds:
-                holds.add(name)
+        for f in fns:
+            if id(f) not in holds and calls[id(f)] & holds:
+                holds.add(id(f))
                 grew = True
     return holds
 
@@ -105,7 +106,6 @@ class LaunchEvaluator:
         self.jit = jit_functions(tree)
         self.kparams = {f.name: [a.arg for a in f.args.posonlyargs + f.args.args]
                         for f in funcs if f.name in self.jit}
-        module_funcs = {f.name for f in tree.body if isinstance(f, _DEFS)}
         off = line_offsets(code.encode())
         self.span = lambda n: (off[n.lineno - 1] + n.col_offset, off[n.end_lineno - 1] + n.end_col_offset)
         consts = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.Constant)}
@@ -128,12 +128,15 @@ class LaunchEvaluator:
                     raise Unsupported(f"knob {t.key}: a site that is no literal")
                 sites.add(s)
         # Module functions the entry's calls are followed into: those holding a knob or a launch.
-        self.helpers = _holding(tree, module_funcs - self.jit, self.jit, sites, self.span)
-        inside = {id(n) for f in [self.fn, *(f for f in tree.body if isinstance(f, _DEFS)
-                                             and f.name in self.helpers)] for n in ast.walk(f)}
+        self.holding = _holding(own, self.jit, sites, self.span)
+        helpers = [f for f in funcs if id(f) in self.holding]
+        inside = {id(n) for f in [self.fn, *helpers] for n in ast.walk(f)}
+        # Names a value may hide a knob behind (`fn = helper; fn(x)`): tainted, so no signature then.
+        self.hiding = {f.name for f in helpers} | {c.name for c in own.classes.values()
+                                                   if any(id(f) in self.holding for f in ast.walk(c))}
         self.module_knobs: set[str] = set()
         for t in tunables:
-            if t.key.startswith("config") or t.scope not in (None, self.fn.name, *self.helpers):
+            if t.key.startswith("config") or t.scope not in (None, self.fn.name, *(f.name for f in helpers)):
                 raise Unsupported(f"knob {t.key} lives outside {entry}")
             if t.scope is None:
                 self.module_knobs.add(module_knob(t, tree, inside))
@@ -257,12 +260,11 @@ class LaunchEvaluator:
         """(function, its module's names) a call runs when the entry's calls are followed into it: a
         function of this file holding a knob or a launch, or one of another module of the checkout
         (e.g. `calculate_settings`); else None."""
-        if self.here is self.own and isinstance(n.func, ast.Name) and n.func.id in self.own.module.funcs:
-            fn = self.own.module.funcs[n.func.id]
-            return (fn, self.own) if fn.name in self.helpers and fn.name not in self.jit else None
         found = callee(self.here.module, n.func, self.sources)
-        if not isinstance(found, Callee) or found.module is self.own.module or found.fn.name in self.jit:
+        if not isinstance(found, Callee) or found.fn.name in self.jit:
             return None
+        if found.module is self.own.module:
+            return (found.fn, self.own) if id(found.fn) in self.holding else None
         if found.module.name not in self.names:
             defs = module_bindings(found.module.tree.body, {}, self.cuda)
             self.names[found.module.name] = _Names(found.module, defs)
@@ -278,14 +280,16 @@ class LaunchEvaluator:
             raise Unsupported(f"{fn.name} called with *args or **kwargs")
         a = fn.args
         names = [p.arg for p in a.posonlyargs + a.args]
+        if isinstance(n.func, ast.Attribute) and n.func.attr == "apply" and fn.name == "forward":
+            names = names[1:]  # Function.apply(...) runs forward(ctx, ...): ctx is no argument
         if a.vararg or a.kwarg or len(n.args) > len(names):
             raise Unsupported(f"{fn.name}: a helper with an unusual signature")
         args = dict(zip(names, [self.eval(x, st) for x in n.args], strict=False))
         args.update({k.arg: self.eval(k.value, st) for k in n.keywords})
         defaults = dict(zip(names[len(names) - len(a.defaults):], a.defaults, strict=True))
         defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
-        env = {p: args[p] if p in args else self.eval(defaults[p], _State({})) if p in defaults
-               else (UNKNOWN, False) for p in names + [p.arg for p in a.kwonlyargs]}
+        env = {p.arg: args[p.arg] if p.arg in args else self.eval(defaults[p.arg], _State({}))
+               if p.arg in defaults else (UNKNOWN, False) for p in a.posonlyargs + a.args + a.kwonlyargs}
         self.depth += 1
         caller, self.here = self.here, module
         try:
@@ -307,7 +311,10 @@ class LaunchEvaluator:
                 return True
             if isinstance(n, ast.Call) and self._kernel(n) is not None:
                 return True
-            if isinstance(n, ast.Name) and (n.id in self.module_knobs or deep(*st.env.get(n.id, (0, False)))):
+            if isinstance(n, ast.Name) and n.id not in st.env and self.here is self.own and (
+                    n.id in self.module_knobs or n.id in self.hiding):
+                return True  # a module knob, or a helper holding a knob or a launch
+            if isinstance(n, ast.Name) and deep(*st.env.get(n.id, (0, False))):
                 return True
         return False
 
@@ -421,6 +428,8 @@ class LaunchEvaluator:
         if name in st.env:
             return st.env[name]
         here = self.here
+        if here is self.own and name in self.hiding:
+            return UNKNOWN, True  # a function or class holding a knob, used as a value
         knob = here is self.own and name in self.module_knobs
         if name in here.defs:
             if name not in here.memo:

@@ -424,4 +424,8 @@ def find(tree: ast.AST, code: str, sources: Sources | None = None):
         if not spans & taken:  # one literal, one tunable
             taken |= spans
             out.append(t)
-    return out, finder.loops, list(dict.fromkeys(finder.notes))
+    # A grid name that is also a launch argument was said for the argument already.
+    said = {(n.scope, n.kernel, n.why) for n in finder.notes if not n.arg.startswith("grid")}
+    notes = [n for n in finder.notes
+             if not n.arg.startswith("grid") or (n.scope, n.kernel, n.why) not in said]
+    return out, finder.loops, list(dict.fromkeys(notes))

@@ -292,7 +292,8 @@ class ConfigSpace:
     def describe_space(self) -> str:
         """The knobs in words, and the launch values that could not be followed (printed at start)."""
         knobs = [t for t in self.tunables if len(t.domain) > 1]
-        said = f"{len(knobs)} knobs ({', '.join(label(t) for t in knobs)})" if knobs else "no knobs"
+        names = ", ".join(label(t) for t in knobs)
+        said = f"{len(knobs)} knob{'s' * (len(knobs) != 1)} ({names})" if knobs else "no knobs"
         return said + "".join(f"; not followed: {n}" for n in self.unfollowed)
 
     def shape_configs(self, rec: Record) -> list[dict[str, int]] | None:
