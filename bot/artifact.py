@@ -203,7 +203,7 @@ class Evidence:
     verify_sides: dict = field(default_factory=dict)  # base / winner: passed, failed, errors
 
     def summary(self) -> dict:
-        """The result fields the state keeps (kernelsmith.target.state.summarize_result's input)."""
+        """The result fields the state keeps (kernelsmith.onboard.state.summarize_result's input)."""
         return {"geomean_speedup": self.geomean, "timed": self.timed,
                 "accepted": self.counts.get("accepted"), "evaluations": self.counts.get("evaluations"),
                 "winner": self.winner, "base_sha": self.base_sha}

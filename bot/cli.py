@@ -40,7 +40,7 @@ def _truthy(value) -> bool:
 
 def cmd_run(args) -> int:
     """Handle one Actions event: the gate, publish or all stages (bot/run.py)."""
-    from kernelsmith.target.config import targets_dir
+    from kernelsmith.onboard.config import targets_dir
 
     from .actions import ActionsEnv
     from .auth import GATE_PERMISSIONS, PUBLISH_PERMISSIONS, GitHubAuth
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the kernelsmith-bot console script; errors are one line, exit 1."""
     args = build_parser().parse_args(argv)
     # The bot holds GitHub tokens; the target code it starts must not read them from /proc.
-    from kernelsmith.referee.process import hide_environ
+    from kernelsmith.referee.proc.process import hide_environ
 
     hide_environ()
     try:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.target.config import Target, load_target, targets_dir
-from kernelsmith.target.state import load_state, save_state
+from kernelsmith.onboard.config import Target, load_target, targets_dir
+from kernelsmith.onboard.state import load_state, save_state
 
 from . import dashboard, prs
 from .actions import ActionsEnv

@@ -4,7 +4,7 @@ Each operator's row shows its last run, best speedup, verify status, its PR (ope
 closed unmerged) and whether it is watched, ignored, or declined (a maintainer closed its PR
 without merging and the source has not changed since).
 
-Ephemeral runners share the per-operator state (kernelsmith/target/state.py) through that block: a run
+Ephemeral runners share the per-operator state (kernelsmith/onboard/state.py) through that block: a run
 merges it into the local state file first and writes the merged state back when it ends.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import re
 
-from kernelsmith.target.config import Target
-from kernelsmith.target.state import entry, normalize_state, op_key
+from kernelsmith.onboard.config import Target
+from kernelsmith.onboard.state import entry, normalize_state, op_key
 
 from .prs import declined
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kernelsmith import gitsafe
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.target.checkout import BOT_AUTHOR
+from kernelsmith.onboard.checkout import BOT_AUTHOR
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
 

@@ -8,7 +8,7 @@ A merged PR is recorded as merged. GitHub is asked about every PR the state stil
 
 from __future__ import annotations
 
-from kernelsmith.target.state import op_key, record_pr
+from kernelsmith.onboard.state import op_key, record_pr
 
 from .prbody import read_marker
 

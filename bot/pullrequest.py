@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.target.config import (
+from kernelsmith.onboard.config import (
     DEFAULT_MIN_SPEEDUP,
     Target,
     load_target,
@@ -72,7 +72,7 @@ class PublishSpec:
 
 
 def _named_yaml(name: str, targets: str | None) -> Path:
-    from kernelsmith.target.config import targets_dir
+    from kernelsmith.onboard.config import targets_dir
 
     if not _is_name(name):
         raise PublishError(f"{name!r} is not a target name")

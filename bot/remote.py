@@ -59,7 +59,7 @@ def publish_remote(spec: PublishSpec, run_dir: Path, auth: GitHubAuth, server_ur
     base_sha must be on it, and the file to replace must be a plain file there."""
     from github import GithubException
 
-    from kernelsmith.target.state import source_hash
+    from kernelsmith.onboard.state import source_hash
 
     run_dir = Path(run_dir)
     ev = load_evidence(run_dir)

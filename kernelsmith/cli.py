@@ -13,7 +13,7 @@ COMMANDS = ["checkout", "scan", "evaluate", "optimize", "sweep", "verify", "repo
             "harness"]
 # Commands that run untrusted code (candidates, a target's setup and tests, harnesses): in the
 # sandbox only. `harness check` runs the base through the referee (`harness new` only reads
-# source); `export` reads the harness's facts (harnessfacts.py).
+# source); `export` reads the harness's facts (harness/gather.py).
 UNTRUSTED = ("scan", "evaluate", "optimize", "sweep", "verify", "bench", "harness", "export")
 
 

@@ -21,8 +21,8 @@ import sys
 import types
 from pathlib import Path
 
+from kernelsmith.onboard.loader import register_packages
 from kernelsmith.pysource import parse
-from kernelsmith.target.loader import register_packages
 
 
 class LazyPackage(types.ModuleType):

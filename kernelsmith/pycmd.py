@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+# The folder holding this kernelsmith package: children import it, never an installed copy.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 _BOOTSTRAP = ("import sys; del sys.path[0]; import runpy; "
               "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")

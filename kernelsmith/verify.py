@@ -24,10 +24,10 @@ from pathlib import Path
 
 from kernelsmith import safefs
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.onboard.checkout import clean_worktree, run_setup, safe_env, venv_env
 from kernelsmith.paths import cache_dir
 from kernelsmith.sandbox import summary as sandbox_summary
 from kernelsmith.scratch import remove_tree
-from kernelsmith.target.checkout import clean_worktree, run_setup, safe_env, venv_env
 
 DEFAULT_TIMEOUT_S = 1800.0
 TAIL_LINES = 60
@@ -208,7 +208,7 @@ def _load_json(path: Path) -> dict:
 def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has_cuda: bool | None = None,
                log=print) -> dict:
     """Verify one run directory; writes verify.json and the report section; returns verify.json."""
-    from kernelsmith.target.config import load_target
+    from kernelsmith.onboard.config import load_target
 
     run_dir = Path(run_dir).resolve()
     run = _load_json(run_dir / "run.json")
@@ -246,8 +246,8 @@ def _find_operator(target, run: dict):
     """The run's operator: from the yaml, else from the repo's `.kernelsmith.yml` at the base."""
     if any(o.name == run["op"] for o in target.operators):
         return target.operator(run["op"])
-    from kernelsmith.target.checkout import Checkout, is_commit
-    from kernelsmith.target.scan import with_repo_operators
+    from kernelsmith.onboard.checkout import Checkout, is_commit
+    from kernelsmith.onboard.scan import with_repo_operators
 
     co = Checkout(Path(run["checkout"]), run["base_sha"], is_commit(run["base_sha"]))
     return with_repo_operators(target, co).operator(run["op"])
@@ -330,7 +330,7 @@ def _run_side(op, target, tree: Path, env: dict, timeout_s: float, log, side: st
 
 def preflight(checkout: str | Path, base_sha: str) -> None:
     """Fail now, with one clear line, where verify could not make its worktrees later."""
-    from kernelsmith.target.checkout import preflight as checkout_preflight
+    from kernelsmith.onboard.checkout import preflight as checkout_preflight
 
     checkout_preflight(Path(checkout), base_sha)
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 from placement_probe import copies_of, load_base_and_aa  # scripts/ is this script's first path entry
 
-from kernelsmith.referee import rotation, timing
+from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.cuda import CudaBackend
-from kernelsmith.target.harness import load_harness
+from kernelsmith.referee.timing import ab as timing
+from kernelsmith.referee.timing import rotation
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "lmdeploy/pytorch/kernels/cuda/rms_norm.py"

@@ -13,8 +13,8 @@ import json
 import torch
 import triton.testing
 
-from kernelsmith.referee import correctness as C
 from kernelsmith.referee import input_cache
+from kernelsmith.referee.checks import correctness as C
 
 
 def _time(fn) -> float:

@@ -43,13 +43,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
 
-from kernelsmith.referee import staging  # noqa: E402
+from kernelsmith.launch.tunables import discover  # noqa: E402
+from kernelsmith.referee.timing import staged as staging  # noqa: E402
 from kernelsmith.referee.verdict import Verdict  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
 from kernelsmith.search.compare import gain_target, sweep_reference  # noqa: E402
 from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
 from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
-from kernelsmith.search.mutators.tunables import discover  # noqa: E402
 
 SHARE = 0.95  # of the best gain over the base: the bar
 
@@ -255,7 +255,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--pipeline", type=int, default=None, help="generations in flight (default: a run's own)")
     ap.add_argument("--mutator", default="params")
-    ap.add_argument("--no-rescreen", action="store_true", help="no second screen of a near miss (staging.py)")
+    ap.add_argument("--no-rescreen", action="store_true", help="no second screen of a near miss")
     ap.add_argument("--noise", action="store_true",
                     help="each timing draws every shape's speedup from its recorded 95%% CI (log-normal)")
     args = ap.parse_args()

@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def profile(args) -> int:
     """`--profile`: warm up, profile `--candidates` evaluations, print the tables."""
-    from kernelsmith.referee.judge import RunnerTemplate
-    from kernelsmith.referee.oracle_link import OracleLink
+    from kernelsmith.referee.proc.judge import RunnerTemplate
+    from kernelsmith.referee.proc.oracle_link import OracleLink
     from kernelsmith.referee.session import Session
 
     runner_stats = Path(tempfile.mkdtemp(prefix="ks-runner-prof-")) / "runner.prof"
@@ -135,7 +135,9 @@ def _step_timers() -> dict[str, float]:
     (seconds by step, nested steps counted in each)."""
     import torch
 
-    from kernelsmith.referee import correctness, input_cache, judge, oracle_link, shape_trials
+    from kernelsmith.referee import input_cache
+    from kernelsmith.referee.checks import correctness, shape_trials
+    from kernelsmith.referee.proc import judge, oracle_link
 
     totals: dict[str, float] = {}
 
@@ -169,7 +171,7 @@ def _step_timers() -> dict[str, float]:
 def _profile_runner(path: Path, warmup: int) -> None:
     """Patch the runner (before the fork, so the forked child has it) to profile itself from its
     `warmup`+1-th candidate load on, and write the stats to `path` when it is told to exit."""
-    from kernelsmith.referee import runner
+    from kernelsmith.referee.proc import runner
 
     prof, loads = cProfile.Profile(), [0]
     load, serve = runner.RunnerSession.load, runner.serve

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.referee.backend.cuda import CudaBackend
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.loader import load_operator_module
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "lmdeploy/pytorch/kernels/cuda/multinomial_sampling.py"

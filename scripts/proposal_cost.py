@@ -17,12 +17,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import studies
 from kernelsmith.search.seeds import slot_rng
 from kernelsmith.search.selection import Population, SelectionConfig
-from kernelsmith.target.task import load_task
 
 PARTS = ("read rows", "population", "sync", "propose")
 

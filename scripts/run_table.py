@@ -90,7 +90,7 @@ def held_time_table(folder: Path) -> list[str]:
 
 
 def depth_table(folder: Path) -> list[str]:
-    """How deep candidates were timed (staging.py), and when the search's best full measurement came."""
+    """How deep candidates were timed (timing/staged.py), and when the search's best full measurement came."""
     from kernelsmith.referee.verdict import timing_depth
 
     depths = ("screen_subset", "screen", "full")

@@ -42,8 +42,8 @@ def startup(on: bool, n: int = 10) -> float:
 
 def replacements(on: bool, device: str, repeat: int) -> dict:
     """Seconds per worker replacement (rejected candidate -> new worker -> its first verdict)."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee
-    from kernelsmith.target.task import load_task
 
     (sandbox.enable if on else sandbox.disable)()
     task = load_task(str(ROOT / "targets" / "demo.yaml"), "silu_and_mul",

@@ -76,7 +76,7 @@ def test_a_verify_commands_scratch_goes_whole_after_a_failed_removal(tmp_path, m
     """verify runs a target's own tests (untrusted) with a private $TMPDIR; what they leave there,
     links and folders that refuse removal included, goes with it (shutil.rmtree(ignore_errors)
     left such a folder behind)."""
-    from kernelsmith.target.checkout import safe_env
+    from kernelsmith.onboard.checkout import safe_env
     from kernelsmith.verify import run_command
 
     secret = tmp_path / "secret"

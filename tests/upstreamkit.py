@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.target.config import load_target
-from kernelsmith.target.release import base_release, cached_checkout
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.release import base_release, cached_checkout
 
 TARGETS = Path(__file__).resolve().parents[1] / "targets"
 

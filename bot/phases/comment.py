@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernelsmith.target.config import Target
-from kernelsmith.target.state import set_ignored
+from kernelsmith.onboard.config import Target
+from kernelsmith.onboard.state import set_ignored
 
 from ..commands import HELP, Command, Invalid
 from ..work import WorkItem

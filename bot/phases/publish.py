@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelsmith.target.state import entry, op_key, record_run
+from kernelsmith.onboard.state import entry, op_key, record_run
 
 from .. import dashboard, prs
 from ..actions import write_summary

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernelsmith.target.config import Target
+from kernelsmith.onboard.config import Target
 
 from ..commands import HELP
 from ..pullrequest import BRANCH_PREFIX, PublishError, read_marker

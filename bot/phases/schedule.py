@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.target.state import entry, staleness
+from kernelsmith.onboard.state import entry, staleness
 
 from .. import prs
 from ..work import WorkItem

@@ -32,13 +32,13 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Make or reuse the checkout and print where it is and what its base is."""
     from kernelsmith.errors import ConfigError
-    from kernelsmith.target.config import load_target, resolve_target
+    from kernelsmith.onboard.config import load_target, resolve_target
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     if args.from_package is None:
         if args.into or args.wheel:
             raise ConfigError("--into/--wheel", "only with --from-package (a clone goes to the cache)")
-        from kernelsmith.target.checkout import prepare_checkout
+        from kernelsmith.onboard.checkout import prepare_checkout
 
         co = prepare_checkout(target, None, setup=False)  # no target code runs here
         out = {"target": target.name, "checkout": str(co.path), "base_sha": co.base_sha, "base_release": None}
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{target.name}: {co.path}\nbase: {co.base_sha} (branch {target.base} of {target.repo})")
         return 0
-    from kernelsmith.target.release import release_checkout
+    from kernelsmith.onboard.release import release_checkout
 
     co = release_checkout(target, args.from_package or None, into=args.into, wheel=args.wheel)
     if args.json:

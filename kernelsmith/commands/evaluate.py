@@ -30,9 +30,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate and print; exit 0 accepted, 1 rejected, 2 when the base itself fails (the harness or
     the environment is at fault) or on config errors."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee, RefereeError
-    from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
-    from kernelsmith.target.task import load_task
+    from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
 
     code = None
     if args.candidate:

@@ -41,8 +41,8 @@ def register(subparsers) -> None:
 def run_check(args: argparse.Namespace) -> int:
     """Print one line per problem; 0 sound, 1 problems (config errors raise -> 2)."""
     from kernelsmith.errors import ConfigError
-    from kernelsmith.harnesscheck import check_harness
-    from kernelsmith.target.task import load_task
+    from kernelsmith.harness.check import check_harness
+    from kernelsmith.onboard.task import load_task
 
     # The harness is target code: imported only in check_harness's sandboxed child, never here.
     task = load_task(args.target, args.op, args.checkout, getattr(args, "targets", None),
@@ -58,9 +58,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_new(args: argparse.Namespace) -> int:
     """Write the skeleton and say what to do next."""
-    from kernelsmith.harnessnew import write_skeleton
-    from kernelsmith.target.checkout import prepare_checkout
-    from kernelsmith.target.config import load_target, resolve_target
+    from kernelsmith.harness.new import write_skeleton
+    from kernelsmith.onboard.checkout import prepare_checkout
+    from kernelsmith.onboard.config import load_target, resolve_target
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     target.operator(args.op)  # an unknown operator is a config error before any clone

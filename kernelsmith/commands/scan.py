@@ -27,10 +27,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Scan one target and print tables (or JSON); 2 when an operator is broken."""
-    from kernelsmith.target.checkout import prepare_checkout
-    from kernelsmith.target.config import load_target, resolve_target
-    from kernelsmith.target.scan import scan_target
-    from kernelsmith.target.state import load_state
+    from kernelsmith.onboard.checkout import prepare_checkout
+    from kernelsmith.onboard.config import load_target, resolve_target
+    from kernelsmith.onboard.scan import scan_target
+    from kernelsmith.onboard.state import load_state
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     co = prepare_checkout(target, args.checkout, setup=not args.static)

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verify, record the outcome in the state file, print a summary; exit 0 / 1 / 2."""
     from kernelsmith.errors import KernelsmithError
-    from kernelsmith.target.state import record_run_dir
+    from kernelsmith.onboard.state import record_run_dir
     from kernelsmith.verify import exit_code, verify_run
 
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print

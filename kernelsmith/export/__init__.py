@@ -45,8 +45,8 @@ def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
 
 def task_for_run(run: dict, run_dir: Path, rows: list[dict]):
     """The run's Task (for prompts), with the base code as the archive recorded it."""
-    from kernelsmith.target.config import load_target
-    from kernelsmith.target.task import make_task
+    from kernelsmith.onboard.config import load_target
+    from kernelsmith.onboard.task import make_task
 
     run_json = Path(run_dir) / "run.json"
     target_path = Path(run["target"])

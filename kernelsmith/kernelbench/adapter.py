@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 from kernelsmith.kernelbench.problem import Problem
-from kernelsmith.target.checkout import tree_hash
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import Task, make_task
+from kernelsmith.onboard.checkout import tree_hash
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import Task, make_task
 
 BASE_SUFFIX = '''
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from kernelsmith.harness.model import private_module_name
 from kernelsmith.kernelbench.problem import read_problem
-from kernelsmith.target.harness import private_module_name
 
 WEIGHT_SEED = 42  # KernelBench's seed_num: both models are built right after this seed
 SIZES_KEY = "kb_sizes"  # the non-tensor input naming the size set (reference and ModelNew need it)

@@ -14,13 +14,13 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
-from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, read_folder
-from kernelsmith.referee.phase_clock import PhaseClock
-from kernelsmith.referee.pinned import task_files
-from kernelsmith.referee.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
+from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
+from kernelsmith.referee.proc.pinned import task_files
+from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
+from kernelsmith.referee.proc.warm import referee_folders, worker_env
+from kernelsmith.referee.proc.warm import take as take_warm
+from kernelsmith.referee.timing.phase_clock import PhaseClock
 from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
-from kernelsmith.referee.warm import referee_folders, worker_env
-from kernelsmith.referee.warm import take as take_warm
 from kernelsmith.safefs import write_file
 from kernelsmith.scratch import ScratchDir, remove_tree
 
@@ -244,7 +244,7 @@ class Referee:
         `timing="staged"` (the search): a screen on representative shapes, then on every shape
         for a candidate near `contender_at`, then the full device-time measurement with its A/A
         control in the same call when the all-shape screen geomean reaches `contender_at`
-        (staging.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
+        (timing/staged.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
         speedup per listed shape (keyed by the shape's sorted JSON), which scales the bar to the
         representative shapes' screen.
         `rendered`: kernelsmith wrote `code` from the base's own by setting launch values (the params

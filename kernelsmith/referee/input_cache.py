@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelsmith.referee import correctness as C
+from kernelsmith.referee.checks import correctness as C
 
 CPU_BUDGET_BYTES = 256 << 20
 CUDA_FREE_FRACTION = 0.25  # of the device memory free when the worker starts

@@ -1,12 +1,12 @@
 """The judge's evaluation of one candidate: load, correctness, integrity, then timing.
 
-Runs in the judge (the worker process, kernelsmith.referee.worker), which never imports or runs
+Runs in the judge (the worker process, kernelsmith.referee.proc.worker), which never imports or runs
 candidate code, nor target-repository code: the candidate runs in the judge's runner child
 (runner.py, reached through judge.RunnerLink); the harness and the base run in its oracle child
 (oracle.py, reached through oracle_link.OracleLink), which makes the inputs, the reference and the
 base's outputs. The judge caches them, compares the outputs the runner returns, and decides every
 verdict field; the runner's integrity findings can only add rejections, and its times are checked
-(judge_timing.py).
+(timing/claims.py).
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ import time
 import traceback
 from pathlib import Path
 
-from kernelsmith.referee import correctness as C
-from kernelsmith.referee import static
+from kernelsmith.harness.facts import MalformedFacts, shape_key
 from kernelsmith.referee.backend import get_backend, standins
-from kernelsmith.referee.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
+from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.checks import static
+from kernelsmith.referee.checks.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from kernelsmith.referee.input_cache import InputCache, default_budget, fresh_copy
-from kernelsmith.referee.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
-from kernelsmith.referee.judge_timing import JudgeTiming
-from kernelsmith.referee.link_errors import CandidateError, InfrastructureError, RunnerFailed
-from kernelsmith.referee.oracle_link import BASE, OracleLink, harness_from_facts
-from kernelsmith.referee.phase_clock import PhaseClock
-from kernelsmith.referee.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
+from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
+from kernelsmith.referee.proc.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
+from kernelsmith.referee.proc.link_errors import CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.proc.oracle_link import BASE, OracleLink, harness_from_facts
+from kernelsmith.referee.timing.claims import JudgeTiming
+from kernelsmith.referee.timing.phase_clock import PhaseClock
 from kernelsmith.referee.verdict import REJECTIONS, in_progress
 from kernelsmith.scratch import remove_tree
-from kernelsmith.target.facts import MalformedFacts, shape_key
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
@@ -265,7 +265,7 @@ class Session(ShapeTrials, JudgeTiming):
         other candidate code (a model's, a rewrite, a user's file) the runner is replaced.
         `timing="staged"`: screen timing on representative shapes, then on every shape, then,
         where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
-        control) right away, on the same loaded candidate (staging.py).
+        control) right away, on the same loaded candidate (timing/staged.py).
         """
         out = in_progress()
         loaded = False
@@ -396,13 +396,13 @@ class Session(ShapeTrials, JudgeTiming):
         clock.mark("integrity")
         try:
             if out["correct"] and not out["violations"] and timing != "none" and self.backend.timed:
-                from kernelsmith.referee.timing import time_candidate
+                from kernelsmith.referee.timing.ab import time_candidate
 
                 def timer(mode, indices, host):
                     return time_candidate(self, fn, cid, seed, mode, out, host=host, indices=indices)
 
                 if timing == "staged":
-                    from kernelsmith.referee.staging import run_staged
+                    from kernelsmith.referee.timing.staged import run_staged
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
                     best = [(contender_shapes or {}).get(shape_key(s)) for s in shapes]

@@ -114,7 +114,7 @@ def lost_shapes(shapes: list[dict]) -> list[int]:
 def timing_depth(verdict) -> str:
     """How deep a verdict (a Verdict or its JSON) was timed: "none", "screen_subset", "screen" or "full".
 
-    "screen_subset" (staging.py): screened on a few representative shapes only and stopped there;
+    "screen_subset" (timing/staged.py): screened on a few representative shapes only and stopped there;
     its null `geomean_speedup` must not be read as an all-shape number.
     """
     if isinstance(verdict, Verdict):
@@ -178,7 +178,7 @@ def shape_timing_fields(*, base_ms: float, cand_ms: float, speedup: float, ci95:
         # A strayed A/A control dwarfed by the shape's effect (timing.aa_bias): the factor its
         # `ci95` was widened by, and the geomean's CI is too (search/evidence.py); None otherwise.
         "aa_bias": aa_bias,
-        # The judge's own median of the base (judge_timing.py, check b); None in one process.
+        # The judge's own median of the base (timing/claims.py, check b); None in one process.
         "judge_base_ms": judge_base_ms,
         # Repetitions the host queued too late to be timed alone: timed again, or (past the
         # allowance) kept; the runner's own count, shown for diagnosis, never decides anything.

@@ -7,7 +7,7 @@ referee's cold start (worker, CUDA context, base compilation, calibration) happe
 parallel, when the evaluator starts.
 
 Every candidate gets the referee's full correctness and integrity checks; only the timing depth
-is staged (kernelsmith/referee/staging.py): a quick "screen" on a few representative shapes for
+is staged (kernelsmith/referee/timing/staged.py): a quick "screen" on a few representative shapes for
 all, on every shape for those near the best so far, then, in the same referee call, the full
 interleaved measurement with its A/A control for contenders (at least as fast as the best so far;
 within 1% of it while the best loses a shape by its point estimate: FRAGILE_BAR).
@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from kernelsmith.harness.facts import shape_key
 from kernelsmith.referee.verdict import Verdict, contender_bar
 from kernelsmith.search import gpu_time
 from kernelsmith.search.archive import Archive
@@ -31,7 +32,6 @@ from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.evidence import fragile
 from kernelsmith.search.finish import SIMPLER_WITHIN
 from kernelsmith.search.precompile import compile_timeout_verdict
-from kernelsmith.target.facts import shape_key
 
 # Screen geomean, relative to the best full measurement so far, that earns a full measurement.
 # At 1.0 a candidate must screen at least as fast as the best. Replaying the H200 archives of
@@ -92,7 +92,7 @@ class Evaluator:
         # base is 1.0). A faster candidate that loses a shape can never win, so it sets no bar.
         self.best = 1.0
         # That win's speedup per listed shape (its verdict's shapes, keyed by sorted shape JSON): the
-        # referee scales the bar to the representative shapes it screens first (staging.py).
+        # referee scales the bar to the representative shapes it screens first (timing/staged.py).
         self.best_shapes: dict[str, float] | None = None
         self.deadline: float | None = None
         self.device_info: dict | None = None

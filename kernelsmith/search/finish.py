@@ -156,7 +156,7 @@ def _shapes(verdict: dict | None) -> list[dict]:
                 "ci95": s.get("ci95"),
                 "pct_roofline": s.get("pct_roofline"),
                 "max_abs_err": s.get("max_abs_err"),
-                "aa_bias": s.get("aa_bias"),  # a strayed A/A control inside the CI (referee timing.py)
+                "aa_bias": s.get("aa_bias"),  # a strayed A/A control inside the CI (referee timing/ab.py)
             }
         )
     return out
@@ -270,7 +270,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
 
 def record_state(run_dir: Path, progress) -> None:
     """Mark the operator optimized at this source hash, so scheduled runs skip it until it changes."""
-    from kernelsmith.target.state import record_run_dir
+    from kernelsmith.onboard.state import record_run_dir
 
     try:
         record_run_dir(run_dir)

@@ -234,7 +234,7 @@ class Search:
         base = self.archive.base()
         if base.evaluated and base.accepted:
             return
-        from kernelsmith.referee.diagnose import base_failure
+        from kernelsmith.referee.checks.diagnose import base_failure
 
         raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
 
@@ -402,7 +402,7 @@ class Search:
 def optimize(config: SearchConfig) -> SearchResult:
     """Run or resume a search; returns its run directory and result.json's content (winner null
     when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
-    from kernelsmith.referee import warm
+    from kernelsmith.referee.proc import warm
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.search.finish import finish, record_state
 

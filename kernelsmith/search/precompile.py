@@ -1,7 +1,7 @@
 """Triton compilation on CPU cores ahead of evaluation, so the GPUs are not idle while kernels compile.
 
 This module schedules the jobs (a pool of compile processes, the compile limit); the compile
-process itself is referee/compile_child.py, started through referee/child.py like the workers.
+process itself is referee/proc/compile_child.py, started through referee/proc/child.py like the workers.
 
 While a GPU times one candidate, child processes (no GPU visible, in the same "candidate" sandbox
 as the referee's workers: kernelsmith/sandbox) run the next candidates' entry on CPU
@@ -68,7 +68,7 @@ class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
     def __init__(self, spec: dict):
-        from kernelsmith.referee.child import spawn
+        from kernelsmith.referee.proc.child import spawn
 
         env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)
@@ -79,8 +79,9 @@ class _Child:
         env["OMP_NUM_THREADS"] = str(spec.get("threads") or 1)
         self.killed = False
         self.ready = False
-        # The compile process (referee/compile_child.py) in the candidate sandbox, like the workers.
-        self.proc = spawn("kernelsmith.referee.compile_child", [json.dumps(spec)], env, Path(spec["workdir"]),
+        # The compile process (referee/proc/compile_child.py) in the candidate sandbox, like the workers.
+        self.proc = spawn("kernelsmith.referee.proc.compile_child", [json.dumps(spec)], env,
+                          Path(spec["workdir"]),
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def run(self, path: str, fresh: list[dict], timeout: float, started=None) -> dict:
@@ -114,7 +115,7 @@ class _Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
-        from kernelsmith.referee.child import kill_group
+        from kernelsmith.referee.proc.child import kill_group
 
         self.killed = True
         kill_group(self.proc.pid)
@@ -219,7 +220,7 @@ class Precompiler:
     def _fresh_shapes(self, cid: int) -> list[dict]:
         if self.seed is None or self.harness is None:
             return []
-        from kernelsmith.referee.correctness import fresh_shapes_for
+        from kernelsmith.referee.checks.correctness import fresh_shapes_for
 
         return fresh_shapes_for(self.harness, "cuda", self.seed, cid)
 

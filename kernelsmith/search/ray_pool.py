@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.harness.facts import HarnessFacts
 from kernelsmith.search.evaluator import WorkerLost
 from kernelsmith.search.precompile import compile_timeout_verdict
-from kernelsmith.target.facts import HarnessFacts
 
 INSTALL_HINT = "--ray needs the ray package: pip install 'kernelsmith[ray]'"
 # Rejections that a worker dying under the referee also produces: before storing one, make sure
@@ -146,8 +146,8 @@ class _RefereeActor:
         import ray
 
         from kernelsmith import sandbox
+        from kernelsmith.onboard.task import make_task
         from kernelsmith.referee import Referee
-        from kernelsmith.target.task import make_task
 
         # The driver's choice (--no-sandbox) holds here too; a node that cannot build the sandbox
         # says so instead of evaluating candidates outside it.
@@ -163,7 +163,7 @@ class _RefereeActor:
         ip = ray.util.get_node_ip_address()
         root = Path(root)
         if not (root / target.operator(op).file).is_file():
-            from kernelsmith.target.checkout import prepare_checkout
+            from kernelsmith.onboard.checkout import prepare_checkout
 
             co = prepare_checkout(target, None)
             if co.base_sha != base_sha:

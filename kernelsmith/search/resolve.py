@@ -37,7 +37,7 @@ def resolve_run(config):
     """(task, run dir path, run.json dict, resolved device, gpus, its RunLock) for a new or resumed
     run of a `SearchConfig`; a new run's run.json is written here. The run directory is locked
     (runlock.py) before anything in it is read or written."""
-    from kernelsmith.target.task import load_task
+    from kernelsmith.onboard.task import load_task
 
     out = Path(config.out) if config.out else None
     if config.resume:
@@ -122,7 +122,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock):
 
 def _resume(config, out: Path, lock):
     """The task and run.json of the run in `out` (locked), checked against the arguments given."""
-    from kernelsmith.target.task import load_task
+    from kernelsmith.onboard.task import load_task
 
     rd = load_run(out)
     run = rd.run
@@ -132,7 +132,7 @@ def _resume(config, out: Path, lock):
         raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
                           f"that command, not {config.command}", "command")
     _refuse_conflicts(config, run, out / "run.json")
-    # The harness is target code: only its facts, from a sandboxed child (harnessfacts.py).
+    # The harness is target code: only its facts, from a sandboxed child (harness/gather.py).
     task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
     if task.base_sha != run["base_sha"]:
         raise ConfigError(
@@ -152,7 +152,7 @@ def _resume(config, out: Path, lock):
 def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
     """A `--resume` continues the run as recorded: a TARGET, OP, --mutator or --seed that says
     otherwise is refused (ConfigError naming run.json and the field), never silently ignored."""
-    from kernelsmith.target.config import resolve_target
+    from kernelsmith.onboard.config import resolve_target
 
     try:
         given = resolve_target(config.target, config.targets).resolve()
@@ -175,9 +175,10 @@ def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
 def _local_device_and_gpus(config) -> tuple[str, list]:
     """(device, GPUs) on this machine from --device and --gpus ('auto' -> cuda or interpret; one
     worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
-    servers (referee/warm.py) when the run's referees will be kernelsmith's own."""
+    servers (referee/proc/warm.py) when the run's referees will be kernelsmith's own."""
     from kernelsmith import referee
     from kernelsmith.referee.backend import usable_device
+    from kernelsmith.referee.proc import warm
 
     device = usable_device(config.device)
     gpus: list = [None]
@@ -191,7 +192,7 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
             raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
     made_by = getattr(config, "referee_factory", None) or referee.Referee
     if getattr(made_by, "ADOPTS_WARM", False):
-        referee.warm.warm(device, gpus)
+        warm.warm(device, gpus)
     return device, gpus
 
 
@@ -234,8 +235,8 @@ def _learned_points(config, task, device: str) -> int | None:
     mutator = config.mutator or DEFAULT_MUTATOR
     if config.command == "sweep" or config.replay is not None or "params" not in members(mutator):
         return None
-    from kernelsmith.search.mutators.tunables import entry_knobs, sources_of, space_points
-    from kernelsmith.search.mutators.twins import LaunchTwins
+    from kernelsmith.launch.tunables import entry_knobs, sources_of, space_points
+    from kernelsmith.launch.twins import LaunchTwins
 
     tunables = entry_knobs(task.base_code, task.operator.entry, sources_of(task))[0]
     points = space_points(tunables)

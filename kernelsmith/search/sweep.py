@@ -25,11 +25,11 @@ import json
 import random
 from statistics import geometric_mean
 
+from kernelsmith.launch.tunables import label, space_points
+from kernelsmith.launch.twins import COUNT_CAP
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.params import GridMutator
-from kernelsmith.search.mutators.tunables import label, space_points
-from kernelsmith.search.mutators.twins import COUNT_CAP
 
 GRID_CAP = 100_000  # points visited at most; a bigger grid is sampled uniformly down to this
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
+from kernelsmith.onboard.task import load_task
 
 out = Path(os.environ["OUT"])
 cases = [("rms_norm", "tests/referee/honest/rms_norm__num_warps.py"),

@@ -31,7 +31,7 @@ if MISSING:
 from github_api import add_comment  # noqa: E402 - needs PyJWT, checked above
 from github_server import Server  # noqa: E402
 
-from kernelsmith.target.state import source_hash  # noqa: E402
+from kernelsmith.onboard.state import source_hash  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_RUN = ROOT / "tests" / "data" / "example_run"
@@ -141,7 +141,7 @@ class SavedRunEngine:
 
     def scan(self, target):
         self.calls.append(("scan", str(target)))
-        # The shape of `kernelsmith scan --json` (kernelsmith/target/scan.py ScanResult.to_json).
+        # The shape of `kernelsmith scan --json` (kernelsmith/onboard/scan.py ScanResult.to_json).
         return {"operators": [{"name": "rms_norm", "source_hash": self.hash, "harness_ok": True},
                               {"name": "silu_and_mul", "source_hash": "0" * 64, "harness_ok": True}],
                 "hotspots": [{"file": OP_FILE, "line": 40, "function": "_fused_add_rms_norm_kernel",

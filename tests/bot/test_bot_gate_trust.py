@@ -16,7 +16,7 @@ from bot.cli import main
 from bot.commands import _OP_RE, CommandError, parse_command
 from bot.dashboard import LABEL, TITLE
 from kernelsmith.errors import ConfigError
-from kernelsmith.target.config import load_target
+from kernelsmith.onboard.config import load_target
 
 
 def test_an_issue_by_someone_else_with_the_dashboard_title_is_ignored(gh, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from bot.auth import GitHubAuth
 from bot.cli import main
 from bot.dashboard import TITLE, read_block
 from bot.run import Bot
-from kernelsmith.target.checkout import BOT_AUTHOR
+from kernelsmith.onboard.checkout import BOT_AUTHOR
 
 
 def _bot(gh, engine, tmp_path, **kw) -> Bot:

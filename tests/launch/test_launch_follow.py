@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from kernelsmith.launch.evaluate import LaunchEvaluator
+from kernelsmith.launch.follow import Sources
+from kernelsmith.launch.syntax import AS_COMPUTED, _cuda_branch
+from kernelsmith.launch.tunables import entry_knobs, render, render_table
+from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.search.mutator_set import build_mutators
-from kernelsmith.search.mutators.follow import Sources
-from kernelsmith.search.mutators.launch_eval import LaunchEvaluator
-from kernelsmith.search.mutators.launch_syntax import AS_COMPUTED, _cuda_branch
-from kernelsmith.search.mutators.tunables import entry_knobs, render, render_table
-from kernelsmith.target.loader import load_operator_module
 
 REPO = Path(__file__).parent / "data" / "helper_repo"
 NORM = "src/kitpkg/ops/norm.py"

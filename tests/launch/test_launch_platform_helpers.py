@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelsmith.search.mutators.launch_eval import LaunchEvaluator
-from kernelsmith.search.mutators.launch_values import Unsupported
-from kernelsmith.search.mutators.tunables import discover, relevant
+from kernelsmith.launch.evaluate import LaunchEvaluator
+from kernelsmith.launch.tunables import discover, relevant
+from kernelsmith.launch.values import Unsupported
 
 OPS = Path(__file__).parent / "data" / "helper_repo" / "src" / "kitpkg" / "ops"
 CODE = (OPS / "divergence.py").read_text()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.target.task import load_task
+from kernelsmith.onboard.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_YAML = ROOT / "targets" / "demo.yaml"

@@ -5,7 +5,7 @@ import pytest
 from tiny_project import FP32_REFERENCE, PAGED_CACHE, tiny_task
 
 from kernelsmith.cli import main
-from kernelsmith.referee.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
+from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
 
 NO_INPLACE = PAGED_CACHE.replace('INPLACE = ["cache"]', "INPLACE = []")
 

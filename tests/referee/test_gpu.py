@@ -5,7 +5,7 @@ from referee_helpers import CORPUS, MINISERVE, ROOT, demo_task
 
 from kernelsmith import sandbox
 from kernelsmith.referee import Referee
-from kernelsmith.referee.timing import AA_LIMIT
+from kernelsmith.referee.timing.ab import AA_LIMIT
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +54,7 @@ def test_staged_timing_goes_full_only_for_a_contender(silu_referee):
 
 
 def test_staged_timing_stops_after_representative_shapes_on_cached_inputs(silu_referee):
-    """Far below the bar, a candidate is timed on the representative shapes only (staging.py),
+    """Far below the bar, a candidate is timed on the representative shapes only (timing/staged.py),
     and judged on the inputs the worker made at boot (input_cache.py)."""
     code = (CORPUS / "honest" / "silu_and_mul__block_warps.py").read_text()
     v = silu_referee.evaluate(code, candidate_id=5, timing="staged", contender_at=1000.0)
@@ -85,9 +85,9 @@ def _base_ms_with_cache(cache, tag: str) -> float:
     """The demo base rms_norm on BIG, loaded in this process with Triton compiling into `cache`."""
     import triton
 
-    from kernelsmith.referee.compile_cache import cache_dir, set_cache_dir
-    from kernelsmith.target.harness import load_harness
-    from kernelsmith.target.loader import load_operator_module
+    from kernelsmith.harness.model import load_harness
+    from kernelsmith.onboard.loader import load_operator_module
+    from kernelsmith.referee.proc.compile_cache import cache_dir, set_cache_dir
 
     before = cache_dir()
     set_cache_dir(str(cache))
@@ -167,7 +167,7 @@ def test_replacement_worker_loads_the_base_binaries_of_the_first(tmp_path):
 
 
 def test_the_first_workers_runner_starts_with_the_judges_base_binaries():
-    from kernelsmith.referee.compile_cache import read_folder
+    from kernelsmith.referee.proc.compile_cache import read_folder
 
     with Referee(demo_task("silu_and_mul"), device="cuda", seed=17) as ref:
         ref.start()

@@ -6,8 +6,8 @@ import torch
 from tiny_project import FP32_REFERENCE, PAGED_CACHE, tiny_task
 
 from kernelsmith.referee import Referee
-from kernelsmith.referee import correctness as C
-from kernelsmith.referee.trials import in_arena
+from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.checks.trials import in_arena
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import time
 
 from referee_helpers import DEMO_YAML, MINISERVE
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 BASE = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text()
 

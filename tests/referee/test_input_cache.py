@@ -12,10 +12,10 @@ import pytest
 import torch
 from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
 
-from kernelsmith.referee import correctness as C
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import input_cache as IC
+from kernelsmith.referee.checks import correctness as C
 from kernelsmith.search.loop import FINAL_SEED_OFFSET
-from kernelsmith.target.task import load_task
 
 OP_FILE = MINISERVE / "miniserve" / "kernels" / "rms_norm.py"
 

@@ -1,4 +1,4 @@
-"""The judge's checks of the runner's timing claims (judge_timing.py), driven by a synthetic backend
+"""The judge's checks of the runner's timing claims (timing/claims.py), driven by a synthetic backend
 and a stand-in runner in this process: honest claims pass with the same numbers as before, a sum
 above the judge's wall clock, an inflated base and a throughput the wall clock cannot support are
 `forged_timing`, a malformed reply is `protocol`. Real numbers come from the H200 step."""
@@ -10,12 +10,12 @@ import pytest
 import torch
 from test_timing_logic import FakeBackend, FakeSession, _rms, _verdict_dict
 
-from kernelsmith.referee import correctness as C
-from kernelsmith.referee import judge_timing as J
-from kernelsmith.referee import timing
-from kernelsmith.referee.judge import RemoteFn
-from kernelsmith.referee.judge_timing import JudgeTiming
-from kernelsmith.referee.link_errors import RunnerFailed
+from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.proc.judge import RemoteFn
+from kernelsmith.referee.proc.link_errors import RunnerFailed
+from kernelsmith.referee.timing import ab as timing
+from kernelsmith.referee.timing import claims as J
+from kernelsmith.referee.timing.claims import JudgeTiming
 
 
 class TakesItsTime(FakeBackend):

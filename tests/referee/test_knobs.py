@@ -15,9 +15,9 @@ import triton
 from referee_helpers import MINISERVE, ROOT, demo_task
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelsmith.referee import settings
-from kernelsmith.referee.integrity import Monitor, Record, violations_vs_base
-from kernelsmith.referee.static import static_violations
+from kernelsmith.referee.checks import settings
+from kernelsmith.referee.checks.integrity import Monitor, Record, violations_vs_base
+from kernelsmith.referee.checks.static import static_violations
 
 knobs = triton.knobs
 
@@ -269,8 +269,8 @@ def test_gpu_setting_changed_only_while_timed_is_rejected():
     Needs the session's end-of-evaluation settings check (settings.GlobalSettings around the whole
     evaluation, timing included): the per-call check does not watch the timed calls.
     """
+    from kernelsmith.harness.model import load_harness
     from kernelsmith.referee import Referee
-    from kernelsmith.target.harness import load_harness
 
     shapes = load_harness(str(ROOT / "targets" / "demo" / "rms_norm.py")).shapes_for("cuda")
     correctness_calls = len(shapes) * 3 * 2 + 3  # 3 trials of 2 calls per shape, 3 fresh shapes

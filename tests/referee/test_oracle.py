@@ -1,4 +1,4 @@
-"""The oracle (referee/oracle.py) and the judge's side of it (referee/oracle_link.py), with a real
+"""The oracle (referee/proc/oracle.py) and the judge's side of it (referee/proc/oracle_link.py), with a real
 forked oracle: the harness's facts arrive as checked data, its functions and the base run there,
 check (b)'s base timing runs there, and whatever it answers that is not plain data is refused."""
 
@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernelsmith.referee import oracle_link
+from kernelsmith.harness.facts import MalformedFacts
+from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.interpret import InterpretBackend
-from kernelsmith.referee.oracle_link import OracleFailed, OracleLink, harness_from_facts
-from kernelsmith.target.facts import MalformedFacts
-from kernelsmith.target.harness import load_harness
+from kernelsmith.referee.proc import oracle_link
+from kernelsmith.referee.proc.oracle_link import OracleFailed, OracleLink, harness_from_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 MINISERVE = ROOT / "examples" / "miniserve"

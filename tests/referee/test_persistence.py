@@ -2,7 +2,7 @@
 
 A candidate's write into either is a `file_access` rejection, but the file stays. The base and its
 A/A copy compile only in a private Triton cache folder made per worker before any candidate runs
-there (kernelsmith/referee/compile_cache.py), and the device numbers behind the roofline and the
+there (kernelsmith/referee/proc/compile_cache.py), and the device numbers behind the roofline and the
 spin come from measurements taken before any candidate ran, never from device.json.
 """
 
@@ -14,9 +14,9 @@ import shutil
 import pytest
 from referee_helpers import CORPUS, MINISERVE, ROOT
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.referee import compile_cache as cc
-from kernelsmith.target.task import load_task
+from kernelsmith.referee.proc import compile_cache as cc
 
 triton = pytest.importorskip("triton")
 
@@ -220,9 +220,9 @@ WHICH_BINARY = '''
 import json, sys
 from pathlib import Path
 import torch
-from kernelsmith.target.loader import load_operator_module
-from kernelsmith.referee.compile_cache import CompileCaches, make_private
-from kernelsmith.referee.compile_child import install_fake_driver
+from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.referee.proc.compile_cache import CompileCaches, make_private
+from kernelsmith.referee.proc.compile_child import install_fake_driver
 
 install_fake_driver(["cuda", 90, 32])
 caches = CompileCaches(make_private(Path(sys.argv[2])))
@@ -242,9 +242,9 @@ print(json.dumps({"private": private, "shared": kernel_name("control")}))
 def _plant_from_a_precompile_child(tmp_path, monkeypatch, shared) -> None:
     """Run the cache-planting cheat in a CPU precompile child (sm_90 target), with `shared` as
     Triton's cache: the slow kernel's binary lands under the base kernel's key there."""
+    from kernelsmith.onboard.config import load_target
+    from kernelsmith.onboard.task import make_task
     from kernelsmith.search.precompile import Precompiler
-    from kernelsmith.target.config import load_target
-    from kernelsmith.target.task import make_task
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -324,9 +324,9 @@ SEED_AND_FRESH = '''
 import json, os, sys
 from pathlib import Path
 import torch
-from kernelsmith.target.loader import load_operator_module
-from kernelsmith.referee.compile_cache import CompileCaches, make_private, read_folder
-from kernelsmith.referee.compile_child import install_fake_driver
+from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.referee.proc.compile_cache import CompileCaches, make_private, read_folder
+from kernelsmith.referee.proc.compile_child import install_fake_driver
 
 install_fake_driver(["cuda", 90, 32])
 work = Path(sys.argv[2])

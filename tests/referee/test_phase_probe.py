@@ -49,7 +49,7 @@ def test_the_boot_phases_account_for_the_whole_boot_zygote_imports_included():
 
 def test_the_monitors_dispatch_mode_does_not_import_dynamo():
     code = ("import sys, torch\n"
-            "from kernelsmith.referee.integrity import Monitor, _OpRecorder\n"
+            "from kernelsmith.referee.checks.integrity import Monitor, _OpRecorder\n"
             "with _OpRecorder(Monitor('cpu', []), None):\n"
             "    torch.ones(3).add_(1).sum()\n"
             "print('torch._dynamo' in sys.modules)\n")

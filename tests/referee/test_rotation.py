@@ -1,11 +1,11 @@
-"""The rotation of input buffers among the functions of one measurement (referee/rotation.py)."""
+"""The rotation of input buffers among the functions of one measurement (referee/timing/rotation.py)."""
 
 from collections import Counter
 
 import pytest
 import torch
 
-from kernelsmith.referee.rotation import Rotation
+from kernelsmith.referee.timing.rotation import Rotation
 
 
 def _originals(sets=3):

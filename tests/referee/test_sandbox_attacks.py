@@ -10,8 +10,8 @@ import time
 
 from referee_helpers import CORPUS, DEMO_YAML, MINISERVE, ROOT
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 
 def _copy_checkout(tmp_path):
@@ -45,7 +45,7 @@ def test_writes_outside_the_work_folder_fail_and_are_recorded(tmp_path, monkeypa
 HUNTER = '''
 import json, os, subprocess, sys
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
+from kernelsmith.onboard.task import load_task
 
 # A sibling holding the secrets and dumpable (like a CI step's shell): outside a PID namespace a
 # process of the same user could read its /proc/<pid>/environ.

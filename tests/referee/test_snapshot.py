@@ -3,7 +3,7 @@ callables may change; identity decides, never `==`."""
 
 import types
 
-from kernelsmith.referee.snapshot import Snapshot
+from kernelsmith.referee.checks.snapshot import Snapshot
 
 
 def _module() -> types.ModuleType:

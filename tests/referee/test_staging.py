@@ -1,11 +1,12 @@
-"""Multi-fidelity timing (staging.py) driven by a stub timer: representative shapes, the subset
+"""Multi-fidelity timing (timing/staged.py) driven by a stub timer: representative shapes, the subset
 cut, the all-shape screen and the full measurement, and what a subset-only verdict says."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelsmith.referee import staging, timing
+from kernelsmith.referee.timing import ab as timing
+from kernelsmith.referee.timing import staged as staging
 from kernelsmith.referee.verdict import Verdict, subset_geomean, timing_depth
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from referee_helpers import ROOT
 
-from kernelsmith.referee import timing
+from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.base import Backend
 from kernelsmith.referee.input_cache import InputCache, listed_seed
-from kernelsmith.target.harness import load_harness
+from kernelsmith.referee.timing import ab as timing
 
 
 class FakeBackend(Backend):

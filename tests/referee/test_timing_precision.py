@@ -7,9 +7,9 @@ import random
 import pytest
 from test_timing_logic import FakeBackend, FakeSession, _rms
 
-from kernelsmith.referee import judge_timing as J
-from kernelsmith.referee import timing
-from kernelsmith.referee.link_errors import RunnerFailed
+from kernelsmith.referee.proc.link_errors import RunnerFailed
+from kernelsmith.referee.timing import ab as timing
+from kernelsmith.referee.timing import claims as J
 
 
 class Counting(FakeBackend):

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from kernelsmith.referee import correctness as C
-from kernelsmith.referee import static
-from kernelsmith.referee.integrity import Record, compute_ops, violations_vs_base
-from kernelsmith.referee.process import scrubbed_env
-from kernelsmith.referee.timing import bootstrap_ci, geomean, roofline_ms
+from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.checks import static
+from kernelsmith.referee.checks.integrity import Record, compute_ops, violations_vs_base
+from kernelsmith.referee.proc.process import scrubbed_env
+from kernelsmith.referee.timing.ab import bootstrap_ci, geomean, roofline_ms
 from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
 
 # -- verdict ------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ BASE = "import torch\nimport triton\n\ndef op(x):\n    return x\n"
     ("setattr(torch, 'matmul', None)\n", "monkeypatch"),
     ("import sys\nf = sys._getframe(1).f_back\n", "reference_call"),
     ("import gc\n", "reference_call"),
-    ("from kernelsmith.target.harness import load_harness\n", "reference_call"),
+    ("from kernelsmith.harness.model import load_harness\n", "reference_call"),
     ("g = torch.compile(lambda x: x)\n", "library_fallback"),
     ("y = torch.ops.aten.mul\n", "library_fallback"),
     ("try:\n    pass\nexcept Exception:\n    y = torch.nn.functional.silu(x)\n", "library_fallback"),
@@ -224,7 +224,7 @@ def test_same_bits_of_a_one_element_slice_with_a_long_stride():
     bits must still work (LMDeploy's sampler returns such a tensor for batch 1)."""
     import torch
 
-    from kernelsmith.referee.correctness import same_bits
+    from kernelsmith.referee.checks.correctness import same_bits
 
     col = torch.arange(151936).reshape(1, 151936)[:, 0].clone()
     assert col.stride() == (151936,)

@@ -1,4 +1,4 @@
-"""referee/warm.py: fork servers started while a run sets up, adopted by the Referee made later for
+"""referee/proc/warm.py: fork servers started while a run sets up, adopted by the Referee made later for
 the same device and GPU; what no Referee takes is closed and its folder removed."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from referee_helpers import MINISERVE, ROOT, demo_task
 
 from kernelsmith.cli import main
-from kernelsmith.referee import Referee, warm
+from kernelsmith.referee import Referee
+from kernelsmith.referee.proc import warm
 
 
 @pytest.fixture(autouse=True)

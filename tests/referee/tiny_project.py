@@ -3,7 +3,7 @@ harnesses given as text, a target yaml in a temporary folder (the harness fairne
 
 from pathlib import Path
 
-from kernelsmith.target.task import load_task
+from kernelsmith.onboard.task import load_task
 
 TINY = Path(__file__).resolve().parent / "tiny"
 

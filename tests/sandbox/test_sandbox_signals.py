@@ -60,8 +60,8 @@ def test_a_killed_sandbox_init_is_named(tmp_path):
 
 
 def test_a_judge_killed_from_outside_is_reported_killed_not_exited_70(tmp_path):
-    from kernelsmith.referee.process import WorkerProcess, Zygote
-    from kernelsmith.referee.warm import worker_env
+    from kernelsmith.referee.proc.process import WorkerProcess, Zygote
+    from kernelsmith.referee.proc.warm import worker_env
 
     env = worker_env("interpret", None)
     zygote = Zygote(env, tmp_path, log=tmp_path / "zygote.log")

@@ -14,12 +14,12 @@ import math
 
 import torch
 
+from kernelsmith.harness.facts import shape_key
+from kernelsmith.launch.tunables import discover
 from kernelsmith.pysource import parse
-from kernelsmith.referee.staging import run_staged
-from kernelsmith.referee.timing import conclude
+from kernelsmith.referee.timing.ab import conclude
+from kernelsmith.referee.timing.staged import run_staged
 from kernelsmith.referee.verdict import Verdict
-from kernelsmith.search.mutators.tunables import discover
-from kernelsmith.target.facts import shape_key
 
 CALLS: list[dict] = []
 SMS = 132

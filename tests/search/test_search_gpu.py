@@ -55,9 +55,9 @@ def test_the_ray_actors_compile_gate_with_real_compile_processes(tmp_path, monke
     on this machine and the real referee. A candidate whose compile job runs past the limit (its
     launcher stalls for a minute; the limit is floored at 4 base jobs) gets the timeout verdict
     without reaching the GPU; an ordinary one is compiled there and judged by the referee."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee
     from kernelsmith.search.ray_pool import CompileGate
-    from kernelsmith.target.task import load_task
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))

@@ -79,7 +79,7 @@ def test_llm_run_with_malformed_and_hostile_answers(tmp_path, monkeypatch):
     assert result["rejected"].get("malformed_proposal") == 1
     assert "No timing was done" in (tmp_path / "run" / "report.md").read_text()
     # The operator is recorded as optimized at this source hash: a scheduled run skips it now.
-    from kernelsmith.target.state import entry, load_state
+    from kernelsmith.onboard.state import entry, load_state
 
     recorded = entry(load_state(), "demo", "silu_and_mul")
     assert recorded["source_hash"] and recorded["run_dir"] == str((tmp_path / "run").resolve())

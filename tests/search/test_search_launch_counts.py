@@ -1,11 +1,11 @@
-"""Launch knobs versus counts (launchers.py): a tile size is a choice; a number of programs or blocks
+"""Launch knobs versus counts (launch/finder.py): a tile size is a choice; a number of programs or blocks
 derived from the inputs, or a BLOCK-named plain runtime int, is not. The fixture launcher is written
 for these tests in the shape of LMDeploy's fill_kv_cache launcher (a paged cache's block count in the
 grid, 1 when decoding) plus the cases a fix must keep: a literal split count and a computed tile."""
 
 from __future__ import annotations
 
-from kernelsmith.search.mutators.tunables import discover, label, relevant
+from kernelsmith.launch.tunables import discover, label, relevant
 
 PAGED = """import triton
 import triton.language as tl

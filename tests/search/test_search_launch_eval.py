@@ -1,4 +1,4 @@
-"""The static launch evaluator (launch_eval.py) on small launchers written here: what it computes, and
+"""The static launch evaluator (launch/evaluate.py) on small launchers written here: what it computes, and
 where it must refuse (no signature) rather than call two different launches the same."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelsmith.search.mutators.launch_eval import LaunchEvaluator
-from kernelsmith.search.mutators.launch_values import Unsupported
-from kernelsmith.search.mutators.tunables import discover, relevant
+from kernelsmith.launch.evaluate import LaunchEvaluator
+from kernelsmith.launch.tunables import discover, relevant
+from kernelsmith.launch.values import Unsupported
 
 HEAD = '''import torch
 import triton

@@ -1,4 +1,4 @@
-"""Configs that launch the same (twins.py, launch_eval.py): the static launch signature against what the
+"""Configs that launch the same (twins.py, launch/evaluate.py): the static launch signature against what the
 launcher really launches (kernel launches recorded on CPU tensors), the sweep visiting one point per
 launch, no dedupe where a knob reaches what the code text cannot tell, the params mutator never
 proposing a twin (reproducibly, and the same on resume), and the demo and sampler spaces kept whole."""
@@ -21,14 +21,14 @@ from test_search_params import drive
 from test_search_sweep import fake_gpu  # noqa: F401 - a fixture
 
 from kernelsmith.commands.run import optimize
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 from kernelsmith.search.mutators.space import ConfigSpace
 from kernelsmith.search.sweep import SweepGrid
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -190,7 +190,7 @@ def _clamp_target(tmp_path: Path) -> Path:
     """A targets folder holding `clamp` (scale_rows of the clamp launchers, with its harness)."""
     proj, targets = tmp_path / "proj", tmp_path / "targets"
     (proj / "clamp").mkdir(parents=True, exist_ok=True)
-    (proj / "clamp" / "launchers.py").write_text(CODE)
+    (proj / "clamp" / "launch/finder.py").write_text(CODE)
     (targets / "clamp").mkdir(parents=True, exist_ok=True)
     (targets / "clamp" / "scale_rows.py").write_text((DATA / "clamp_harness.py").read_text())
     (targets / "clamp.yaml").write_text(

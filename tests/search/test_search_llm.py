@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from llm_server import ScriptedLLM
 
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import make_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.edits import format_edit
 from kernelsmith.search.mutators.broker import GRACE_S
 from kernelsmith.search.mutators.llm import MIN_REQUEST_S, LLMMutator, LLMSettings, llm_settings
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

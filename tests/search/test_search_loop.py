@@ -290,8 +290,8 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
     import threading
     import time
 
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.target.task import load_task
 
     started = threading.Event()
 
@@ -331,8 +331,8 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     import threading
     import time
 
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.target.task import load_task
 
     class SlowCompiler(StubCompiler):
         """A precompiler whose every job would take a minute (a huge block on one warp)."""
@@ -365,9 +365,9 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
 def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_gpu):
     """A candidate whose CPU compile runs past --compile-limit is rejected as a timeout without
     reaching a GPU, and the params mutator draws no domain edge from it."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.search.mutators.params import ParamsMutator
-    from kernelsmith.target.task import load_task
 
     class OverLimit(StubCompiler):
         def wait(self, cid, timeout, limit=None):
@@ -676,8 +676,8 @@ def test_a_slow_compile_does_not_hold_back_candidates_already_compiled(tmp_path,
     block on one warp) is evaluated when its build ends, after the ones submitted behind it."""
     import threading
 
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.target.task import load_task
 
     class OneSlowBuild(StubCompiler):
         def __init__(self, slow):

@@ -8,11 +8,11 @@ from pathlib import Path
 from kernelsmith.cli import _uses_llm
 from kernelsmith.commands import bench as bench_cmd
 from kernelsmith.commands import optimize as optimize_cmd
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import make_task
 from kernelsmith.search import mutators
 from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import Mutator
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

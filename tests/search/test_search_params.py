@@ -15,11 +15,11 @@ import torch
 from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
 
 from kernelsmith.commands.run import optimize
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import SearchConfig, slot_rng
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
-from kernelsmith.target.task import load_task
 
 BLOCK = "silu_and_mul:BLOCK"
 BEST_SINGLE = 5.955  # the model's best single config (BLOCK 4096, num_warps 32) over the demo shapes

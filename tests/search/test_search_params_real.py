@@ -14,10 +14,10 @@ import pytest
 import upstreamkit
 from test_search_tunables import _assert_each_render_changes_only_its_constant
 
-from kernelsmith.search.mutators.sizekeys import size_key
+from kernelsmith.harness.model import load_harness
+from kernelsmith.launch.sizekeys import size_key
+from kernelsmith.launch.tunables import discover, label, relevant, render_table
 from kernelsmith.search.mutators.space import ConfigSpace
-from kernelsmith.search.mutators.tunables import discover, label, relevant, render_table
-from kernelsmith.target.harness import load_harness
 
 ROOT = Path(__file__).resolve().parents[2]
 LMDEPLOY = "lmdeploy/lmdeploy/pytorch/kernels/cuda"

@@ -412,8 +412,8 @@ def _wait_for_a_stuck_build(tmp_path, fake_gpu, precompiler, stall_s: float):
     import time
 
     import kernelsmith.search.evaluator as evaluator
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.archive import Archive
-    from kernelsmith.target.task import load_task
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:

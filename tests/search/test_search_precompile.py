@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import make_task
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.precompile import Precompiler
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = """
@@ -87,7 +87,7 @@ def _nice_of_group(pgid: int, module: str) -> list[tuple[int, int]]:
 def test_compile_processes_run_at_a_lower_priority_than_the_gpu_workers(tmp_path):
     """A GPU worker's timing loop must enqueue each call inside its spin; compile processes (and the
     ptxas they start) yield the cores to it."""
-    from kernelsmith.referee.compile_child import COMPILE_NICE
+    from kernelsmith.referee.proc.compile_child import COMPILE_NICE
 
     task = _demo_silu_task(tmp_path)
     pc = Precompiler(task, ("cuda", 90, 32), 1, tmp_path / "work")
@@ -96,7 +96,7 @@ def test_compile_processes_run_at_a_lower_priority_than_the_gpu_workers(tmp_path
         assert pc.futures[7].result(timeout=120)["ok"]
         child = next(iter(pc.running.values()), None) if pc.running else None
         procs = [c.proc for c in pc.children] + ([child[0].proc] if child else [])
-        nice = [n for p in procs for n in _nice_of_group(p.pid, "kernelsmith.referee.compile_child")]
+        nice = [n for p in procs for n in _nice_of_group(p.pid, "kernelsmith.referee.proc.compile_child")]
     finally:
         pc.close()
     assert nice and all(n == min(19, os.nice(0) + COMPILE_NICE) for n, _ in nice)
@@ -206,7 +206,7 @@ POW2_HARNESS = SCALE_HARNESS.replace(
 def test_the_fresh_shapes_the_referee_will_draw_compile_ahead_too(tmp_path, monkeypatch):
     """A new size is a new specialization: the candidate's fresh shapes (run seed + candidate id)
     compile in the precompiler as well, so the referee's fresh-shape check does not compile."""
-    from kernelsmith.referee.correctness import fresh_shapes_for
+    from kernelsmith.referee.checks.correctness import fresh_shapes_for
 
     cache = tmp_path / "triton-cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import make_task
 from kernelsmith.search.prompt import PROMPTS, build_messages, fence, render_prompt
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import make_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

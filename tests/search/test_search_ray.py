@@ -21,10 +21,10 @@ import model_referee  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from kernelsmith.commands.run import optimize  # noqa: E402
+from kernelsmith.onboard.task import load_task  # noqa: E402
 from kernelsmith.search import ray_pool  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
 from kernelsmith.search.loop import SearchConfig  # noqa: E402
-from kernelsmith.target.task import load_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -12,9 +12,9 @@ import pytest
 
 from kernelsmith.cli import main
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.evaluator import Evaluator, WorkerLost
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--targets", str(ROOT / "targets"), "optimize", "demo", "silu_and_mul", "--device", "interpret",

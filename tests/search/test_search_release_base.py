@@ -13,9 +13,9 @@ from upstreamkit import write_wheel
 
 import kernelsmith.referee.backend as backend
 from kernelsmith.commands.run import optimize
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.release import release_checkout
 from kernelsmith.search.loop import SearchConfig
-from kernelsmith.target.config import load_target
-from kernelsmith.target.release import release_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 import kernelsmith.referee.backend as backend
 from kernelsmith.cli import main
 from kernelsmith.errors import ConfigError
+from kernelsmith.onboard import task as task_module
 from kernelsmith.search import resolve
-from kernelsmith.target import task as task_module
 
 ROOT = Path(__file__).resolve().parents[2]
 

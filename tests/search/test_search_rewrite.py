@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelsmith.launch.tunables import discover, relevant, render
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator, variants
 from kernelsmith.search.mutators.rewrites import MARK
@@ -19,8 +21,6 @@ from kernelsmith.search.mutators.rewrites.coarsen import coarsen
 from kernelsmith.search.mutators.rewrites.loads import merge_loads
 from kernelsmith.search.mutators.rewrites.persistent import persistent
 from kernelsmith.search.mutators.rewrites.widen import widen
-from kernelsmith.search.mutators.tunables import discover, relevant, render
-from kernelsmith.target.task import load_task
 
 DATA = Path(__file__).parent / "data" / "rewrite"
 YAML, SRC = DATA / "rewrite.yaml", DATA / "src"

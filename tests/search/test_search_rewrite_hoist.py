@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator, variants
 from kernelsmith.search.mutators.rewrites import MARK
 from kernelsmith.search.mutators.rewrites.analysis import Decline, find_sites
 from kernelsmith.search.mutators.rewrites.hoist import hoist
-from kernelsmith.target.task import load_task
 
 DATA = Path(__file__).parent / "data" / "rewrite"
 ROOT = Path(__file__).resolve().parents[2]

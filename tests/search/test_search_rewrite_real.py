@@ -13,11 +13,11 @@ import pytest
 import torch
 import upstreamkit
 
+from kernelsmith.launch.tunables import discover, relevant
+from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator
-from kernelsmith.search.mutators.tunables import discover, relevant
-from kernelsmith.target.loader import load_operator_module
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 

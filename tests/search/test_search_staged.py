@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from kernelsmith.commands.run import optimize
-from kernelsmith.referee import staging
-from kernelsmith.referee.timing import conclude
+from kernelsmith.referee.timing import staged as staging
+from kernelsmith.referee.timing.ab import conclude
 from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
@@ -113,9 +113,9 @@ def test_fitness_of_a_subset_verdict_is_capped_at_the_base():
 def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
     """The referee caches the search's inputs per run seed: re-measuring a winner on that seed
     would judge it on the inputs it was selected on, so remeasure needs another seed."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
     from kernelsmith.search.loop import FINAL_SEED_OFFSET
-    from kernelsmith.target.task import load_task
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
@@ -134,8 +134,8 @@ def test_a_screened_contender_from_an_older_archive_gets_its_full_measurement_on
     """Archives written before the staged referee call can hold a screened contender killed before
     its full measurement (awaiting_full=1); nothing sets the column today, but a resume of such an
     archive still owes it that measurement, and its referee time adds up."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.target.task import load_task
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
@@ -215,8 +215,8 @@ def test_while_the_best_win_is_fragile_near_ties_are_contenders(tmp_path, fake_g
     its re-measurement as often as not (SGLang fused_rmsnorm: 0.96x at 1 token in the search, 0.93x
     in the finals: no winner). While it is the best, candidates within 1% of it are measured in full,
     so the finals have a near-tie to fall back on; a best that loses no shape keeps the bar at it."""
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import FRAGILE_BAR, Evaluator
-    from kernelsmith.target.task import load_task
 
     seen: list[float | None] = []
 

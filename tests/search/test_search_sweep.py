@@ -15,11 +15,11 @@ import torch
 
 from kernelsmith.cli import main
 from kernelsmith.commands.run import optimize
+from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs
 from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.sweep import SweepGrid
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = [1 << k for k in range(4, 15)]  # the demo silu_and_mul's BLOCK domain: 16 .. 16384

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import torch
 
+from kernelsmith.launch.tunables import discover, label, relevant, render, render_table
+from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
-from kernelsmith.search.mutators.tunables import discover, label, relevant, render, render_table
-from kernelsmith.target.loader import load_operator_module
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "examples" / "miniserve" / "miniserve" / "kernels"

@@ -35,7 +35,7 @@ def imported(folder: Path) -> list[str]:
 
 
 def _task():
-    from kernelsmith.target.task import load_task
+    from kernelsmith.onboard.task import load_task
 
     return load_task(str(ROOT / "targets" / "demo.yaml"), "rms_norm", checkout=str(MINISERVE))
 
@@ -53,13 +53,14 @@ def test_referee_workers_ignore_modules_planted_in_their_work_folder(tmp_path, z
 
 
 def test_a_compile_child_ignores_modules_planted_in_its_folder(tmp_path):
-    from kernelsmith.referee.child import kill_group, spawn
-    from kernelsmith.referee.warm import worker_env
+    from kernelsmith.referee.proc.child import kill_group, spawn
+    from kernelsmith.referee.proc.warm import worker_env
 
     work = plant(tmp_path / "work")
     spec = {"target": ["cuda", 90, 32], "harness": str(ROOT / "targets" / "demo" / "rms_norm.py"),
             "device": None, "workdir": str(work)}  # as search/precompile.py starts it
-    proc = spawn("kernelsmith.referee.compile_child", [json.dumps(spec)], worker_env("interpret", None), work,
+    proc = spawn("kernelsmith.referee.proc.compile_child", [json.dumps(spec)],
+                 worker_env("interpret", None), work,
                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         ready = proc.stdout.readline()  # it answers once torch, Triton and the harness are loaded
@@ -74,7 +75,7 @@ def test_a_compile_child_ignores_modules_planted_in_its_folder(tmp_path):
 
 
 def test_the_harness_child_ignores_modules_planted_in_its_folder(tmp_path):
-    from kernelsmith.harnessbox import run_child
+    from kernelsmith.harness.box import run_child
 
     checkout = tmp_path / "checkout"
     shutil.copytree(MINISERVE, checkout, ignore=shutil.ignore_patterns("__pycache__"))

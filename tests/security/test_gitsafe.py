@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 from kernelsmith import gitsafe
+from kernelsmith.onboard.checkout import git_dir_for, head_sha
 from kernelsmith.paths import cache_dir
-from kernelsmith.target.checkout import git_dir_for, head_sha
 
 
 def _repo(tmp_path: Path) -> Path:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 MINISERVE = ROOT / "examples" / "miniserve"

@@ -19,8 +19,8 @@ HOLD = {  # 1.5 GiB, held (module-level list), through Python's allocator and th
 
 @pytest.mark.parametrize("how", sorted(HOLD))
 def test_a_candidate_over_the_cap_is_out_of_memory(tmp_path, monkeypatch, how):
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee
-    from kernelsmith.target.task import load_task
 
     monkeypatch.setenv(limits.MEMORY_ENV, "1G")
     base = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text()

@@ -7,8 +7,8 @@ too. The next candidates are written and judged; the file the links point at is 
 
 from referee_helpers import DEMO_YAML, MINISERVE
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 PLANT = '''
 import os as _os

@@ -8,8 +8,8 @@ runner, so the wrong kernel is judged on its own outputs.
 
 from referee_helpers import DEMO_YAML, MINISERVE
 
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.task import load_task
 
 # Registered at import as a finalizer of this module object: it strikes when the runner lets go
 # of the module (the next candidate's load, before that load's snapshot of the referee's classes).
@@ -17,7 +17,7 @@ from kernelsmith.target.task import load_task
 _PATCH = """
 import sys, weakref
 def strike():
-    cls = sys.modules["kernelsmith.referee.runner"].RunnerSession
+    cls = sys.modules["kernelsmith.referee.proc.runner"].RunnerSession
     original = cls.named
     def named(self, name, _original=original):
         return _original(self, "base" if name == "cand" else name)

@@ -189,8 +189,8 @@ _knock()
 
 
 def test_a_candidate_cannot_reach_a_listener_outside(tmp_path, listeners, monkeypatch):
+    from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee
-    from kernelsmith.target.task import load_task
 
     monkeypatch.setenv("KS_SOCKETS", os.pathsep.join(listeners.streams.values()))
     base = (MINISERVE / "miniserve" / "kernels" / "rms_norm.py").read_text()

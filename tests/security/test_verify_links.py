@@ -9,8 +9,8 @@ from hostile_demo import OP_FILE, ROOT, demo_target, make_run, needs_sandbox, py
 
 from kernelsmith import safefs
 from kernelsmith.cli import main
-from kernelsmith.target.checkout import prepare_checkout
-from kernelsmith.target.config import load_target
+from kernelsmith.onboard.checkout import prepare_checkout
+from kernelsmith.onboard.config import load_target
 
 WINNER_MARK = "# kernelsmith-winner-under-test"
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 import upstreamkit
 
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
-from kernelsmith.target.config import load_target
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.task import load_task
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 YAML = TARGETS / "lmdeploy.yaml"
@@ -117,7 +117,7 @@ def test_without_inplace_the_base_leaves_poison_and_the_message_says_inplace(ref
 
 
 def test_params_knobs_are_launch_options_not_the_grids_block_count():
-    from kernelsmith.search.mutators.tunables import discover, label, relevant
+    from kernelsmith.launch.tunables import discover, label, relevant
 
     op = load_target(YAML).operator("fill_kv_cache")
     code = (_checkout() / op.file).read_text()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.harness.static import check_harness_static, module_names
 from kernelsmith.pysource import parse
-from kernelsmith.target.harness_static import check_harness_static, module_names
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = (ROOT / "targets" / "demo" / "rms_norm.py").read_text()

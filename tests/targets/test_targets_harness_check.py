@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import upstreamkit
 
-from kernelsmith.harnesscheck import check_harness
-from kernelsmith.target.config import load_target
-from kernelsmith.target.task import load_task
+from kernelsmith.harness.check import check_harness
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.task import load_task
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 MINISERVE = TARGETS.parent / "examples" / "miniserve"

@@ -12,11 +12,11 @@ import pytest
 import torch
 import upstreamkit
 
+from kernelsmith.harness.model import load_harness
 from kernelsmith.lightimport import reexports
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.loader import load_operator_module, package_name_for
 from kernelsmith.referee.backend.interpret import accept_list_grids
-from kernelsmith.target.config import load_target
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.loader import load_operator_module, package_name_for
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 YAMLS = {"lmdeploy": TARGETS / "lmdeploy.yaml", "sglang": TARGETS / "sglang.yaml"}

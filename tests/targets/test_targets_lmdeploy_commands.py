@@ -19,7 +19,7 @@ import pytest
 import torch
 import upstreamkit
 
-from kernelsmith.target.config import load_target
+from kernelsmith.onboard.config import load_target
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = load_target(REPO / "targets" / "lmdeploy.yaml")

@@ -17,10 +17,10 @@ import triton
 import triton.language as tl
 import upstreamkit
 
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.referee.backend.interpret import accept_list_grids
-from kernelsmith.target.config import load_target
-from kernelsmith.target.harness import load_harness
-from kernelsmith.target.loader import load_operator_module
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = load_target(REPO / "targets" / "lmdeploy.yaml")

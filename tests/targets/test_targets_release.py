@@ -1,4 +1,4 @@
-"""Checkouts from a released package (kernelsmith/target/release.py, `kernelsmith checkout --from-package`).
+"""Checkouts from a released package (kernelsmith/onboard/release.py, `kernelsmith checkout --from-package`).
 
 Built from small wheels the tests write (fixed zip dates, so the wheel's bytes and the checkout's
 commit id are the same everywhere); one test goes through pip with a local find-links folder.
@@ -18,16 +18,16 @@ from upstreamkit import write_wheel
 
 from kernelsmith.cli import main
 from kernelsmith.errors import ConfigError, KernelsmithError
-from kernelsmith.target.config import load_target
-from kernelsmith.target.loader import load_operator_module
-from kernelsmith.target.release import (
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.onboard.release import (
     MARKER,
     base_release,
     cached_checkout,
     download_wheel,
     release_checkout,
 )
-from kernelsmith.target.task import load_task
+from kernelsmith.onboard.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = "raise RuntimeError('a package __init__ ran')\n"

@@ -12,9 +12,9 @@ import shlex
 from targets_fixtures import git, make_run, make_target, write
 
 from kernelsmith.cli import build_parser, main
+from kernelsmith.onboard.config import resolve_target
 from kernelsmith.paths import cache_dir
 from kernelsmith.reproduce import target_arg
-from kernelsmith.target.config import resolve_target
 
 
 def _backticked(text: str, start: str) -> list[str]:

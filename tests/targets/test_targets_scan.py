@@ -9,10 +9,10 @@ from targets_fixtures import git, make_target, write
 
 from kernelsmith.cli import main
 from kernelsmith.errors import ConfigError, KernelsmithError
-from kernelsmith.target.checkout import Checkout, prepare_checkout, tree_hash
-from kernelsmith.target.config import load_target
-from kernelsmith.target.scan import scan_target, with_repo_operators
-from kernelsmith.target.state import (
+from kernelsmith.onboard.checkout import Checkout, prepare_checkout, tree_hash
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.scan import scan_target, with_repo_operators
+from kernelsmith.onboard.state import (
     load_state,
     normalize_state,
     record_pr,

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from kernelsmith.target.checkout import prepare_checkout
-from kernelsmith.target.config import load_target
-from kernelsmith.target.scan import reachable_functions, scan_target
-from kernelsmith.target.state import empty_state
+from kernelsmith.onboard.checkout import prepare_checkout
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.scan import reachable_functions, scan_target
+from kernelsmith.onboard.state import empty_state
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ import pytest
 from targets_fixtures import OPS, git, make_run, make_target, write
 
 from kernelsmith.cli import main
-from kernelsmith.target.checkout import prepare_checkout, tree_hash
-from kernelsmith.target.config import load_target
-from kernelsmith.target.state import entry, load_state
+from kernelsmith.onboard.checkout import prepare_checkout, tree_hash
+from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.state import entry, load_state
 from kernelsmith.verify import parse_pytest_counts, render_section, replace_section, why_not_runnable
 
 FASTER = OPS.replace("return [x * k for x in xs]", "return list(map(k.__mul__, xs))")

@@ -12,7 +12,7 @@ from hostile_demo import demo_target  # noqa: E402
 
 from kernelsmith.cli import main  # noqa: E402
 from kernelsmith.errors import KernelsmithError  # noqa: E402
-from kernelsmith.target.checkout import head_sha  # noqa: E402
+from kernelsmith.onboard.checkout import head_sha  # noqa: E402
 from kernelsmith.verify import preflight  # noqa: E402
 
 

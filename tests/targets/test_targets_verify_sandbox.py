@@ -7,8 +7,8 @@ import os
 from targets_fixtures import OPS, make_run, make_target
 
 from kernelsmith.cli import main
-from kernelsmith.target.checkout import prepare_checkout
-from kernelsmith.target.config import load_target
+from kernelsmith.onboard.checkout import prepare_checkout
+from kernelsmith.onboard.config import load_target
 
 FASTER = OPS.replace("return [x * k for x in xs]", "return list(map(k.__mul__, xs))")
 SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-verifyfake0123456789ab", "GITHUB_TOKEN": "ghs_" + "v" * 36}

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 _BROKERS: dict[tuple, Broker] = {}
 _DEFAULT: list[Broker] = []
@@ -70,12 +69,11 @@ class Broker:
     by one reader thread."""
 
     def __init__(self, base_url: str | None, api_key: str | None):
-        from kernelsmith.pycmd import module_argv, python_path
+        from kernelsmith.pycmd import PACKAGE_PARENT, module_argv, python_path
         from kernelsmith.sandbox import scrubbed_env
 
         env = scrubbed_env()
-        pkg_parent = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = python_path(pkg_parent, env.get("PYTHONPATH"))
+        env["PYTHONPATH"] = python_path(PACKAGE_PARENT, env.get("PYTHONPATH"))
         # PR_SET_PDEATHSIG fires when the thread that started the child ends: only the main
         # thread's end is the process's (a lazy start in a proposal thread relies on the watch).
         main = "1" if threading.current_thread() is threading.main_thread() else "0"

@@ -49,7 +49,7 @@ def _from_env(env: dict) -> LLMSettings:
         from pathlib import Path
 
         from kernelsmith.errors import ConfigError
-        from kernelsmith.target.config import read_yaml
+        from kernelsmith.onboard.config import read_yaml
 
         data = read_yaml(Path(path))
         for key, value in data.items():

@@ -29,15 +29,15 @@ import math
 import random
 from statistics import fmean
 
+from kernelsmith.launch.buckets import buckets
+from kernelsmith.launch.tunables import discover, relevant, render, sources_of, values_of
 from kernelsmith.search.archive import code_hash
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import format_edits, make_edits
 from kernelsmith.search.mutators import Proposal
-from kernelsmith.search.mutators.buckets import buckets
 from kernelsmith.search.mutators.nearby import coordinates, distance
 from kernelsmith.search.mutators.space import SPACE_MUTATORS, ConfigSpace, shape_sizes
 from kernelsmith.search.mutators.studies import Observation, Study, load_optuna
-from kernelsmith.search.mutators.tunables import discover, relevant, render, sources_of, values_of
 
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 

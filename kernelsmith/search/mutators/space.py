@@ -13,15 +13,9 @@ import math
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from kernelsmith.referee.verdict import subset_geomean
-from kernelsmith.search.archive import code_hash
-from kernelsmith.search.candidate import RENDERED_MUTATORS, Candidate
-from kernelsmith.search.edits import format_edits, make_edits
-from kernelsmith.search.evidence import SLOWEST_SHAPE, fragile
-from kernelsmith.search.mutators import Proposal
-from kernelsmith.search.mutators.buckets import buckets, cells, lookup
-from kernelsmith.search.mutators.sizekeys import SizeKey, grid_key, resolve, size_key
-from kernelsmith.search.mutators.tunables import (
+from kernelsmith.launch.buckets import buckets, cells, lookup
+from kernelsmith.launch.sizekeys import SizeKey, grid_key, resolve, size_key
+from kernelsmith.launch.tunables import (
     MAX_NUMEL,
     entry_knobs,
     has_loops,
@@ -31,7 +25,13 @@ from kernelsmith.search.mutators.tunables import (
     sources_of,
     values_of,
 )
-from kernelsmith.search.mutators.twins import LaunchTwins
+from kernelsmith.launch.twins import LaunchTwins
+from kernelsmith.referee.verdict import subset_geomean
+from kernelsmith.search.archive import code_hash
+from kernelsmith.search.candidate import RENDERED_MUTATORS, Candidate
+from kernelsmith.search.edits import format_edits, make_edits
+from kernelsmith.search.evidence import SLOWEST_SHAPE, fragile
+from kernelsmith.search.mutators import Proposal
 
 TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
 # Tables per run whose second-level split rests on rows whose CIs overlap (screens have wide ones):
@@ -49,7 +49,7 @@ EDGE_EVIDENCE = 2  # failures at or beyond a value (with no success there) that 
 def shape_sizes(harness, shapes: list[dict]) -> list[int] | None:
     """The largest tensor input's element count per shape, from fake or meta tensors (no memory)."""
     try:
-        from kernelsmith.target.facts import fake_mode_for
+        from kernelsmith.harness.facts import fake_mode_for
 
         sizes = []
         with fake_mode_for(harness):

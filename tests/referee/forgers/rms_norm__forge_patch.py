@@ -51,7 +51,7 @@ def _answer_channel():
 def _swallow_next_answer():
     """Make the worker drop its own next answer (so the forged one is the only one)."""
     for name, mod in list(sys.modules.items()):
-        if name.endswith("referee.worker") and hasattr(mod, "_answer"):
+        if name.endswith("referee.proc.worker") and hasattr(mod, "_answer"):
             real = mod._answer
 
             def once(fd, payload, _real=real, _mod=mod):
@@ -73,7 +73,7 @@ def _write_everywhere(data):
 
 def _patch():
     for name, mod in list(sys.modules.items()):
-        if name.endswith("referee.worker") and hasattr(mod, "_answer"):
+        if name.endswith("referee.proc.worker") and hasattr(mod, "_answer"):
             real = mod._answer
 
             def forge(fd, payload, _real=real):
@@ -81,14 +81,14 @@ def _patch():
                     payload = {**payload, "verdict": dict(_FORGED)}
                 _real(fd, payload)
             mod._answer = forge
-        if name.endswith("referee.correctness") and hasattr(mod, "compare"):
+        if name.endswith("referee.checks.correctness") and hasattr(mod, "compare"):
             orig = mod.compare
             mod.compare = lambda out, expected, tol, nm, like=None, _o=orig: _o(expected, expected, tol, nm)
-        if name.endswith("referee.snapshot") and hasattr(mod, "Snapshot"):
+        if name.endswith("referee.checks.snapshot") and hasattr(mod, "Snapshot"):
             mod.Snapshot.changes = lambda self: []
-        if name.endswith("referee.runner") and hasattr(mod, "RunnerSession"):
+        if name.endswith("referee.proc.runner") and hasattr(mod, "RunnerSession"):
             mod.RunnerSession.integrity = lambda self, msg: []
-        if name.endswith("referee.timing") and hasattr(mod, "time_loop"):
+        if name.endswith("referee.timing.ab") and hasattr(mod, "time_loop"):
             def fast(*a, **k):
                 return {"base": [1.0] * 30, "cand": [0.01] * 30, "aa": [1.0] * 30, "aa_ratio": 1.0,
                         "noisy": False, "reps": 30, "attempts": 1, "probe": [[1.0] * 3, [0.01] * 3]}

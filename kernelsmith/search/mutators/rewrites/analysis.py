@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kernelsmith.launch.finder import jit_functions, line_offsets
 from kernelsmith.pysource import parse, reachable
-from kernelsmith.search.mutators.launchers import jit_functions, line_offsets
 
 PID_CALLS = ("program_id", "num_programs")
 

@@ -1,0 +1,141 @@
+"""`kernelsmith harness new`: a harness skeleton written from the entry function's signature.
+
+The signature is read from the syntax tree (no target code runs). Tensor arguments get shape
+fields named after them; floats, ints, bools, strings become constants, ints that size something
+shape fields, enum defaults stay the entry's (harness/args.py); `make_inputs` is seeded; `reference`
+raises NotImplementedError with a TODO that `harness check` reports as "reference not written".
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from kernelsmith.errors import ConfigError
+from kernelsmith.harness.args import classify
+from kernelsmith.pysource import parse
+
+
+def entry_arguments(source: str, entry: str, where: str) -> list[tuple[str, str | None, str | None]]:
+    """(name, annotation, default) for each argument of the top-level function `entry`."""
+    return _arguments(entry_function(source, entry, where))
+
+
+def entry_function(source: str, entry: str, where: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The top-level function `entry` of `source` (ConfigError naming `where` when absent)."""
+    try:
+        tree = parse(source)
+    except SyntaxError as e:
+        raise ConfigError(where, f"does not parse: {e.msg} (line {e.lineno})") from None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            return node
+    raise ConfigError(where, f"no top-level function {entry!r}", "entry")
+
+
+def _arguments(node) -> list[tuple[str, str | None, str | None]]:
+    args = node.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults, strict=True))
+    pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
+    return [(a.arg, ast.unparse(a.annotation) if a.annotation is not None else None,
+             ast.unparse(d) if d is not None else None) for a, d in pairs if a.arg != "self"]
+
+
+def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
+             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> str:
+    """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
+    body say which arguments are tensors and which strings it compares with."""
+    kinds = classify(fn if fn is not None else parse("def f(): pass").body[0], args)
+    tensors = [a.name for a in kinds if a.kind == "tensor"]
+    sizes = [a for a in kinds if a.kind == "size"]
+    gpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 4096), ("cols", 4096))}
+    cpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 3), ("cols", 64))}
+    gpu.update({a.name: int(a.gpu) for a in sizes})
+    cpu.update({a.name: int(a.value) for a in sizes})
+    first = tensors[0] if tensors else None
+    lines = [
+        f'"""Harness for {repo}\'s {entry}({", ".join(a for a, _, _ in args)}) in {file}.',
+        "",
+        "Written by `kernelsmith harness new`: every TODO is yours. Then run `kernelsmith harness check`.",
+        '"""',
+        "",
+        "import torch",
+        "",
+        "# GPU shapes: the fields size the inputs in make_inputs (TODO: real sizes, several cases).",
+        f"SHAPES = [{_dict_text({**gpu, 'dtype': 'bfloat16'})}]",
+        "# Interpreter shapes (CPU): tiny, float16/float32 only (the interpreter's bf16 math is wrong).",
+        f"CPU_SHAPES = [{_dict_text({**cpu, 'dtype': 'float16'})},\n"
+        f"              {_dict_text({**cpu, 'dtype': 'float32'})}]",
+        "# None: the entry returns its output(s). Else the names of inputs it writes, e.g. [\"out\"];",
+        "# an output it fills only partly (a cache written at some slots) also goes in INPLACE.",
+        "OUTPUTS = None",
+        "INPLACE = []",
+        f"VARY = {{{_q(first + '_rows')}: [1, 7, 333]}}" if first else "VARY = {}  # TODO: sizes that vary",
+        "",
+        "",
+        "def make_inputs(shape: dict, device: str, seed: int) -> dict:",
+        f'    """Keyword arguments for {entry} (TODO: the shapes and value ranges each argument needs)."""',
+        "    g = torch.Generator(device=device).manual_seed(seed)",
+        '    dtype = getattr(torch, shape["dtype"])',
+    ]
+    for t in tensors:
+        lines.append(f'    {t} = torch.randn(shape["{t}_rows"], shape["{t}_cols"], generator=g, '
+                     "device=device).to(dtype)")
+    for a in kinds:
+        if a.kind == "default":
+            lines.append(f"    # {a.name}: {a.why} (add it below to test another value)")
+    lines.append("    return {")
+    for a in kinds:
+        if a.kind == "tensor":
+            lines.append(f'        "{a.name}": {a.name},')
+        elif a.kind == "size":
+            lines.append(f'        "{a.name}": shape["{a.name}"],  # {a.why}')
+        elif a.kind != "default":
+            lines.append(f'        "{a.name}": {a.value},  # {a.why}')
+    lines.append("    }")
+    # Arguments left at the entry's default come last, as keywords with a default of their own.
+    params = ", ".join([a.name for a in kinds if a.kind != "default"]
+                       + (["*"] if any(a.kind == "default" for a in kinds) else [])
+                       + [f"{a.name}=None" for a in kinds if a.kind == "default"])
+    lines += [
+        "",
+        "",
+        f"def reference({params}):",
+        '    """The expected output(s), computed independently of the kernel (float32 is fine: values',
+        "    are compared after a cast; the output's dtype and shape are the base's).\"\"\"",
+        '    raise NotImplementedError("TODO: write the reference")',
+        "",
+        "",
+        "def bytes_moved(shape: dict) -> int:",
+        '    """The fewest bytes the op must move (TODO: add the outputs it writes)."""',
+        '    size = torch.finfo(getattr(torch, shape["dtype"])).bits // 8',
+        "    return size * (" + (" + ".join(f'shape["{t}_rows"] * shape["{t}_cols"]' for t in tensors) or "1")
+        + ")",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _q(text: str) -> str:
+    return f'"{text}"'
+
+
+def _dict_text(d: dict) -> str:
+    return "{" + ", ".join(f"{_q(k)}: {_q(v) if isinstance(v, str) else v}" for k, v in d.items()) + "}"
+
+
+def write_skeleton(target, op_name: str, root: Path) -> Path:
+    """Write the skeleton to the path the operator's yaml entry names; never overwrite a file."""
+    op = target.operator(op_name)
+    path = Path(op.harness)
+    if path.exists():
+        raise ConfigError(path, f"already exists: `harness new` never overwrites a harness ({op_name})")
+    source = Path(root) / op.file
+    if not source.is_file():
+        raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op_name}.file")
+    fn = entry_function(source.read_text(errors="replace"), op.entry, str(source))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn), fn))
+    return path

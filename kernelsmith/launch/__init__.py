@@ -1,0 +1,2 @@
+"""The launch-space model: where an operator file's launch choices live, what they launch, and the
+code rendered from chosen values."""

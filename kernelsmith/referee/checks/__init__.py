@@ -1,0 +1,2 @@
+"""What the referee checks of a candidate: correctness trials, integrity, static checks, and why a
+base failed."""

@@ -1,0 +1,72 @@
+"""Trial helpers of the worker's correctness checks: seed-dependent sizes and fresh outputs."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kernelsmith.referee.checks import correctness as C
+
+
+def in_arena(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> tuple[int, dict]:
+    """(draw taken: 0 for `inputs`, else k, its inputs moved into the previous trial's storage
+    `arena` where shapes allow).
+
+    Same storage, new values: a result cached by address shows up as stale output. Sizes may
+    follow the seed (a paged cache whose block count follows random lengths): redraws
+    (`redraw(k)`, up to `tries`, within `budget_s`) look for inputs that fit the arena whole;
+    failing that, only the tensors whose shape, dtype and strides match are moved.
+    """
+    def fitting(cand):
+        return {n: b for n, b in arena.items() if isinstance(cand.get(n), torch.Tensor)
+                and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
+
+    fits, taken = fitting(inputs), 0
+    start = time.monotonic()
+    for k in range(1, tries):
+        if len(fits) == len(arena) or time.monotonic() - start > budget_s:
+            break
+        other = redraw(k)
+        if len(fitting(other)) > len(fits):
+            inputs, fits, taken = other, fitting(other), k
+    for name, buf in fits.items():
+        buf.copy_(inputs[name])
+    return taken, {**inputs, **fits}
+
+
+class FreshOutputs:
+    """Outputs must be fresh per call (`reused_output`).
+
+    Keeps the last call's returned outputs alive, as a caller keeps a result, so an honest
+    allocator cannot hand their storage out again; an output sharing storage with them, or with a
+    tensor the function's module keeps in its globals, is a finding. It is reported after the
+    correctness checks, so a pointer cache is still named `cached_result`.
+    """
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget held outputs and findings (at the start and end of an evaluation)."""
+        self.fn, self.held, self.finding = None, [], None
+
+    def note(self, fn, outs: tuple, inputs: dict) -> None:
+        """Check one call's returned outputs of `fn` on `inputs`, then hold them."""
+        if fn is not self.fn:
+            self.fn, self.held = fn, []
+        mine = {t.untyped_storage().data_ptr() for t in C.tensors_of(inputs).values()}
+        earlier = {t.untyped_storage().data_ptr() for t in self.held}
+        kept = C.kept_storages(getattr(fn, "__globals__", None))
+        for i, o in enumerate(outs):
+            if type(o) is not torch.Tensor or o.numel() == 0:
+                continue
+            ptr = o.untyped_storage().data_ptr()
+            if ptr in mine:
+                continue  # the caller's own buffer, handed back (an `out=` argument)
+            if (ptr in earlier or ptr in kept) and self.finding is None:
+                whose = ("an earlier call's output" if ptr in earlier
+                         else "a tensor its module keeps between calls")
+                self.finding = (f"output {i} shares storage with {whose}: outputs must be fresh per call "
+                                "(a caller keeping an earlier result would see it change)")
+        self.held = [o for o in outs if type(o) is torch.Tensor]

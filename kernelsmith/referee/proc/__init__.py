@@ -1,0 +1,1 @@
+"""The referee's processes and their links: worker (judge), runner, oracle, zygote, compile child."""

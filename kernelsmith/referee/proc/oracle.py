@@ -1,0 +1,175 @@
+"""The oracle: the referee worker's process for target-repository code (the harness and the base).
+
+A child of the judge, forked beside the runner before the judge touches a device, in the same
+sandbox and a user namespace of its own, keeping no descriptor but its channel and the log. It
+loads the harness and the operator's base file, which the judge never imports, and serves through
+channel.py what the judge used to compute in its own process: the harness's facts as plain data,
+`make_inputs`, the reference, calls of the base, and the judge's own timing of the base (check (b)
+of timing/claims.py). It never loads candidate code and holds no answer channel; the judge decodes
+its replies as hostile (oracle_link.py), so a hostile harness can misreport about itself, never
+reach the judge's comparisons or verdict fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.referee.backend import get_backend, standins
+from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.proc.channel import Channel
+from kernelsmith.referee.proc.compile_cache import CompileCaches
+from kernelsmith.referee.proc.link_errors import PeerGone
+from kernelsmith.referee.timing.claims import time_base
+
+
+class OracleSession:
+    """The oracle's state: the harness, the base and the base's private Triton cache."""
+
+    def __init__(self, spec: dict):
+        self.device = spec["device"]
+        self.backend = get_backend(self.device)
+        self.backend.init_context()
+        self.dev = self.backend.device
+        # The judge made this folder, empty; the base compiles only here (compile_cache.py).
+        self.caches = CompileCaches(Path(spec["base_cache"]))
+        seed = spec.get("base_cache_seed") or {}
+        self.seeded = self.caches.seed({k: base64.b64decode(v) for k, v in seed.items()})
+        root, file, entry = Path(spec["root"]), spec["file"], spec["entry"]
+        stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
+        self.harness = load_harness(spec["harness"])
+        with self.caches.base():
+            self.base_mod = load_operator_module(root, file, tag="base", stubs=stubs)
+        # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
+        bind = self.harness.bind
+        self.base_fn = bind(self.base_mod) if bind is not None else getattr(self.base_mod, entry, None)
+        if not callable(self.base_fn):
+            raise RuntimeError(f"{file} defines no function {entry!r}")
+
+    def sizes(self, shape: dict) -> dict:
+        """The harness's bytes_moved and flops of one shape (None where it has no such function)."""
+        h = self.harness
+        return {"shape": shape, "bytes_moved": int(h.bytes_moved(shape)) if h.bytes_moved else None,
+                "flops": int(h.flops(shape)) if h.flops else None}
+
+    def facts(self) -> dict:
+        """The harness as plain data (oracle_link.harness_from_facts checks every field)."""
+        h = self.harness
+        return {"shapes": h.shapes, "cpu_shapes": h.cpu_shapes, "outputs": h.outputs, "inplace": h.inplace,
+                "tolerance": h.tolerance, "vary": h.vary, "nondeterministic": h.nondeterministic,
+                "library_base": h.library_base, "bytes_moved": h.bytes_moved is not None,
+                "flops": h.flops is not None,
+                "sizes": [self.sizes(s) for s in h.shapes_for(self.device)]}
+
+    def call(self, inputs: dict, dirty: float, sizes: list[int]) -> tuple:
+        """One call of the base with poisoned write-only outputs (as the judge's Session did)."""
+        h = self.harness
+        for name in [n for n in (h.outputs or []) if n not in h.inplace]:
+            C.poison(inputs[name])
+        C.dirty_allocator(self.dev, dirty, sizes)
+        self.backend.synchronize()
+        with self.caches.base():
+            ret = self.base_fn(**inputs)
+            self.backend.synchronize()
+        return C.as_tuple(ret) if h.outputs is None else tuple(inputs[n] for n in h.outputs)
+
+    def release(self) -> None:
+        """Give freed device memory back: what the oracle made now lives in the judge's cache, and
+        its own caching allocator would otherwise hold as much again on the device."""
+        if self.dev is not None and str(self.dev).startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def time_base(self, originals: list[dict], seed: int) -> dict:
+        """Check (b)'s own base time on copies of `originals` (the judge has stopped the runner)."""
+        before = self.backend.late_reps()
+        ms, host_ms = time_base(self.backend, self.base_fn, self.harness.inplace, originals, seed,
+                                self.caches.base)
+        return {"ms": ms, "host_ms": host_ms, "late": self.backend.late_since(before)}
+
+
+def serve(chan: Channel, own_userns: bool = False) -> int:
+    """Answer the judge's requests until it says exit or goes away."""
+    session: OracleSession | None = None
+    while True:
+        try:
+            msg, values = chan.recv()
+        except PeerGone:
+            return 0
+        except Exception as e:  # noqa: BLE001 - e.g. a shared region this process cannot map
+            chan.send({"ok": False, "error": f"cannot read the request: {type(e).__name__}: {e}"[:2000]})
+            continue
+        op = msg.get("op")
+        reply, out = {"ok": True}, None
+        try:
+            if op == "exit":
+                return 0
+            if op == "init":
+                session = OracleSession(msg["spec"])
+                chan.device = session.dev
+                reply.update(facts=session.facts(), seeded=session.seeded, own_userns=own_userns)
+            elif op == "calibrate":
+                session.backend.calibrate([], msg.get("calibration"))
+            elif op == "inputs":
+                out = session.harness.make_inputs(msg["shape"], session.dev, int(msg["seed"]))
+            elif op == "reference":
+                out = C.as_tuple(session.harness.reference(**values))
+            elif op == "base":
+                out = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
+            elif op == "time_base":
+                reply.update(session.time_base(values, int(msg["seed"])))
+            elif op == "sizes":
+                reply.update(session.sizes(msg["shape"]))
+            elif op == "stand_ins":
+                reply["stand_ins"] = sorted(standins.USED)
+            elif op == "echo":  # the judge's probe of the shared regions
+                out = values
+            elif op == "regions_off":
+                chan.peer_regions = None
+            else:
+                reply = {"ok": False, "error": f"unknown request {op!r}"}
+        except BaseException:  # noqa: BLE001 - harness or base code failed: the judge decides what it means
+            reply, out = {"ok": False, "error": traceback.format_exc()[-6000:]}, None
+        try:
+            chan.send(reply, out)
+        except Exception as e:  # noqa: BLE001 - a value that cannot travel (an arbitrary object, ...)
+            why = f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"
+            chan.send({"ok": False, "error": why[:2000]})
+        values = out = None
+        if session is not None and op in ("inputs", "reference", "base", "time_base"):
+            session.release()
+
+
+def start(sock, log_fds: tuple[int, int]) -> None:
+    """In the forked child: keep only the channel and the log, drop into a user namespace of its own
+    where one can be made (as the runner does: runner.start), then serve. Never returns."""
+    from kernelsmith.referee.proc.runner import _open_fds, _own_user_namespace
+
+    code = 70
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(log_fds[0], 1)
+        os.dup2(log_fds[1], 2)
+        for fd in _open_fds():
+            if fd > 2 and fd != sock.fileno():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        own = _own_user_namespace()
+        code = serve(Channel(sock, "cpu", trusted_peer=True), own)
+    except BaseException:  # noqa: BLE001 - report, then leave without the judge's cleanup
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -1,0 +1,161 @@
+"""Target yaml and harness loading: every mistake is one clear error naming file and field."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.errors import ConfigError
+from kernelsmith.harness.model import load_harness
+from kernelsmith.onboard.config import load_target, merge_repo_operators, resolve_target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+GOOD = """
+repo: owner/name
+operators:
+  - name: op
+    file: pkg/op.py
+    entry: op
+    harness: h.py
+"""
+
+
+def test_demo_target_loads():
+    t = load_target(ROOT / "targets" / "demo.yaml")
+    assert t.repo == "kernelsmith/demo" and t.name == "demo"
+    assert [o.name for o in t.operators] == ["rms_norm", "silu_and_mul"]
+    assert t.operator("rms_norm").harness == (ROOT / "targets/demo/rms_norm.py").resolve()
+    assert Path(t.resolved_clone_url()) == (ROOT / "examples/miniserve").resolve()
+
+
+def test_defaults(tmp_path):
+    t = load_target(_write(tmp_path, GOOD))
+    assert t.base == "main" and t.max_open_prs == 5 and t.operators[0].min_speedup == 1.05
+
+
+@pytest.mark.parametrize("text,field", [
+    ("operators: []\n", "repo"),
+    ("repo: noslash\n", "repo"),
+    ("repo: a/b\nlabels: performance\n", "labels"),
+    ("repo: a/b\nbogus: 1\n", "bogus"),
+    ("repo: a/b\noperators: {x: 1}\n", "operators"),
+])
+def test_bad_yaml_names_field(tmp_path, text, field):
+    p = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_target(p)
+    assert e.value.field == field
+    assert str(p) in str(e.value)
+
+
+# One operator the loader cannot take no longer takes the file down (issue 41, item 4): the file
+# loads, and the operator's error, naming file and field, comes when it is named.
+@pytest.mark.parametrize("items,field", [
+    (["{name: x, file: f.py, entry: e}"], "operators[0].harness"),
+    (["{name: x, entry: e, harness: h.py}"], "operators[0].file"),
+    (["{name: x, file: f.py, entry: 'not ok', harness: h.py}"], "operators[0].entry"),
+    (["{name: x, file: ../f.py, entry: e, harness: h.py}"], "operators[0].file"),
+    (["{name: x, file: f.py, entry: e, harness: h.py, min_speedup: fast}"], "operators[0].min_speedup"),
+    (["{name: x, file: f.py, entry: e, harness: h.py}", "{name: x, file: g.py, entry: e, harness: h.py}"],
+     "operators[1].name"),
+    (["{name: x, file: f.py, entry: e, harness: h.py, bogus: 1}"], "operators[0].bogus"),
+])
+def test_a_bad_operator_is_an_error_when_named_and_the_others_load(tmp_path, items, field):
+    p = _write(tmp_path, "repo: a/b\noperators:\n" + "".join(f" - {i}\n" for i in items))
+    t = load_target(p)
+    assert t.operators == [] and set(t.broken) == {"x"}
+    with pytest.raises(ConfigError) as e:
+        t.operator("x")
+    assert e.value.field == field and str(p) in str(e.value)
+    # Beside a good operator (after it: the bad one's index moves by one), that one is served.
+    good = " - {name: fine, file: ok.py, entry: ok, harness: h.py}\n"
+    t = load_target(_write(tmp_path, "repo: a/b\noperators:\n" + good + "".join(f" - {i}\n" for i in items),
+                           "mixed.yaml"))
+    assert [o.name for o in t.operators] == ["fine"] and set(t.broken) == {"x"}
+    assert t.operator("fine").entry == "ok"
+    with pytest.raises(ConfigError, match="mixed.yaml"):
+        t.operator("x")
+
+
+def test_an_operator_without_a_usable_name_is_kept_by_position(tmp_path):
+    t = load_target(_write(tmp_path, "repo: a/b\noperators:\n - 3\n - {name: 'no good', file: f.py}\n"
+                                     " - {name: ok, file: f.py, entry: e, harness: h.py}\n"))
+    assert [o.name for o in t.operators] == ["ok"] and set(t.broken) == {"operators[0]", "operators[1]"}
+    assert t.broken["operators[1]"].field == "operators[1].name"
+
+
+def test_broken_yaml_names_line(tmp_path):
+    p = _write(tmp_path, "repo: a/b\noperators: [\n")
+    with pytest.raises(ConfigError, match=r"invalid yaml \(line"):
+        load_target(p)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="not found"):
+        load_target("/nonexistent/x.yaml")
+
+
+def test_unknown_operator(tmp_path):
+    t = load_target(_write(tmp_path, GOOD))
+    with pytest.raises(ConfigError, match=r"unknown operator 'nope' \(known: op\)"):
+        t.operator("nope")
+
+
+def test_resolve_by_name(tmp_path, monkeypatch):
+    _write(tmp_path, GOOD, "mine.yaml")
+    assert resolve_target("mine", str(tmp_path)) == (tmp_path / "mine.yaml").resolve()
+    monkeypatch.setenv("KERNELSMITH_TARGETS", str(tmp_path))
+    assert resolve_target("mine") == (tmp_path / "mine.yaml").resolve()
+    with pytest.raises(ConfigError, match="no target named 'other'"):
+        resolve_target("other", str(tmp_path))
+
+
+def test_repo_operators_clash(tmp_path):
+    t = load_target(_write(tmp_path, GOOD))
+    repo_yml = _write(tmp_path, "operators: [{name: op, file: a.py, entry: a, harness: h.py}]\n",
+                      ".kernelsmith.yml")
+    with pytest.raises(ConfigError, match="also defined"):
+        merge_repo_operators(t, repo_yml)
+    ok = _write(tmp_path, "operators: [{name: op2, file: a.py, entry: a, harness: h/x.py}]\n",
+                ".kernelsmith.yml")
+    merge_repo_operators(t, ok)
+    assert t.operator("op2").source == ".kernelsmith.yml"
+    assert t.operator("op2").harness == (tmp_path / "h/x.py").resolve()
+
+
+def test_demo_harness_loads():
+    h = load_harness(ROOT / "targets/demo/silu_and_mul.py")
+    assert h.outputs == ["out"] and h.shapes_for("cuda")[0]["dtype"] == "bfloat16"
+    assert h.shapes_for("interpret")[0]["dtype"] == "float16"
+    assert h.tolerance_for("float32") == (1e-4, 1e-4)
+
+
+@pytest.mark.parametrize("body,field", [
+    ("def make_inputs(shape, device, seed): return {}\ndef reference(**k): pass\n", "SHAPES"),
+    ("SHAPES=[{}]\ndef reference(**k): pass\n", "make_inputs"),
+    ("SHAPES=[{}]\ndef make_inputs(shape, device, seed): return {}\n", "reference"),
+    ("SHAPES=[1]\ndef make_inputs(s, d, e): return {}\ndef reference(**k): pass\n", "SHAPES[0]"),
+    ("SHAPES=[{}]\nTOLERANCE={'float16': 1}\ndef make_inputs(s, d, e): return {}\n"
+     "def reference(**k): pass\n", "TOLERANCE.float16"),
+])
+def test_bad_harness_names_field(tmp_path, body, field):
+    p = tmp_path / "h.py"
+    p.write_text(body)
+    with pytest.raises(ConfigError) as e:
+        load_harness(p)
+    assert e.value.field == field and str(p) in str(e.value)
+
+
+def test_harness_syntax_error(tmp_path):
+    p = tmp_path / "lmdeploy.py"  # a harness named like a real package must not shadow it
+    p.write_text("SHAPES = [\n")
+    with pytest.raises(ConfigError, match="syntax error at line"):
+        load_harness(p)
