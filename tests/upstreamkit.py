@@ -1,4 +1,4 @@
-"""The upstream LMDeploy and SGLang sources the real-target tests read (and small wheels for tests of
+"""The upstream LMDeploy, SGLang and Unsloth sources the real-target tests read (and small wheels for tests of
 release checkouts).
 
 LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT name a folder (a git archive with the upstream tests, on the GPU
@@ -29,7 +29,7 @@ def _find(name: str) -> Path | None:
     return cached_checkout(load_target(TARGETS / f"{name}.yaml"))
 
 
-CHECKOUTS = {name: _find(name) for name in ("lmdeploy", "sglang")}
+CHECKOUTS = {name: _find(name) for name in ("lmdeploy", "sglang", "unsloth")}
 
 
 def checkout(name: str) -> Path | None:
