@@ -21,7 +21,7 @@ import sys
 import types
 from pathlib import Path
 
-from kernelsmith.onboard.loader import register_packages
+from kernelsmith.loader import register_packages
 from kernelsmith.pysource import parse
 
 

@@ -30,11 +30,6 @@ class RunDir:
         """The run's archive.sqlite."""
         return self.path / "archive.sqlite"
 
-    def winner_path(self) -> Path | None:
-        """winner/<basename of the operator file>, when there is a winner."""
-        p = self.path / "winner" / Path(self.run["file"]).name
-        return p if p.is_file() else None
-
 
 def _read_json(path: Path) -> dict | None:
     if not path.is_file():

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
 def run_check(args: argparse.Namespace) -> int:
     """Print one line per problem; 0 sound, 1 problems (config errors raise -> 2)."""
     from kernelsmith.errors import ConfigError
-    from kernelsmith.harness.check import check_harness
+    from kernelsmith.onboard.harness_check import check_harness
     from kernelsmith.onboard.task import load_task
 
     # The harness is target code: imported only in check_harness's sandboxed child, never here.

@@ -4,8 +4,8 @@ result.json, then report.md, speedup.png and benchmark.json are rendered from th
 from __future__ import annotations
 
 from kernelsmith.report import write_reports
-from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.loop import optimize as search
+from kernelsmith.search.run_config import SearchConfig
 
 
 def optimize(config: SearchConfig) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.onboard.release import Package, parse_package
+from kernelsmith.onboard.package import Package, parse_package
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5

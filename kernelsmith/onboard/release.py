@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -26,12 +27,13 @@ from pathlib import Path, PurePosixPath
 
 from kernelsmith import gitsafe
 from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.onboard.package import PYTHON, SPEC_RE, Package, check_spec, safe_name
 from kernelsmith.paths import cache_dir, cache_lock
 from kernelsmith.pysource import parse
+from kernelsmith.sandbox.spawn import run
 
 MARKER = ".kernelsmith-release.json"
 FORMAT = 1  # bump when the selection or the commit changes: cached checkouts are then rebuilt
-PYTHON = "3.11"  # the wheel's Python tag; fixed so every machine picks the same wheel
 # pip does not widen a --platform to the older manylinux tags a wheel may carry: list them.
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(40, 16, -1)] + ["manylinux2014_x86_64"]
 MAX_FILE = 16 << 20  # no kernel source is near this; a larger entry is refused, not inflated
@@ -40,67 +42,6 @@ IDENTITY = {  # fixed author, committer and date: the commit id depends on the f
     "GIT_COMMITTER_NAME": "kernelsmith", "GIT_COMMITTER_EMAIL": "kernelsmith@users.noreply.github.com",
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-_SPEC_RE = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)\Z")
-_PY_RE = re.compile(r"^3\.[0-9]{1,2}\Z")
-
-
-@dataclass(frozen=True)
-class Package:
-    """A pinned release: `spec` (name==version), the repository folder its wheel's top level sits
-    in (`prefix`, e.g. `python` for SGLang), and the Python version its wheel is picked for."""
-
-    spec: str
-    prefix: str = ""
-    python: str = PYTHON
-
-    @property
-    def name(self) -> str:
-        """The distribution name."""
-        return self.spec.split("==")[0]
-
-    @property
-    def version(self) -> str:
-        """The pinned version."""
-        return self.spec.split("==")[1]
-
-
-def check_spec(spec: str, file: object, field: str) -> str:
-    """`spec` if it pins one version (name==version), else a ConfigError naming file and field."""
-    if not isinstance(spec, str) or not _SPEC_RE.match(spec):
-        raise ConfigError(file, f"{spec!r} must pin one release as name==version (e.g. lmdeploy==0.16.0)",
-                          field)
-    return spec
-
-
-def parse_package(raw, path: Path) -> Package | None:
-    """The yaml's `package:` field: a spec string, or a mapping {spec, prefix, python}."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        return Package(check_spec(raw, path, "package"))
-    if not isinstance(raw, dict):
-        raise ConfigError(path, f"must be name==version or a mapping, got {type(raw).__name__}", "package")
-    unknown = sorted(set(raw) - {"spec", "prefix", "python"})
-    if unknown:
-        raise ConfigError(path, f"unknown field(s) {', '.join(unknown)}", f"package.{unknown[0]}")
-    spec = check_spec(raw.get("spec"), path, "package.spec")
-    prefix = raw.get("prefix") or ""
-    if isinstance(prefix, str):
-        prefix = prefix.strip("/")
-    if not isinstance(prefix, str) or (prefix and not _safe_name(prefix + "/x")):
-        raise ConfigError(path, "must be a folder inside the repository", "package.prefix")
-    python = str(raw.get("python") or PYTHON)
-    if not _PY_RE.match(python):
-        raise ConfigError(path, f"{python!r} is not a Python version such as 3.11", "package.python")
-    return Package(spec, prefix, python)
-
-
-def _safe_name(name: str) -> bool:
-    """A relative POSIX path with no `..`, no empty or dot parts and no backslash or NUL."""
-    if not name or name.startswith("/") or "\\" in name or "\0" in name:
-        return False
-    parts = name.split("/")
-    return all(p not in ("", ".", "..") for p in parts)
 
 
 # ---------------------------------------------------------------------------- the wheel
@@ -114,7 +55,8 @@ def download_wheel(pkg: Package, dest: Path) -> Path:
            "--abi", "cp" + pkg.python.replace(".", ""), "--abi", "abi3", "--abi", "none"]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
-    proc = subprocess.run([*cmd, pkg.spec], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = run([*cmd, pkg.spec], None, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+               text=True)
     if proc.returncode != 0:
         tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
         raise KernelsmithError(f"pip download {pkg.spec} failed (exit {proc.returncode}): "
@@ -152,7 +94,7 @@ class Wheel:
         info = self.entries.get(name)
         if info is None or info.is_dir():
             raise KernelsmithError(f"{self.path.name}: no file {name}")
-        if not _safe_name(name) or name in self.duplicates:
+        if not safe_name(name) or name in self.duplicates:
             raise KernelsmithError(f"{self.path.name}: refusing entry {name!r} (unsafe or duplicate name)")
         mode = info.external_attr >> 16
         if mode and not stat.S_ISREG(mode):
@@ -353,7 +295,7 @@ def read_marker(folder: Path) -> dict | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("package"), str):
         return None
-    if not _SPEC_RE.match(data["package"]):
+    if not SPEC_RE.match(data["package"]):
         return None
     return data
 

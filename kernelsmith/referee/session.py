@@ -21,11 +21,11 @@ from kernelsmith.harness.facts import MalformedFacts, shape_key
 from kernelsmith.referee.backend import get_backend, standins
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import static
+from kernelsmith.referee.checks.input_cache import InputCache, default_budget, fresh_copy
 from kernelsmith.referee.checks.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
-from kernelsmith.referee.input_cache import InputCache, default_budget, fresh_copy
+from kernelsmith.referee.link.errors import CandidateError, InfrastructureError, RunnerFailed
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from kernelsmith.referee.proc.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
-from kernelsmith.referee.proc.link_errors import CandidateError, InfrastructureError, RunnerFailed
 from kernelsmith.referee.proc.oracle_link import BASE, OracleLink, harness_from_facts
 from kernelsmith.referee.timing.claims import JudgeTiming
 from kernelsmith.referee.timing.phase_clock import PhaseClock

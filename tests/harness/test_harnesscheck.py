@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "referee"))
 from tiny_project import FP32_REFERENCE, tiny_task  # noqa: E402
 
 from kernelsmith.cli import main  # noqa: E402
-from kernelsmith.harness.check import run_probe  # noqa: E402
 from kernelsmith.harness.new import entry_arguments, skeleton  # noqa: E402
+from kernelsmith.onboard.harness_check import run_probe  # noqa: E402
 
 LOOSE_FIXED_SEED = FP32_REFERENCE.replace('VARY = {"n": [5, 64, 130]}', "").replace(
     "manual_seed(seed)", "manual_seed(0)").replace("return 4 * shape[\"n\"]", "return 0") + (

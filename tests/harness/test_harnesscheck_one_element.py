@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.harness.check import run_probe
-from kernelsmith.harness.probe import controls
+from kernelsmith.onboard.harness_check import run_probe
+from kernelsmith.onboard.harness_probe import controls
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.checks import correctness as C
 

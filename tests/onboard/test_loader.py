@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.onboard.loader import HeavyImportError, load_operator_module
+from kernelsmith.loader import HeavyImportError, load_operator_module
 
 
 def _tree(tmp_path: Path) -> Path:

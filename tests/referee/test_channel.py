@@ -1,4 +1,4 @@
-"""The judge <-> runner channel (referee/proc/channel.py): tensors through shared memory with their
+"""The judge <-> runner channel (referee/link/channel.py): tensors through shared memory with their
 strides and aliasing, and the judge's end decoding the runner's messages as hostile input."""
 
 import fcntl
@@ -11,8 +11,8 @@ import socket
 import pytest
 import torch
 
-from kernelsmith.referee.proc.channel import Channel, ForeignSubclass, pair
-from kernelsmith.referee.proc.link_errors import PeerGone, ProtocolError
+from kernelsmith.referee.link.channel import Channel, ForeignSubclass, pair
+from kernelsmith.referee.link.errors import PeerGone, ProtocolError
 
 
 def _ends():

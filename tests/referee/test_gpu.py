@@ -86,7 +86,7 @@ def _base_ms_with_cache(cache, tag: str) -> float:
     import triton
 
     from kernelsmith.harness.model import load_harness
-    from kernelsmith.onboard.loader import load_operator_module
+    from kernelsmith.loader import load_operator_module
     from kernelsmith.referee.proc.compile_cache import cache_dir, set_cache_dir
 
     before = cache_dir()

@@ -1,4 +1,4 @@
-"""CUDA IPC between judge and runner (referee/proc/shared_region.py), on a CUDA device.
+"""CUDA IPC between judge and runner (referee/link/shared_region.py), on a CUDA device.
 
 UNVALIDATED until the H200 runs them: written without a GPU, against the torch API that 2.11 and
 2.13 share (torch.cuda.MemPool, torch.cuda.use_mem_pool, UntypedStorage._share_cuda_ and
@@ -69,7 +69,7 @@ def _segments_holding(ptrs: list[int]) -> list[dict]:
 def test_a_shared_segment_holds_nothing_but_the_regions():
     """What the runner maps by IPC handle is a whole allocator segment: the regions' segments (a
     private pool) must hold no other tensor of the judge, before or after they grow."""
-    from kernelsmith.referee.proc.shared_region import JudgeRegions, cuda_sharing_available
+    from kernelsmith.referee.link.shared_region import JudgeRegions, cuda_sharing_available
 
     assert cuda_sharing_available()
     before = [torch.randn(n, device="cuda") for n in (1000, 3 * MB, 40 * MB)]  # the default pool

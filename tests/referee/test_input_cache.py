@@ -13,9 +13,9 @@ import torch
 from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
 
 from kernelsmith.onboard.task import load_task
-from kernelsmith.referee import input_cache as IC
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.search.loop import FINAL_SEED_OFFSET
+from kernelsmith.referee.checks import input_cache as IC
+from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
 OP_FILE = MINISERVE / "miniserve" / "kernels" / "rms_norm.py"
 

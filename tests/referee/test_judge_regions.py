@@ -1,4 +1,4 @@
-"""The shared regions between judge and runner (referee/proc/shared_region.py), against real worker
+"""The shared regions between judge and runner (referee/link/shared_region.py), against real worker
 processes on the CPU: candidate code in the runner can write the two buffers the judge shares, and
 nothing else of the judge's; what it writes there reaches the judge only as its own reply (cloned
 once, then judged), never the judge's input cache, reference or base outputs. The CUDA IPC path:

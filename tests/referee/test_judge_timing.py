@@ -11,8 +11,8 @@ import torch
 from test_timing_logic import FakeBackend, FakeSession, _rms, _verdict_dict
 
 from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.link.errors import RunnerFailed
 from kernelsmith.referee.proc.judge import RemoteFn
-from kernelsmith.referee.proc.link_errors import RunnerFailed
 from kernelsmith.referee.timing import ab as timing
 from kernelsmith.referee.timing import claims as J
 from kernelsmith.referee.timing.claims import JudgeTiming

@@ -220,7 +220,7 @@ WHICH_BINARY = '''
 import json, sys
 from pathlib import Path
 import torch
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.proc.compile_cache import CompileCaches, make_private
 from kernelsmith.referee.proc.compile_child import install_fake_driver
 
@@ -324,7 +324,7 @@ SEED_AND_FRESH = '''
 import json, os, sys
 from pathlib import Path
 import torch
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.proc.compile_cache import CompileCaches, make_private, read_folder
 from kernelsmith.referee.proc.compile_child import install_fake_driver
 

@@ -10,7 +10,7 @@ from referee_helpers import ROOT
 
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.base import Backend
-from kernelsmith.referee.input_cache import InputCache, listed_seed
+from kernelsmith.referee.checks.input_cache import InputCache, listed_seed
 from kernelsmith.referee.timing import ab as timing
 
 

@@ -7,7 +7,7 @@ import random
 import pytest
 from test_timing_logic import FakeBackend, FakeSession, _rms
 
-from kernelsmith.referee.proc.link_errors import RunnerFailed
+from kernelsmith.referee.link.errors import RunnerFailed
 from kernelsmith.referee.timing import ab as timing
 from kernelsmith.referee.timing import claims as J
 

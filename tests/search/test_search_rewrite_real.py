@@ -14,7 +14,7 @@ import torch
 import upstreamkit
 
 from kernelsmith.launch.tunables import discover, relevant
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.rewrite import RewriteMutator

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import torch
 
 from kernelsmith.launch.tunables import discover, label, relevant, render, render_table
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 
 ROOT = Path(__file__).resolve().parents[2]

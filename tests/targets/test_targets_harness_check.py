@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import upstreamkit
 
-from kernelsmith.harness.check import check_harness
 from kernelsmith.onboard.config import load_target
+from kernelsmith.onboard.harness_check import check_harness
 from kernelsmith.onboard.task import load_task
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"

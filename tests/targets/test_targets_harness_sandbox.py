@@ -14,7 +14,7 @@ from spykit import spy_harness
 from kernelsmith import sandbox
 from kernelsmith.cli import main
 from kernelsmith.harness import box as harnessbox
-from kernelsmith.harness import check as harnesscheck
+from kernelsmith.onboard import harness_check as harnesscheck
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"KERNELSMITH_LLM_API_KEY": "sk-harnessfake0123456789ab", "GITHUB_TOKEN": "ghs_" + "h" * 36}

@@ -14,8 +14,8 @@ import upstreamkit
 
 from kernelsmith.harness.model import load_harness
 from kernelsmith.lightimport import reexports
+from kernelsmith.loader import load_operator_module, package_name_for
 from kernelsmith.onboard.config import load_target
-from kernelsmith.onboard.loader import load_operator_module, package_name_for
 from kernelsmith.referee.backend.interpret import accept_list_grids
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"

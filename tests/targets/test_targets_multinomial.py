@@ -18,8 +18,8 @@ import triton.language as tl
 import upstreamkit
 
 from kernelsmith.harness.model import load_harness
+from kernelsmith.loader import load_operator_module
 from kernelsmith.onboard.config import load_target
-from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.referee.backend.interpret import accept_list_grids
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from upstreamkit import write_wheel
 
 from kernelsmith.cli import main
 from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.loader import load_operator_module
 from kernelsmith.onboard.config import load_target
-from kernelsmith.onboard.loader import load_operator_module
 from kernelsmith.onboard.release import (
     MARKER,
     base_release,

@@ -13,9 +13,9 @@ import torch
 
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.correctness import unwritten_hint
+from kernelsmith.referee.checks.input_cache import ListedInputs, fresh_copy
 from kernelsmith.referee.checks.record import Record
 from kernelsmith.referee.checks.trials import in_arena
-from kernelsmith.referee.input_cache import ListedInputs, fresh_copy
 
 TRIALS = 3
 
@@ -55,7 +55,7 @@ def host_memory_note() -> str:
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
     """(violation, error text) for an exception raised by candidate code."""
-    from kernelsmith.referee.proc.link_errors import CandidateError
+    from kernelsmith.referee.link.errors import CandidateError
 
     if isinstance(exc, CandidateError):  # raised in the runner, classified there
         return (exc.name if exc.name in ("crash", "compile_error", "out_of_memory") else "crash"), exc.text

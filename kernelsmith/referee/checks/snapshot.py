@@ -15,7 +15,7 @@ WATCHED = (
     "triton.runtime.autotuner.Autotuner", "triton.runtime.autotuner.Heuristics",
     "triton.runtime.autotuner.Config", "triton.runtime.interpreter.InterpretedFunction",
     "numpy", "numpy.random",
-    "kernelsmith.harness.model", "kernelsmith.onboard.loader", "kernelsmith.referee.checks.integrity",
+    "kernelsmith.harness.model", "kernelsmith.loader", "kernelsmith.referee.checks.integrity",
     "kernelsmith.referee.checks.record", "kernelsmith.referee.checks.launch_callbacks",
     "kernelsmith.referee.checks.launch_callbacks.CallbackSwaps", "kernelsmith.referee.checks.correctness",
     "kernelsmith.referee.session", "kernelsmith.referee.checks.shape_trials",
@@ -24,8 +24,8 @@ WATCHED = (
     "kernelsmith.referee.checks.trials.FreshOutputs", "kernelsmith.referee.backend.standins",
     "kernelsmith.referee.backend.cuda", "kernelsmith.referee.backend.interpret",
     "kernelsmith.referee.proc.runner", "kernelsmith.referee.proc.runner.RunnerSession",
-    "kernelsmith.referee.proc.channel",
-    "kernelsmith.referee.proc.channel.Channel",
+    "kernelsmith.referee.link.channel",
+    "kernelsmith.referee.link.channel.Channel",
 )
 
 

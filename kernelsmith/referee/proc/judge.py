@@ -22,9 +22,9 @@ import torch
 
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.shape_trials import Rejected
-from kernelsmith.referee.proc.channel import Channel, pair
-from kernelsmith.referee.proc.link_errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
-from kernelsmith.referee.proc.shared_region import room_for, storage_key
+from kernelsmith.referee.link.channel import Channel, pair
+from kernelsmith.referee.link.errors import CandidateError, PeerGone, ProtocolError, RunnerFailed
+from kernelsmith.referee.link.shared_region import room_for, storage_key
 
 SHUTDOWN_S = 5.0
 

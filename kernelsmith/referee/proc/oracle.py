@@ -19,12 +19,12 @@ import traceback
 from pathlib import Path
 
 from kernelsmith.harness.model import load_harness
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.backend import get_backend, standins
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.referee.proc.channel import Channel
+from kernelsmith.referee.link.channel import Channel
+from kernelsmith.referee.link.errors import PeerGone
 from kernelsmith.referee.proc.compile_cache import CompileCaches
-from kernelsmith.referee.proc.link_errors import PeerGone
 from kernelsmith.referee.timing.claims import time_base
 
 

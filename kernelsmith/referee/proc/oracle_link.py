@@ -19,10 +19,10 @@ import torch
 
 from kernelsmith.harness.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from kernelsmith.harness.model import Harness
-from kernelsmith.referee.proc.channel import Foreign, pair
+from kernelsmith.referee.link.channel import Foreign, pair
+from kernelsmith.referee.link.errors import PeerGone, ProtocolError
+from kernelsmith.referee.link.shared_region import room_for
 from kernelsmith.referee.proc.judge import ChildLink, make_non_dumpable
-from kernelsmith.referee.proc.link_errors import PeerGone, ProtocolError
-from kernelsmith.referee.proc.shared_region import room_for
 
 STAND_INS = frozenset({"active driver", "device properties", "fp8 cast", "list grids", "tl aliases"})
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from kernelsmith.harness.model import load_harness
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.backend import get_backend
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.integrity import Monitor, Record, thread_idents, violations_vs_base
@@ -30,9 +30,9 @@ from kernelsmith.referee.checks.settings import GlobalSettings
 from kernelsmith.referee.checks.shape_trials import Rejected, classify_exception
 from kernelsmith.referee.checks.snapshot import Snapshot
 from kernelsmith.referee.checks.trials import FreshOutputs
-from kernelsmith.referee.proc.channel import Channel
+from kernelsmith.referee.link.channel import Channel
+from kernelsmith.referee.link.errors import PeerGone
 from kernelsmith.referee.proc.compile_cache import CompileCaches
-from kernelsmith.referee.proc.link_errors import PeerGone
 
 
 def preload_lazy_torch() -> None:

@@ -32,9 +32,9 @@ def main() -> int:
     session = None
     # Imported before the fork (no device is touched), so the runner does not import torch again.
     from kernelsmith.referee import session as _session  # noqa: F401
+    from kernelsmith.referee.link.errors import InfrastructureError
     from kernelsmith.referee.proc import runner as _runner  # noqa: F401
     from kernelsmith.referee.proc.judge import RunnerTemplate
-    from kernelsmith.referee.proc.link_errors import InfrastructureError
     from kernelsmith.referee.proc.oracle_link import OracleLink
 
     # Non-dumpable first, then the fork of a clean process that forks one runner per candidate:

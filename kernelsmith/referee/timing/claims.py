@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.referee.input_cache import fresh_copy
-from kernelsmith.referee.proc.link_errors import RunnerFailed
-from kernelsmith.referee.proc.shared_region import room_for
+from kernelsmith.referee.checks.input_cache import fresh_copy
+from kernelsmith.referee.link.errors import RunnerFailed
+from kernelsmith.referee.link.shared_region import room_for
 
 if TYPE_CHECKING:
     from kernelsmith.referee.timing.ab import ShapeTiming
