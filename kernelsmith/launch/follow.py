@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith import safefs
-from kernelsmith.onboard.loader import _import_root
+from kernelsmith.loader import _import_root
 from kernelsmith.pysource import entry_def, parse
 
 MAX_MODULE_BYTES = 4 << 20  # a module larger than this is not read (no repository helper is)

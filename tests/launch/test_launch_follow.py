@@ -20,7 +20,7 @@ from kernelsmith.launch.evaluate import LaunchEvaluator
 from kernelsmith.launch.follow import Sources
 from kernelsmith.launch.syntax import AS_COMPUTED, _cuda_branch
 from kernelsmith.launch.tunables import entry_knobs, render, render_table
-from kernelsmith.onboard.loader import load_operator_module
+from kernelsmith.loader import load_operator_module
 from kernelsmith.search.mutator_set import build_mutators
 
 REPO = Path(__file__).parent / "data" / "helper_repo"

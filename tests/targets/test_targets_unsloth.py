@@ -16,12 +16,12 @@ import torch
 import triton
 import upstreamkit
 
-from kernelsmith.harness.check import check_harness
 from kernelsmith.harness.model import load_harness
 from kernelsmith.launch.follow import Sources
 from kernelsmith.launch.tunables import entry_knobs
+from kernelsmith.loader import install_stubs
 from kernelsmith.onboard.config import load_target
-from kernelsmith.onboard.loader import install_stubs
+from kernelsmith.onboard.harness_check import check_harness
 from kernelsmith.onboard.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
