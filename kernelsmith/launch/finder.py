@@ -16,7 +16,15 @@ given by keyword, by position (against the kernel's signature) or through a `**c
   and the entries of `triton.Config(...)` lists.
 Never a knob: a count (named `n_*`/`num_*`/`*_blocks`..., or a grid dimension itself) computed from
 the inputs in some branch, literal branches included (`max_num_blocks = 1` when decoding); a
-BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile).
+BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile);
+anything on a branch that never runs on CUDA (`if infer_device() == "xpu": ...`, `32 if
+device.type == "xpu" else ...`).
+Values bound elsewhere are followed (launch/follow.py): returned by a helper (`num_warps =
+get_num_warps(BLOCK)`, `BLOCK, num_warps = calculate_settings(n)`), passed by the calls of the
+launcher (`_launch(x, BLOCK=128)`, its default where a call leaves it out), imported. A helper of this
+file holds knobs where the value is computed (shared by its callers: never tabled per call); a launch
+option chosen in another file of the checkout is overridden at the launch (`num_warps=num_warps` ->
+`num_warps=8`, base AS_COMPUTED). What cannot be followed is recorded (`Unfollowed`), and said.
 """
 
 from __future__ import annotations
