@@ -119,7 +119,7 @@ class Sources:
             rel = path.relative_to(self.root).as_posix()
             try:
                 tree = parse(code, rel)
-            except SyntaxError:
+            except (SyntaxError, ValueError, RecursionError, MemoryError):  # null bytes, absurd nesting
                 return f"{dotted} ({rel}): does not parse"
             return Module.of(dotted, rel, tree, code, package)
         return f"{dotted}: not a module of the repository"

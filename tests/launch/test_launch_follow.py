@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import shutil
 import tokenize
 from pathlib import Path
 from types import SimpleNamespace
@@ -198,3 +199,18 @@ def test_optimize_and_sweep_say_what_could_not_be_followed():
     lines.clear()
     build_mutators("params", _task(NORM, "norm_forward"), "cuda", 10, lines.append)
     assert lines == ["params: 1 knob (num_warps)"]
+
+
+def test_a_module_reached_through_a_link_is_not_read(tmp_path):
+    """The checkout is target code: a helper module that is a symlink is refused, and said, never read."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo)
+    utils = repo / "src" / "kitpkg" / "ops" / "utils.py"
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text(utils.read_text())
+    utils.unlink()
+    utils.symlink_to(outside)
+    code = (repo / NORM).read_text()
+    tunables, notes = entry_knobs(code, "norm_forward", Sources(repo, NORM))
+    assert tunables == []
+    assert len(notes) == 2 and all("kitpkg.ops.utils: not read (" in n and "symlink" in n for n in notes)
