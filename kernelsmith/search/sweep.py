@@ -164,7 +164,7 @@ def summary(search, rows: list[Candidate]) -> dict:
         "sampled": grid.size > grid.cap,
         "proposed": len(points),
         "evaluated": len(evaluated),
-        "complete": (search.stop_reason or "").startswith("search space exhausted"),
+        "complete": (search.stop_reason or "").startswith(("search space covered", "search space exhausted")),
         "best_single_geomean": round(best_single, 4),
         "best_single_id": best_row["id"] if best_row else None,
         "per_shape_best_geomean": round(per_shape, 4) if per_shape else None,

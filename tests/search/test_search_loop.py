@@ -139,7 +139,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
     """The model referee taking real time, a different amount per GPU and candidate."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None, rendered=False):
+                 contender_at=None, contender_shapes=None, promote_at=None, rendered=False):
         import random
         import time
 
@@ -149,7 +149,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
         time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.05, 0.2))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
                              fresh_compile=fresh_compile, contender_at=contender_at,
-                             contender_shapes=contender_shapes)
+                             contender_shapes=contender_shapes, promote_at=promote_at)
         model_referee.CALLS[-1].update(start=start, end=time.monotonic())
         return v
 

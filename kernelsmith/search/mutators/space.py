@@ -23,6 +23,7 @@ from kernelsmith.launch.tunables import (
     render,
     render_table,
     sources_of,
+    space_points,
     values_of,
 )
 from kernelsmith.launch.twins import LaunchTwins
@@ -243,6 +244,29 @@ class ConfigSpace:
         return int(all(v in self._working.get(k, {v}) for k, v in others))
 
     # -- the space ------------------------------------------------------------------------------
+    def launch_count(self) -> int:
+        """The space's distinct launches on the listed shapes (twins.py: a config without a launch
+        signature counts as its own), or, where they cannot be counted, its knob combinations."""
+        counted = self.twins.space_count()
+        return counted[0] if counted is not None else space_points(self.tunables)
+
+    def coverage(self) -> tuple[int, int] | None:
+        """(launch sets judged or proposed since the last sync, the space's launch sets), where every
+        config of the space has a launch signature; None where they are not all counted."""
+        found = self.twins.space_groups()
+        if found is None or found[1]:
+            return None
+        sets = found[0]
+        done = 0
+        for sig in sets:
+            first = self.twins.first.get(sig)
+            # A row id without its verdict yet is still pending; a proposal not yet synced (None) is
+            # in flight or judged, as the loop knows (it asks once nothing is in flight).
+            rec = self.records.get(first[1]) if first is not None and first[1] is not None else None
+            if first is not None and (rec is None or rec.state != "running"):
+                done += 1
+        return done, len(sets)
+
     def allowed(self, key: str) -> list[int]:
         """A knob's values within its learned edges (its base value always)."""
         t = self.by_key[key]
