@@ -51,7 +51,8 @@ def reachable(code: str, entry: str) -> set[str]:
     """Functions of the file that `entry` may call (itself included), by name, transitively.
 
     Kernel launches (`_kernel[grid](...)`) count as references; raises SyntaxError on bad code. A
-    dotted entry starts from the def it runs (`entry_def`), named by its own name (`forward`).
+    dotted entry starts from the def it runs (`entry_def`), named by its own name (`forward`); a
+    method a function names through a class of the file (`Function.apply`, `Class.method`) counts.
     """
     tree = parse(code)
     funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -59,11 +60,24 @@ def reachable(code: str, entry: str) -> set[str]:
     if start is None:
         return set()
     seen = {start.name}
-    todo = [n.id for n in ast.walk(start) if isinstance(n, ast.Name) and n.id in funcs]
+    todo = _named(start, funcs, tree)
     while todo:
         name = todo.pop()
         if name in seen or name not in funcs:
             continue
         seen.add(name)
-        todo.extend(n.id for n in ast.walk(funcs[name]) if isinstance(n, ast.Name) and n.id in funcs)
+        todo.extend(_named(funcs[name], funcs, tree))
     return seen
+
+
+def _named(fn: ast.AST, funcs: dict, tree: ast.Module) -> list[str]:
+    """The functions `fn` names: by name, or as a method through a class of the file."""
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id in funcs:
+            out.append(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            method = entry_def(tree, f"{n.value.id}.{n.attr}")
+            if method is not None:
+                out.append(method.name)
+    return out

@@ -329,15 +329,18 @@ class Search:
 
     def _dry_reason(self) -> str:
         """Why the run ends when no mutator has anything new: its space covered (every distinct
-        launch measured), or exhausted (no proposal could be made; how much was measured, where known)."""
+        launch measured), or exhausted (no proposal could be made; how much was measured, where known),
+        and the launch values the params search could not follow (why its space may be small)."""
+        notes = [n for m in self.mutators for n in getattr(m, "unfollowed", [])]
+        unfollowed = "".join(f"; not followed: {n}" for n in notes)
         coverage = self.space.coverage() if self.space is not None else None
         if coverage is None:
-            return "search space exhausted: no new proposal could be made"
+            return "search space exhausted: no new proposal could be made" + unfollowed
         measured, total = coverage
         if measured >= total:
-            return f"search space covered: all {total} distinct launches measured"
+            return f"search space covered: all {total} distinct launches measured" + unfollowed
         return (f"search space exhausted: {measured} of {total} distinct launches measured (the others "
-                "lie beyond the learned edges or Triton's limits)")
+                "lie beyond the learned edges or Triton's limits)" + unfollowed)
 
     def space_summary(self) -> dict | None:
         """result.json's `space`: the distinct launches, how many were judged, whether all were."""

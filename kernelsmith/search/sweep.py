@@ -94,7 +94,8 @@ class SweepGrid(GridMutator):
             launches = f"; {counted[0]} distinct launches on the listed shapes, one point swept per launch"
             if counted[1]:
                 launches += f" ({counted[1]} points not comparable, each its own: {note})"
-        return f"grid of {self.size} configurations: {knobs}{sampled}{launches}"
+        unfollowed = "".join(f"; not followed: {n}" for n in self.unfollowed)
+        return f"grid of {self.size} configurations: {knobs}{sampled}{launches}{unfollowed}"
 
 
 def measure_table(search, evaluator) -> int | None:

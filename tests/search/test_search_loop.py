@@ -268,6 +268,23 @@ def test_the_last_try_before_exhausted_sees_every_verdict_with_the_window_not_fu
     assert blocks == [128, 256, 512, 1024]
 
 
+class _HalfSightedMutator(_LastLookMutator):
+    """_LastLookMutator whose space left a launch value unfollowed (the params mutator's `unfollowed`)."""
+
+    unfollowed = ["_k launched in f, num_warps: pick() cannot be followed: pkg.gone: not a module of the "
+                  "repository"]
+
+
+def test_an_exhausted_space_says_what_could_not_be_followed(tmp_path, fake_gpu, monkeypatch):
+    import kernelsmith.search.loop as loop
+
+    monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_HalfSightedMutator(task)])
+    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6, batch=2)
+    assert result["stop_reason"] == (
+        "search space exhausted: no new proposal could be made; not followed: _k launched in f, "
+        "num_warps: pick() cannot be followed: pkg.gone: not a module of the repository")
+
+
 def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
     """An interrupted run (close() while a GPU is busy) leaves that candidate pending for a resume,
     never with the verdict of a killed worker."""

@@ -32,7 +32,7 @@ import random
 from statistics import fmean
 
 from kernelsmith.launch.buckets import buckets
-from kernelsmith.launch.tunables import discover, relevant, render, values_of
+from kernelsmith.launch.tunables import discover, relevant, render, sources_of, values_of
 from kernelsmith.search.archive import code_hash
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import format_edits, make_edits
@@ -260,7 +260,7 @@ class ParamsMutator(ConfigSpace):
         """Retune the tunables of another mutator's code (an llm rewrite) with a study of its own."""
         code = parent.get("code") or ""
         try:
-            tunables = relevant(discover(code), code, self.task.operator.entry)
+            tunables = relevant(discover(code, sources_of(self.task)), code, self.task.operator.entry)
         except SyntaxError:
             return None
         own = values_of(tunables)

@@ -17,11 +17,12 @@ from kernelsmith.launch.buckets import buckets, cells, lookup
 from kernelsmith.launch.sizekeys import SizeKey, grid_key, resolve, size_key
 from kernelsmith.launch.tunables import (
     MAX_NUMEL,
-    discover,
+    entry_knobs,
     has_loops,
-    relevant,
+    label,
     render,
     render_table,
+    sources_of,
     space_points,
     values_of,
 )
@@ -95,7 +96,8 @@ class ConfigSpace:
         self.task = task
         self.base_code = task.base_code
         self.budget_hint = budget_hint
-        self.tunables = relevant(discover(self.base_code), self.base_code, task.operator.entry)
+        # Launch values the finder could not follow to where they are chosen, in words (said at start).
+        self.tunables, self.unfollowed = entry_knobs(self.base_code, task.operator.entry, sources_of(task))
         self.by_key = {t.key: t for t in self.tunables}
         self.base_values = values_of(self.tunables)
         self.loops = has_loops(self.base_code)
@@ -299,7 +301,8 @@ class ConfigSpace:
 
     def describe(self, params: dict) -> str:
         """The edit in words (the archive's `prompt` column for params candidates)."""
-        changes = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in (params.get("changed") or {}).items())
+        changes = ", ".join(f"{k}: {self._show(k, a)} -> {self._show(k, b)}"
+                            for k, (a, b) in (params.get("changed") or {}).items())
         what = f"{self.name} mutator, {params.get('op')}: " + (changes or "configuration")
         if params.get("table"):
             by = self.key.expr if self.key is not None else "largest tensor size"
@@ -307,6 +310,17 @@ class ConfigSpace:
             if params["table"].get("limits2") and self.key2 is not None:
                 what += f", then by {self.key2.expr} with limits {params['table']['limits2']}"
         return what
+
+    def _show(self, key: str, value) -> str:
+        t = self.by_key.get(key.split("@")[0])
+        return t.show(value) if t is not None else str(value)
+
+    def describe_space(self) -> str:
+        """The knobs in words, and the launch values that could not be followed (printed at start)."""
+        knobs = [t for t in self.tunables if len(t.domain) > 1]
+        names = ", ".join(label(t) for t in knobs)
+        said = f"{len(knobs)} knob{'s' * (len(knobs) != 1)} ({names})" if knobs else "no knobs"
+        return said + "".join(f"; not followed: {n}" for n in self.unfollowed)
 
     def shape_configs(self, rec: Record) -> list[dict[str, int]] | None:
         """The config each harness shape ran with (a table's rows by the shape's size)."""
