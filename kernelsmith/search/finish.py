@@ -20,6 +20,7 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.referee.verdict import is_noisy
 from kernelsmith.rundir import write_json, write_text
+from kernelsmith.runspec import Replay
 from kernelsmith.search.archive import now_iso, rejected_counts
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import unified_diff
@@ -162,12 +163,12 @@ def _shapes(verdict: dict | None) -> list[dict]:
     return out
 
 
-def _replay_summary(replay: dict, rows: list[Candidate]) -> dict:
+def _replay_summary(replay: Replay, rows: list[Candidate]) -> dict:
     """What became of a replayed winner: applied or not, and the referee's reason when rejected."""
     row = next((c for c in rows if c.mutator == "replay"), None)
     v = row.verdict_json if row is not None else {}
     return {
-        "source": replay.get("source"),
+        "source": replay.source,
         "candidate": row.id if row else None,
         "applied": bool(row and row.code is not None),
         "accepted": bool(row and row.accepted),
@@ -235,7 +236,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "timed": search.timed,
         "run_id": path.name,
         "seed": search.seed,
-        "mutator": search.run["mutator"],
+        "mutator": search.run.mutator,
         "source_sha256": hashlib.sha256(task.base_code.encode()).hexdigest(),
         "stop_reason": search.stop_reason,
         "final_measurements": measured,
@@ -257,9 +258,9 @@ def finish(search, evaluator, started: float) -> SearchResult:
     invocations = (archive.get_meta("invocations", []) or []) + [invocation]
     archive.set_meta("invocations", invocations)
     result["invocations"] = invocations
-    if search.run.get("replay"):
-        result["replay"] = _replay_summary(search.run["replay"], rows)
-    if search.run.get("command") == "sweep":
+    if search.run.replay is not None:
+        result["replay"] = _replay_summary(search.run.replay, rows)
+    if search.run.command == "sweep":
         from kernelsmith.search.sweep import summary
 
         result["command"] = "sweep"

@@ -39,7 +39,9 @@ class Search:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.task, self.path, self.run, self.device, self.gpus, self.lock = resolve_run(config)
+        resolved = resolve_run(config)
+        self.task, self.path, self.run, self.lock = resolved.task, resolved.path, resolved.run, resolved.lock
+        self.device, self.gpus = self.run.device, self.run.gpus
         try:
             self._setup(config)
         except BaseException:
@@ -48,31 +50,31 @@ class Search:
 
     def _setup(self, config: SearchConfig) -> None:
         """The archive, population, mutators and stop rule of the resolved run."""
-        self.seed = int(self.run["seed"])
-        self.budget = self.run.get("budget")
-        self.minutes = self.run.get("minutes")
+        self.seed = self.run.seed
+        self.budget = self.run.budget
+        self.minutes = self.run.minutes
         self.archive = Archive(self.path / "archive.sqlite")
         self.timed = self.device == "cuda"
         self.population = Population(
-            SelectionConfig(islands=int(self.run["islands"]), exploit=float(self.run["exploit"])),
+            SelectionConfig(islands=self.run.islands, exploit=float(self.run.exploit)),
             self.task.base_code,
         )
         # Proposals per generation, and generations in flight (run.json's: see resolve.py).
-        self.batch = config.batch or int(self.run.get("batch") or max(2, len(self.gpus)))
-        self.pipeline = int(self.run.get("pipeline") or PIPELINE)
+        self.batch = config.batch or self.run.batch or max(2, len(self.gpus))
+        self.pipeline = self.run.pipeline or PIPELINE
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
-        self.command = self.run.get("command", "optimize")
+        self.command = self.run.command
         sweep = self.command == "sweep"
         self.mutators = build_mutators(
-            self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay"),
+            self.run.mutator, self.task, self.device, hint, self.progress.note, self.run.replay,
             sweep_seed=self.seed if sweep else None,
         )
         # Generation 1 is proposed while the base is judged (Search.search), blind to its verdict;
         # not where a model writes proposals, whose prompt shows the parent's feedback.
         self.base_overlap = self.pipeline > 1 and not any(m.name == "llm" for m in self.mutators)
         # A sweep visits the whole grid: no stagnation stop.
-        self.stagnation = float("inf") if sweep else self.run["stagnation"] or max(12, (3 * hint) // 4)
+        self.stagnation = float("inf") if sweep else self.run.stagnation or max(12, (3 * hint) // 4)
         self.stop_reason = None
         self.propose_s = 0.0  # this invocation's time in _propose (result.json "loop")
         self.timeline: dict[str, float] = {}  # this invocation's setup_s and search_s (result.json)
@@ -489,7 +491,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         )
         search.search(evaluator, started, in_flight_at_start)
         progress.note(f"search stopped: {search.stop_reason}")
-        if search.run.get("command") == "sweep":
+        if search.run.command == "sweep":
             from kernelsmith.search.sweep import measure_table
 
             measure_table(search, evaluator)

@@ -59,7 +59,7 @@ def write_run(path: Path, device: str, mutator: str) -> Path:
     (path / "run.json").write_text(json.dumps({
         "target": str(DEMO_YAML), "op": "rms_norm", "repo": "kernelsmith/demo", "file": OP_FILE,
         "checkout": str(CHECKOUT), "base_sha": "0" * 40, "seed": 0, "budget": 10, "minutes": None,
-        "mutator": mutator, "device": device, "gpus": [0] if device == "cuda" else [], "argv": [],
+        "mutator": mutator, "device": device, "gpus": [0] if device == "cuda" else [None], "argv": [],
         "versions": {}, "created_at": "2026-11-30T00:00:00+00:00"}))
     return path
 

@@ -82,8 +82,8 @@ def test_a_small_space_the_model_learns_keeps_a_tenth_of_it_in_flight(tmp_path, 
                                            ("sweep", "grid", "sweep", 12)):
         cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / name), mutator=mutator,
                            device="cuda", gpus=[0], targets=str(ROOT / "targets"), command=command)
-        run = resolve.resolve_run(cfg)[2]
-        assert run["pipeline"] == depth, (command, mutator)
+        run = resolve.resolve_run(cfg).run
+        assert run.pipeline == depth, (command, mutator)
         assert json.loads((tmp_path / name / "run.json").read_text())["pipeline"] == depth
 
 
