@@ -46,12 +46,12 @@ def _finalists(search, rows: list[Candidate]) -> list[Candidate]:
     base_hash = search.archive.base()["code_hash"]
     accepted = [c for c in rows if c.accepted and not c.is_base and c["code_hash"] != base_hash]
     if not search.timed:
-        return list(reversed(accepted))[: search.config.final_k]
+        return list(reversed(accepted))[: search.hooks.final_k]
     full = [c for c in accepted if (c.trusted_speedup or 0) > 1.0]
     # Candidates whose search measurement already is a measured win go first: a faster one that
     # loses a shape would fail the same rule again on re-measurement and crowd out one that passes.
     # Judged fastest first, only until enough pass (a bootstrap costs a fraction of a second).
-    k = search.config.final_k
+    k = search.hooks.final_k
     passed, failed = [], []
     for c in sorted(full, key=lambda c: (-c.speedup, c.id)):
         if len(passed) == k:

@@ -23,7 +23,7 @@ from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.progress import Progress
 from kernelsmith.search.resolve import DEFAULT_BUDGET, resolve_run
 from kernelsmith.search.result import SearchResult
-from kernelsmith.search.run_config import PIPELINE, SearchConfig  # noqa: F401 (SearchConfig: callers import it here)
+from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks  # noqa: F401 (SearchConfig: callers import it here)
 from kernelsmith.search.seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
 from kernelsmith.search.selection import Population, SelectionConfig
 
@@ -37,9 +37,9 @@ STALL_S = 0.25
 class Search:
     """One run of the loop (see module docstring)."""
 
-    def __init__(self, config: SearchConfig):
-        self.config = config
-        resolved = resolve_run(config)
+    def __init__(self, config: SearchConfig, hooks: SearchHooks = SearchHooks()):
+        self.config, self.hooks = config, hooks
+        resolved = resolve_run(config, hooks)
         self.task, self.path, self.run, self.lock = resolved.task, resolved.path, resolved.run, resolved.lock
         self.device, self.gpus = self.run.device, self.run.gpus
         try:
@@ -60,7 +60,7 @@ class Search:
             self.task.base_code,
         )
         # Proposals per generation, and generations in flight (run.json's: see resolve.py).
-        self.batch = config.batch or self.run.batch or max(2, len(self.gpus))
+        self.batch = self.hooks.batch or self.run.batch or max(2, len(self.gpus))
         self.pipeline = self.run.pipeline or PIPELINE
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
@@ -398,7 +398,7 @@ class Search:
                 self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
-def optimize(config: SearchConfig) -> SearchResult:
+def optimize(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> SearchResult:
     """Run or resume a search; returns its run directory and result.json's content (winner null
     when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
     from kernelsmith.referee.proc import warm
@@ -407,7 +407,7 @@ def optimize(config: SearchConfig) -> SearchResult:
 
     setup_start = time.time()
     try:
-        search = Search(config)
+        search = Search(config, hooks)
     except BaseException:
         warm.discard()  # fork servers started for referees this run will never make
         raise
@@ -423,16 +423,16 @@ def optimize(config: SearchConfig) -> SearchResult:
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
         )
     precompiler = None
-    workers, factory = search.gpus, config.referee_factory
+    workers, factory = search.gpus, hooks.referee_factory
     if config.ray:  # one actor per worker; kernels compile on each actor's node (ray_pool.py)
         from kernelsmith.search.ray_pool import RayPool
 
         pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory,
-                       compile_limit=config.compile_limit or None, precompile=config.precompile,
-                       precompiler_factory=config.precompiler_factory)
+                       compile_limit=config.compile_limit or None, precompile=hooks.precompile,
+                       precompiler_factory=hooks.precompiler_factory)
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
-    elif search.timed and config.precompile:
+    elif search.timed and hooks.precompile:
         from kernelsmith.search.precompile import Precompiler
 
         # One compile process per candidate that can be in flight (`pipeline` generations of a

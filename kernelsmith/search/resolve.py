@@ -22,6 +22,7 @@ from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.search import runlock
 from kernelsmith.search.archive import Archive, check_resumable
 from kernelsmith.search.mutators import DEFAULT as DEFAULT_MUTATOR
+from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks
 
 if TYPE_CHECKING:
     from kernelsmith.onboard.task import Task
@@ -53,7 +54,7 @@ class ResolvedRun:
     lock: runlock.RunLock
 
 
-def resolve_run(config) -> ResolvedRun:
+def resolve_run(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> ResolvedRun:
     """The new or resumed run of a `SearchConfig`; a new run's run.json is written here. The run
     directory is locked (runlock.py) before anything in it is read or written."""
     from kernelsmith.onboard.task import load_task
@@ -81,7 +82,7 @@ def resolve_run(config) -> ResolvedRun:
         # imports it too, runs (this thread only waits on it), not before; so are the referees'
         # fork servers started (their own imports), once the device and GPUs are known.
         with ThreadPoolExecutor(1) as pool:
-            resolving = pool.submit(_local_device_and_gpus, config)
+            resolving = pool.submit(_local_device_and_gpus, config, hooks)
             task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                              harness="facts")
             device, gpus = resolving.result()
@@ -93,13 +94,14 @@ def resolve_run(config) -> ResolvedRun:
     # Locked before the check below: two new runs into one directory cannot both pass it.
     lock = runlock.acquire(out, wait=config.wait)
     try:
-        return _new_run(config, task, device, gpus, out, lock)
+        return _new_run(config, hooks, task, device, gpus, out, lock)
     except BaseException:
         lock.release()
         raise
 
 
-def _new_run(config, task, device: str, gpus: list, out: Path, lock) -> ResolvedRun:
+def _new_run(config: SearchConfig, hooks: SearchHooks, task, device: str, gpus: list, out: Path,
+             lock) -> ResolvedRun:
     """The run.json of a new run in `out` (locked, holding no run), written."""
     if (out / "archive.sqlite").exists() or run_file(out).exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
@@ -112,7 +114,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock) -> Resolved
 
         replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
     # Generations in flight: what a generation may see depends on it, so it is part of the layout.
-    pipeline, batch = default_layout(config, device, gpus, _learned_points(config, task, device))
+    pipeline, batch = default_layout(config, device, gpus, _learned_points(config, task, device), hooks)
     run = RunSpec(
         target=str(task.target.path),
         op=task.operator.name,
@@ -127,7 +129,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock) -> Resolved
         mutator="replay" if replay is not None else config.mutator or DEFAULT_MUTATOR,
         device=device,
         gpus=gpus,
-        argv=list(config.argv if config.argv is not None else sys.argv),
+        argv=list(hooks.argv if hooks.argv is not None else sys.argv),
         versions=versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=config.command,
@@ -136,7 +138,7 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock) -> Resolved
         exploit=DEFAULT_EXPLOIT if config.exploit is None else config.exploit,
         stagnation=config.stagnation,  # None: from the budget
         pipeline=config.pipeline or pipeline,
-        batch=config.batch or batch,
+        batch=batch,
         replay=replay,  # kept whole so --resume needs no source
     )
     # The archive before run.json: a run.json without an archive is a run whose archive was lost
@@ -195,7 +197,7 @@ def _refuse_conflicts(config, run: RunSpec, path: Path) -> None:
                           f"with --seed {run.seed}", "seed")
 
 
-def _local_device_and_gpus(config) -> tuple[str, list]:
+def _local_device_and_gpus(config: SearchConfig, hooks: SearchHooks) -> tuple[str, list]:
     """(device, GPUs) on this machine from --device and --gpus ('auto' -> cuda or interpret; one
     worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
     servers (referee/proc/warm.py) when the run's referees will be kernelsmith's own."""
@@ -213,39 +215,38 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
         bad = [g for g in gpus if g >= count]
         if bad:
             raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
-    made_by = getattr(config, "referee_factory", None) or referee.Referee
+    made_by = hooks.referee_factory or referee.Referee
     if getattr(made_by, "ADOPTS_WARM", False):
         warm.warm(device, gpus)
     return device, gpus
 
 
-def default_layout(config, device: str, gpus: list, points: int | None = None) -> tuple[int, int]:
+def default_layout(config: SearchConfig, device: str, gpus: list, points: int | None = None,
+                   hooks: SearchHooks = SearchHooks()) -> tuple[int, int]:
     """(generations in flight, proposals per generation): default_pipeline's and one proposal per
     GPU, at least two; where that would keep more than BLIND_SHARE of the `points` a model learns in
     flight, fewer generations (not below PIPELINE), and where that is not enough, one proposal per
     GPU and as few generations as keep within it (at least one)."""
-    from kernelsmith.search.run_config import PIPELINE
-
-    batch = config.batch or max(2, len(gpus))
-    pipeline = default_pipeline(config, device, gpus)
+    batch = hooks.batch or max(2, len(gpus))
+    pipeline = default_pipeline(config, device, gpus, hooks)
     allowed = int(points * BLIND_SHARE) if points is not None else None
     if allowed is not None and not config.ray:  # a cluster's workers are many: its layout stays
         pipeline = max(PIPELINE, min(pipeline, allowed // batch))  # fewer generations first
         if pipeline * batch > allowed:
-            batch = config.batch or len(gpus)
+            batch = hooks.batch or len(gpus)
             pipeline = max(1, min(pipeline, allowed // batch))
     return pipeline, batch
 
 
-def default_pipeline(config, device: str, gpus: list) -> int:
+def default_pipeline(config: SearchConfig, device: str, gpus: list,
+                     hooks: SearchHooks = SearchHooks()) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
     with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
     from kernelsmith.search.precompile import compile_processes, device_facts
-    from kernelsmith.search.run_config import PIPELINE
 
-    if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
+    if device != "cuda" or config.ray or not hooks.precompile or device_facts() is None:
         return PIPELINE
-    batch = config.batch or max(2, len(gpus))
+    batch = hooks.batch or max(2, len(gpus))
     return max(PIPELINE, min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch))
 
 

@@ -35,9 +35,9 @@ def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str,
                        "shapes": shapes(speeds) if accepted else [],
                        "timing": {"aa_ratio": 1.0 if full else None, "noisy": False}}
             a.set_verdict(cid, verdict, "", timing={"rejected": "none", "lossy": "full"}.get(timing, timing))
-    (path / "run.json").write_text(json.dumps({"target": "t.yaml", "op": "op", "file": "f.py", "checkout": "co",
-                                               "base_sha": "0" * 40, "seed": 0, "device": "cuda", "gpus": gpus,
-                                               "mutator": mutator, "command": command}))
+    run = {"target": "t.yaml", "op": "op", "file": "f.py", "checkout": "co", "base_sha": "0" * 40, "seed": 0,
+           "device": "cuda", "gpus": gpus, "mutator": mutator, "command": command}
+    (path / "run.json").write_text(json.dumps(run))
     result = {"op": "op", "mutator": mutator, "proposals": len(evals), "evaluations": len(evals),
               "wall_s": wall_s, "geomean_speedup": final, "shapes": [],
               "no_winner_reason": None if final else "none of the finalists is a measured win"}

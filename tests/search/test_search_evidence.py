@@ -156,7 +156,7 @@ def test_finalists_that_already_pass_the_rule_are_re_measured_first(tmp_path):
             return row["verdict"]
 
         def search(k):
-            return SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=k), seed=0, timed=True,
+            return SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=k), seed=0, timed=True,
                                    progress=SimpleNamespace(note=lambda *a: None),
                                    task=SimpleNamespace(base_code="base"))
 
@@ -191,7 +191,7 @@ def test_a_noisy_final_measurement_is_taken_again_on_new_inputs(tmp_path):
         seeds = []
 
         def search():
-            return SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=1), seed=0, timed=True,
+            return SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=1), seed=0, timed=True,
                                    progress=SimpleNamespace(note=lambda *a: None),
                                    task=SimpleNamespace(base_code="base"))
 
@@ -234,7 +234,7 @@ def test_finalists_far_below_a_re_measured_win_are_not_re_measured(tmp_path):
                 return {"accepted": False, "reason": "incorrect"}
             return row["verdict"]
 
-        search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=4), seed=0, timed=True,
+        search = SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=4), seed=0, timed=True,
                                  progress=SimpleNamespace(note=lambda *a: None),
                                  task=SimpleNamespace(base_code="base"))
         ev = SimpleNamespace(remeasure=remeasure)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from kernelsmith.errors import ConfigError
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import compare
 from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig
+from kernelsmith.search.run_config import SearchHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {
@@ -63,7 +65,11 @@ def fake_gpu(monkeypatch):
     model_referee.CALLS.clear()
 
 
-def _run(tmp_path, name="run", **kw):
+STAND_IN = SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False,
+                       argv=["kernelsmith", "optimize"])
+
+
+def _run(tmp_path, name="run", hooks=STAND_IN, **kw):
     cfg = dict(
         target="demo",
         op="silu_and_mul",
@@ -74,12 +80,9 @@ def _run(tmp_path, name="run", **kw):
         gpus=[0],
         progress=False,
         targets=str(ROOT / "targets"),
-        precompile=False,
-        referee_factory=model_referee.ModelReferee,
-        argv=["kernelsmith", "optimize"],
     )
     cfg.update(kw)
-    return optimize(SearchConfig(**cfg))
+    return optimize(SearchConfig(**cfg), hooks)
 
 
 def test_timed_run_directory(tmp_path, fake_gpu):
@@ -158,7 +161,8 @@ def test_two_gpus_pipelined_and_reproducible(tmp_path, fake_gpu, monkeypatch):
 
     def run(name):
         model_referee.CALLS.clear()
-        result = _run(tmp_path, name, budget=16, gpus=[0, 1], referee_factory=_SlowModelReferee)
+        result = _run(tmp_path, name, budget=16, gpus=[0, 1],
+                      hooks=dataclasses.replace(STAND_IN, referee_factory=_SlowModelReferee))
         per_gpu = result["evaluator"]
         assert [g["gpu"] for g in per_gpu] == [0, 1] and sum(g["jobs"] for g in per_gpu) == 17
         assert all(0 < g["busy"] <= 1.0 for g in per_gpu)
@@ -260,7 +264,8 @@ def test_the_last_try_before_exhausted_sees_every_verdict_with_the_window_not_fu
     import kernelsmith.search.loop as loop
 
     monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_LastLookMutator(task)])
-    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6, batch=2)
+    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6,
+                  hooks=dataclasses.replace(STAND_IN, batch=2))
     assert result["stop_reason"].startswith("search space exhausted")
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         blocks = [r["params"]["values"]["BLOCK"] for r in a.all() if r["mutator"] == "params"]
@@ -590,7 +595,7 @@ def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, si
             ids[name] = archive.add(code, mutator="params", parent_id=bid)
             archive.set_verdict(ids[name], {"accepted": True, "geomean_speedup": speeds[name], "timed": True,
                                             "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
-        search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=3), seed=0, timed=True,
+        search = SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=3), seed=0, timed=True,
                                  progress=SimpleNamespace(note=lambda *a: None),
                                  task=SimpleNamespace(base_code=base))
         # Re-measured as clear wins (the winner rule asks for the geomean's CI above 1.0).
@@ -614,20 +619,20 @@ def test_resume_without_the_flags_keeps_the_layout(tmp_path, fake_gpu):
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (run["islands"], run["exploit"], run["stagnation"]) == (3, 0.4, 30)
     base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), resume=True, budget=40,
-                progress=False, precompile=False, referee_factory=model_referee.ModelReferee)
-    search = Search(SearchConfig(**base))
+                progress=False)
+    search = Search(SearchConfig(**base), STAND_IN)
     try:
         assert search.population.n_islands == 3 and search.population.config.exploit == 0.4
         assert search.stagnation == 30
     finally:
         search.archive.close()
-    search = Search(SearchConfig(**base, exploit=0.9, stagnation=50))  # flags still change these
+    search = Search(SearchConfig(**base, exploit=0.9, stagnation=50), STAND_IN)  # flags still change these
     try:
         assert search.population.config.exploit == 0.9 and search.stagnation == 50
     finally:
         search.archive.close()
     with pytest.raises(ConfigError, match="3 islands"):
-        Search(SearchConfig(**base, islands=2))
+        Search(SearchConfig(**base, islands=2), STAND_IN)
     # A new run without the flags records the defaults (islands from its budget).
     _run(tmp_path, "fresh", budget=12)
     run = json.loads((tmp_path / "fresh" / "run.json").read_text())
@@ -640,9 +645,8 @@ def test_search_returns_result_and_leaves_reports_to_caller(tmp_path, fake_gpu):
     from kernelsmith.search.result import SearchResult
 
     cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=4, mutator="params",
-               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-               referee_factory=model_referee.ModelReferee, argv=["kernelsmith", "optimize"])
-    result = search(SearchConfig(**cfg))
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"))
+    result = search(SearchConfig(**cfg), STAND_IN)
     run_dir = tmp_path / "run"
     assert isinstance(result, SearchResult) and result.run_dir == run_dir and result.timed
     assert json.loads((run_dir / "result.json").read_text()) == result.data

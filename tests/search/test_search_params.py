@@ -20,6 +20,7 @@ from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.loop import SearchConfig, slot_rng
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
+from kernelsmith.search.run_config import SearchHooks
 
 BLOCK = "silu_and_mul:BLOCK"
 BEST_SINGLE = 5.955  # the model's best single config (BLOCK 4096, num_warps 32) over the demo shapes
@@ -93,9 +94,8 @@ def test_resume_replays_the_archive_into_the_sampler(tmp_path, fake_gpu):  # noq
             budget=16,
             progress=False,
             stagnation=100,
-            precompile=False,
-            referee_factory=model_referee.ModelReferee,
-        )
+        ),
+        SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False),
     )
     assert whole["proposals"] == resumed["proposals"] == 16
 

@@ -20,9 +20,15 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
 from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.prompt import status_line
+from kernelsmith.search.run_config import SearchHooks
 from kernelsmith.search.selection import fitness
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stand_in(referee) -> SearchHooks:
+    """A search judged by `referee` (a model of the staged referee), no CPU compile processes."""
+    return SearchHooks(referee_factory=referee, precompile=False, argv=["kernelsmith", "optimize"])
 
 
 class StagedModelReferee(model_referee.ModelReferee):
@@ -76,9 +82,8 @@ def fake_gpu(monkeypatch):
 def test_subset_screened_candidates_are_not_faster_and_never_finalists(tmp_path, fake_gpu):
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
-    result = optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    result = optimize(cfg, _stand_in(StagedModelReferee))
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated" and r["accepted"]]
         final = a.get_meta("final", {})
@@ -170,9 +175,8 @@ def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, 
 
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=Recording, argv=["kernelsmith", "optimize"])
-    optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    optimize(cfg, _stand_in(Recording))
     assert seen[0] == (1.0, None)  # no win yet: the base's bar, no per-shape speedups
     with_shapes = [(bar, shapes) for bar, shapes in seen if shapes]
     assert with_shapes
@@ -193,9 +197,8 @@ def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gp
 
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "runs" / "a"), budget=16,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
-    optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    optimize(cfg, _stand_in(StagedModelReferee))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_table.py"), str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
