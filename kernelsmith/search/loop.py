@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.search.archive import Archive, code_hash
+from kernelsmith.search.archive import Archive, NewRow, code_hash
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import Proposal
@@ -101,13 +101,13 @@ class Search:
         if p.code is None:
             v = Verdict.rejected("malformed_proposal", p.error or "the answer held no usable code")
             return self.archive.add(
-                None, status="evaluated", verdict=v.to_json(), feedback=v.feedback(), **common
+                NewRow(None, status="evaluated", verdict=v.to_json(), feedback=v.feedback(), **common)
             )
         diff = unified_diff(parent_code, p.code, self.task.operator.file)
         same = self.archive.find_code(p.code)
         if same is not None:
             v = Verdict.rejected("duplicate", f"identical to candidate #{same.id}")
-            return self.archive.add(
+            return self.archive.add(NewRow(
                 p.code,
                 diff=diff,
                 status="duplicate",
@@ -115,8 +115,8 @@ class Search:
                 feedback=v.feedback(),
                 duplicate_of=same.id,
                 **common,
-            )
-        return self.archive.add(p.code, diff=diff, **common)
+            ))
+        return self.archive.add(NewRow(p.code, diff=diff, **common))
 
     def settled(self, c: Candidate) -> None:
         """Report a candidate's verdict as it lands (the evaluator's on_verdict)."""
@@ -457,7 +457,7 @@ def optimize(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> Search
     search.timeline["setup_s"] = round(started - setup_start, 2)
     try:
         if search.archive.base() is None:
-            search.archive.add(search.task.base_code, mutator="base")
+            search.archive.add(NewRow(search.task.base_code, mutator="base"))
         evaluator.note_best(search.archive.all())
         pending = search.archive.pending()
         in_flight_at_start = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.compare import compare_runs, main, render
 
 
@@ -22,11 +22,11 @@ def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str,
     timing "lossy" is a full measurement at that geomean that is 0.9x on one of its two shapes."""
     path.mkdir(parents=True)
     with Archive(path / "archive.sqlite") as a:
-        base = a.add("base", mutator="base")
+        base = a.add(NewRow("base", mutator="base"))
         a.set_verdict(base, {"accepted": True, "timed": True, "geomean_speedup": 1.0, "eval_s": 3.0,
                              "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
         for i, (seconds, g, timing) in enumerate(evals):
-            cid = a.add(f"code {i}", mutator=mutator, parent_id=base)
+            cid = a.add(NewRow(f"code {i}", mutator=mutator, parent_id=base))
             accepted = timing != "rejected"
             full = timing in ("full", "lossy")
             speeds = [g * g / 0.9, 0.9] if timing == "lossy" else [g, g]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
+from kernelsmith.search.archive import NewRow
 from kernelsmith.search.evidence import geomean_ci, judge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,10 +145,10 @@ def test_finalists_that_already_pass_the_rule_are_re_measured_first(tmp_path):
         "clean": verdict([shape(1.5, 0.01, 0), shape(1.5, 0.01, 1)]),
     }
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
+        bid = archive.add(NewRow("base", mutator="base"))
         ids = {}
         for name, v in verdicts.items():
-            ids[name] = archive.add(f"code {name}", mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(f"code {name}", mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], v, "", timing="full")
         remeasured = []
 
@@ -185,8 +186,8 @@ def test_a_noisy_final_measurement_is_taken_again_on_new_inputs(tmp_path):
     clean = verdict([shape(1.5, 0.01, 0), shape(1.5, 0.01, 1)])
     noisy = {**clean, "timing": {**clean["timing"], "noisy": True}}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
-        cid = archive.add("code", mutator="params", parent_id=bid)
+        bid = archive.add(NewRow("base", mutator="base"))
+        cid = archive.add(NewRow("code", mutator="params", parent_id=bid))
         archive.set_verdict(cid, clean, "", timing="full")
         seeds = []
 
@@ -221,10 +222,10 @@ def test_finalists_far_below_a_re_measured_win_are_not_re_measured(tmp_path):
 
     speeds = {"fast": 11.2, "close": 11.2 * (FINAL_SKIP_BELOW + 0.01), "far": 9.3, "farther": 7.2}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
+        bid = archive.add(NewRow("base", mutator="base"))
         ids = {}
         for name, g in speeds.items():
-            ids[name] = archive.add(f"code {name}", mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(f"code {name}", mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], verdict([shape(g, 0.01, 0), shape(g, 0.01, 1)]), "", timing="full")
         remeasured, broken = [], set()
 

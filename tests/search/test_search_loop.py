@@ -14,7 +14,7 @@ from stub_compiler import StubCompiler
 from kernelsmith.cli import main
 from kernelsmith.commands.run import optimize
 from kernelsmith.errors import ConfigError
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import compare
 from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig
 from kernelsmith.search.run_config import SearchHooks
@@ -291,7 +291,7 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Hanging)
         ev.submit([archive.get(cid)])
         assert started.wait(5)
@@ -335,7 +335,7 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         pc = SlowCompiler()
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
                        precompiler=pc)
@@ -366,10 +366,10 @@ def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_
     Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
+        base = archive.add(NewRow(task.base_code, mutator="base"))
         code = task.base_code.replace("BLOCK = 64", "BLOCK = 8192")
-        cid = archive.add(code, mutator="params", parent_id=base,
-                          params={"values": {}, "changed": {"silu_and_mul:BLOCK": [64, 8192]}})
+        cid = archive.add(NewRow(code, mutator="params", parent_id=base,
+                          params={"values": {}, "changed": {"silu_and_mul:BLOCK": [64, 8192]}}))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
                        precompiler=OverLimit(), compile_limit=20.0)
         ev.wait(ev.submit([archive.get(cid)]))
@@ -587,12 +587,12 @@ def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, si
     }
     speeds = {"table": 2.0, "simple": simple_speed, "slow": 1.5}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add(base, mutator="base")
+        bid = archive.add(NewRow(base, mutator="base"))
         archive.set_verdict(bid, {"accepted": True, "geomean_speedup": 1.0, "timed": True,
                                   "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
         ids = {}
         for name, code in codes.items():
-            ids[name] = archive.add(code, mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(code, mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], {"accepted": True, "geomean_speedup": speeds[name], "timed": True,
                                             "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
         search = SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=3), seed=0, timed=True,
@@ -690,9 +690,9 @@ def test_a_slow_compile_does_not_hold_back_candidates_already_compiled(tmp_path,
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
-        ids = [archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params",
-                           parent_id=base) for b in (128, 256, 512)]
+        base = archive.add(NewRow(task.base_code, mutator="base"))
+        ids = [archive.add(NewRow(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params",
+                           parent_id=base)) for b in (128, 256, 512)]
         pc = OneSlowBuild(slow=ids[0])
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Recording,
                        precompiler=pc)

@@ -11,7 +11,7 @@ from stub_compiler import StubCompiler
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.loop import Search, SearchConfig, optimize
 from kernelsmith.search.precompile import compile_processes
 from kernelsmith.search.run_config import SearchHooks
@@ -283,7 +283,7 @@ def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake
     whole = optimize(*_config(tmp_path, fake_gpu, name="whole", budget=10, pipeline=3))
     search = Search(*_config(tmp_path, fake_gpu, name="killed", budget=10, pipeline=3))
     try:  # what the killed run had done: the base recorded, generation 1 proposed, nothing judged
-        search.archive.add(search.task.base_code, mutator="base")
+        search.archive.add(NewRow(search.task.base_code, mutator="base"))
         assert search._propose(1, search.batch) == 2
     finally:
         search.archive.close()
@@ -420,9 +420,9 @@ def _wait_for_a_stuck_build(tmp_path, fake_gpu, precompiler, stall_s: float):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
+        base = archive.add(NewRow(task.base_code, mutator="base"))
         code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
-        cid = archive.add(code, mutator="params", parent_id=base)
+        cid = archive.add(NewRow(code, mutator="params", parent_id=base))
         ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
                                  referee_factory=fake_gpu.ModelReferee, precompiler=precompiler)
         try:
@@ -492,11 +492,11 @@ def test_the_stagnation_count_credits_each_generation_with_its_own_verdicts_only
     full = {"accepted": True, "timed": True, "timing": {"aa_ratio": 1.0, "noisy": False}}
     try:
         a = search.archive
-        base = a.add(search.task.base_code, mutator="base")
+        base = a.add(NewRow(search.task.base_code, mutator="base"))
         a.set_verdict(base, {**full, "geomean_speedup": 1.0}, "")
         for gen, speed in ((1, 1.2), (2, 1.5)):
             code = f"# generation {gen}\n" + search.task.base_code
-            cid = a.add(code, mutator="params", generation=gen)
+            cid = a.add(NewRow(code, mutator="params", generation=gen))
             a.set_verdict(cid, {**full, "geomean_speedup": speed}, "", timing="full")
         # Generation 1 is tallied with generation 2's 1.5x already in: it improved on nothing to 1.2x.
         best, since = search._tally(1, 2, None, 7)

@@ -16,7 +16,7 @@ from kernelsmith.commands.run import optimize
 from kernelsmith.referee.timing import staged as staging
 from kernelsmith.referee.timing.ab import conclude
 from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
 from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.prompt import status_line
@@ -124,7 +124,7 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5,
                        referee_factory=model_referee.ModelReferee)
         with pytest.raises(ValueError, match="seed other than the search's"):
@@ -144,7 +144,7 @@ def test_a_screened_contender_from_an_older_archive_gets_its_full_measurement_on
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         screen = {"accepted": True, "correct": True, "timed": True, "geomean_speedup": 1.3, "eval_s": 4.0,
                   "timing": {"metric": "device", "aa_ratio": None, "noisy": None, "mode": "screen"}}
         archive.set_verdict(cid, screen, "fb", timing="screen", awaiting_full=True)
@@ -231,7 +231,7 @@ def test_while_the_best_win_is_fragile_near_ties_are_contenders(tmp_path, fake_g
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        ids = [archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params")
+        ids = [archive.add(NewRow(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params"))
                for b in (128, 256)]
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5, referee_factory=Recording)
         for cid, worst in zip(ids, (0.96, 0.99), strict=True):
