@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the kernelsmith-bot console script; errors are one line, exit 1."""
     args = build_parser().parse_args(argv)
     # The bot holds GitHub tokens; the target code it starts must not read them from /proc.
-    from kernelsmith.referee.proc.process import hide_environ
+    from kernelsmith.sandbox import hide_environ
 
     hide_environ()
     try:

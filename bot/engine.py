@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from kernelsmith.pycmd import module_argv
+from kernelsmith.sandbox.spawn import run
 
 from .gitops import scrubbed
 
@@ -35,8 +36,8 @@ class Engine:
         cmd = module_argv("kernelsmith", "--targets", str(self.targets_dir), *args)
         self.log("$ " + shlex.join(cmd[1:]))
         # Output streams to the job log; only scan's JSON is captured.
-        return subprocess.run(cmd, env=scrubbed(), stdin=subprocess.DEVNULL, timeout=timeout,
-                              stdout=subprocess.PIPE if args[0] == "scan" else None, text=True)
+        return run(cmd, None, env=scrubbed(), timeout=timeout, session=False,
+                   stdout=subprocess.PIPE if args[0] == "scan" else None, text=True)
 
     def scan(self, target: Path) -> dict:
         """`kernelsmith scan TARGET --json` parsed; {} when the scan fails (the error is logged)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from kernelsmith.mdtext import ZWJ, safe_text  # noqa: F401 - the bot's escaping, shared with report.md
+from kernelsmith.mdtext import safe_text
 from kernelsmith.report import NO_TIMING, mermaid, shape_table, slower_shapes
 from kernelsmith.search.mutators.rewrites.explain import sentence
 

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
+from kernelsmith.sandbox import spawn
 
 # Command-line configuration outranks the repository's, so a planted key cannot turn these back on.
 SAFE_CONFIG = (
@@ -83,9 +84,8 @@ def run(git_dir: str | os.PathLike | None, *args: str, work_tree: str | os.PathL
         where = os.path.dirname(os.path.abspath(where))  # a `.git` file: its folder
     if where is None:
         raise GitFailed(f"git {args[0] if args else ''}: no repository and no working folder given")
-    proc = subprocess.run(argv(git_dir, *args, work_tree=work_tree), cwd=where, env=safe_env(env),
-                          capture_output=True, text=text, input=input, stdin=None if input is not None
-                          else subprocess.DEVNULL)
+    proc = spawn.run(argv(git_dir, *args, work_tree=work_tree), None, env=safe_env(env), cwd=where,
+                     input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
     if check and proc.returncode != 0:
         err = proc.stderr if text else proc.stderr.decode("utf-8", "replace")
         shown = " ".join(str(a) for a in args[:4])

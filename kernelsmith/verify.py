@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,7 @@ from kernelsmith.onboard.checkout import clean_worktree, run_setup, safe_env, ve
 from kernelsmith.paths import cache_dir
 from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.sandbox import summary as sandbox_summary
+from kernelsmith.sandbox.spawn import device_env
 from kernelsmith.scratch import remove_tree
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -111,7 +111,7 @@ def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
                 junit: Path | None = None, scratch: Path | None = None) -> CommandResult:
     """Run a shell command inside the "tests" sandbox (writable: `cwd` and `scratch`, where the
     junit file goes), in its own process group; kill the group on timeout."""
-    from kernelsmith.sandbox import wrap
+    from kernelsmith.sandbox.spawn import kill_group, start
 
     env = dict(env)
     if junit is not None:
@@ -120,24 +120,23 @@ def run_command(command: str, cwd: Path, env: dict, timeout_s: float,
     own = scratch is None
     scratch = Path(tempfile.mkdtemp(prefix="verify-cmd-")) if own else Path(scratch)
     try:
-        argv, env = wrap(["/bin/sh", "-c", command], "tests", env=env, writable=[cwd],
-                         scratch=scratch, keep=("KERNELSMITH_TARGET_DIR",))
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        began = time.monotonic()
+        proc = start(["/bin/sh", "-c", command], "tests", env=env, cwd=cwd, writable=[cwd], scratch=scratch,
+                     keep=("KERNELSMITH_TARGET_DIR",), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                     stderr=subprocess.STDOUT, text=True, errors="replace")
         timed_out = False
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)
             output, _ = proc.communicate()
             output += f"\n[kernelsmith] killed after {timeout_s:.0f} s"
     finally:
         if own:
             remove_tree(str(scratch))
     result = CommandResult(command=command, exit_code=None if timed_out else proc.returncode,
-                           duration=time.monotonic() - start, output_tail=_tail(output),
+                           duration=time.monotonic() - began, output_tail=_tail(output),
                            timed_out=timed_out, counts=parse_pytest_counts(output), output=output)
     if junit is not None:
         result.outcomes = parse_junit(junit)
@@ -247,8 +246,8 @@ def _verify_in_worktree(doc, run: RunSpec, target, op, winner_file, timeout_s, h
     tree no test has run in yet, so nothing the base's tests planted (a link at the operator's path,
     a rewritten `.git`) is followed, read back or handed to git."""
     env = safe_env({"KERNELSMITH_TARGET_DIR": str(target.path.parent), "PYTHONDONTWRITEBYTECODE": "1"})
-    if not has_cuda:
-        env["TRITON_INTERPRET"] = "1"  # kernels run under the Triton interpreter on a CPU machine
+    if not has_cuda:  # kernels run under the Triton interpreter on a CPU machine
+        env = device_env(env, "interpret")
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=cache_dir()))
     checkout, base_sha = Path(run.checkout), run.base_sha
     try:

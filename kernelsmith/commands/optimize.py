@@ -53,7 +53,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the search; 0 with an accepted winner, 1 without."""
     from kernelsmith.commands.run import optimize  # the search, then its reports
-    from kernelsmith.search.loop import SearchConfig
+    from kernelsmith.search.run_config import SearchConfig
 
     if args.budget is not None and args.budget < 1:
         raise ConfigError("--budget", "must be at least 1")

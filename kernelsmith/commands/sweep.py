@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; 0 with an accepted winner, 1 without."""
     from kernelsmith.commands.run import optimize  # the search, then its reports
-    from kernelsmith.search.loop import SearchConfig
+    from kernelsmith.search.run_config import SearchConfig
 
     config = SearchConfig(mutator="grid", command="sweep", **run_config(args))
     result = optimize(config)

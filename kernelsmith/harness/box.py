@@ -14,7 +14,6 @@ import json
 import os
 import re
 import selectors
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.pycmd import PACKAGE_PARENT, module_argv, python_path
+from kernelsmith.sandbox.spawn import device_env, how_it_ended, kill_group, start_python
 from kernelsmith.scratch import remove_tree
 
 LOAD_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine
@@ -80,49 +79,22 @@ def _collect(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bytes, bo
                 buf = data[key.fileobj]
                 buf += chunk
                 del buf[:max(0, len(buf) - caps[key.fileobj])]
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # a hang, or anything it left running (--no-sandbox)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid)  # a hang, or anything it left running (--no-sandbox)
     proc.wait()
     for f in caps:
         f.close()
     return bytes(data[proc.stdout]), bytes(data[proc.stderr]), timed_out
 
 
-def _env(device: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if device is not None:
-        env.pop("TRITON_INTERPRET", None)
-        if device == "interpret":
-            env["TRITON_INTERPRET"] = "1"
-            env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONPATH"] = python_path(PACKAGE_PARENT, env.get("PYTHONPATH"))
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def _how_it_ended(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code} without an answer"
-
-
 def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str | None,
               timeout_s: float, what: str, module: str = "kernelsmith.onboard.harness_probe") -> dict:
     """Run `module` (harnessprobe, or harnessfacts) on `spec` in the "harness" sandbox; its answer
     (a dict) or HarnessChildError naming `harness` (`what`: the child's job, for the message)."""
-    from kernelsmith.sandbox import wrap
-
     scratch = Path(tempfile.mkdtemp(prefix="kernelsmith-harness-"))
     try:
-        argv, env = wrap(module_argv(module, json.dumps(spec)), "harness",
-                         env=_env(device), scratch=scratch)
-        proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = start_python(module, [json.dumps(spec)], "harness", env=device_env(dict(os.environ), device),
+                            cwd=cwd, scratch=scratch, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
         out, err, timed_out = _collect(proc, timeout_s)
     finally:
         remove_tree(str(scratch))
@@ -137,7 +109,8 @@ def run_child(spec: dict, *, harness: str | Path, cwd: str | Path, device: str |
     except (IndexError, json.JSONDecodeError, RecursionError):
         answer = None
     if not isinstance(answer, dict):
-        raise HarnessChildError(f"{harness}: the {what} process {_how_it_ended(proc.returncode)}{tail}")
+        ended = how_it_ended(proc.returncode) + ("" if proc.returncode < 0 else " without an answer")
+        raise HarnessChildError(f"{harness}: the {what} process {ended}{tail}")
     return answer
 
 

@@ -15,7 +15,6 @@ import copy
 import hashlib
 import inspect
 import json
-import os
 import sys
 import threading
 import traceback
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from kernelsmith.errors import ConfigError, KernelsmithError
 from kernelsmith.harness.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, MalformedFacts, shape_key
+from kernelsmith.sandbox.spawn import private_stdout
 
 FACTS_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine (as harnessbox's loads)
 # Facts already gathered in this process, by (harness path, its content's sha256, cwd, sandboxed?):
@@ -99,9 +99,7 @@ def collect(path: str) -> dict:
 
 def main() -> int:
     """Gather the facts for the spec in argv[1]; the answer goes to a private copy of stdout."""
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # what the harness prints goes to stderr, never into the answer
-    sys.stdout = sys.stderr
+    answer = private_stdout()  # what the harness prints goes to stderr, never into the answer
     spec = json.loads(sys.argv[1])
     try:
         result = {"facts": collect(spec["harness"])}

@@ -57,7 +57,8 @@ def optimize_tasks(problems: list[Problem], out: Path, *, mutator: str, device: 
                    seed: int = 0, progress=None) -> Path:
     """Run `optimize` on every task; copy each winner to `out`/solutions/<problem>.py; return that folder."""
     from kernelsmith.report import write_reports
-    from kernelsmith.search.loop import SearchConfig, optimize
+    from kernelsmith.search.loop import optimize
+    from kernelsmith.search.run_config import SearchConfig
 
     solutions = Path(out) / "solutions"
     solutions.mkdir(parents=True, exist_ok=True)

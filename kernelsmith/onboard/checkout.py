@@ -175,7 +175,7 @@ def run_setup(target: Target, folder: Path) -> None:
     no tokens."""
     if not target.setup:
         return
-    from kernelsmith.sandbox import wrap
+    from kernelsmith.sandbox.spawn import start
     from kernelsmith.scratch import scratch_dir
 
     make_venv(folder)
@@ -183,12 +183,12 @@ def run_setup(target: Target, folder: Path) -> None:
         # The cache's repositories stay readable (read-only) where the profile empties /tmp, so a
         # setup that asks git (a version from tags) sees its worktree's store as anywhere else.
         stores = [cache_dir() / "repos"] if (cache_dir() / "repos").is_dir() else []
-        cmd, env = wrap(["/bin/sh", "-c", target.setup], "setup", env=venv_env(folder, dict(os.environ)),
-                        writable=[folder], scratch=Path(scratch), readable=stores)
-        proc = subprocess.run(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = start(["/bin/sh", "-c", target.setup], "setup", env=venv_env(folder, dict(os.environ)),
+                     cwd=folder, writable=[folder], scratch=Path(scratch), readable=stores,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output, _ = proc.communicate()
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-20:])
+        tail = "\n".join(output.splitlines()[-20:])
         raise KernelsmithError(f"{target.path}: setup {target.setup!r} failed (exit {proc.returncode}) "
                                f"in {folder}:\n{tail}")
 

@@ -12,7 +12,6 @@ also because the interpreter's stand-ins patch process globals (Triton's driver,
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 
@@ -22,6 +21,7 @@ from kernelsmith.errors import ConfigError
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.diagnose import likely_fix
+from kernelsmith.sandbox.spawn import private_stdout
 
 SEEDS = (101, 101, 202)  # the same seed twice (determinism), then another (sensitivity)
 CONTROL_FIX = ("tighten TOLERANCE for this dtype, or draw inputs whose outputs are not all tiny "
@@ -241,9 +241,7 @@ def check_shape(p: Probe, h, base_fn, shape: dict, where: str, dev: str) -> bool
 
 def main() -> int:
     """Run the probe for the spec in argv[1]; the answer goes to the private stdout copy."""
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    answer = private_stdout()  # what the harness prints goes to stderr, never into the answer
     spec = json.loads(sys.argv[1])
     try:
         if spec.get("load_only"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -29,6 +30,7 @@ from kernelsmith.errors import ConfigError, KernelsmithError
 from kernelsmith.onboard.package import PYTHON, SPEC_RE, Package, check_spec, safe_name
 from kernelsmith.paths import cache_dir, cache_lock
 from kernelsmith.pysource import parse
+from kernelsmith.sandbox.spawn import run
 
 MARKER = ".kernelsmith-release.json"
 FORMAT = 1  # bump when the selection or the commit changes: cached checkouts are then rebuilt
@@ -53,7 +55,8 @@ def download_wheel(pkg: Package, dest: Path) -> Path:
            "--abi", "cp" + pkg.python.replace(".", ""), "--abi", "abi3", "--abi", "none"]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
-    proc = subprocess.run([*cmd, pkg.spec], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = run([*cmd, pkg.spec], None, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+               text=True)
     if proc.returncode != 0:
         tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
         raise KernelsmithError(f"pip download {pkg.spec} failed (exit {proc.returncode}): "

@@ -16,12 +16,13 @@ from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
 from kernelsmith.referee.proc.pinned import task_files
-from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote, hide_environ
+from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote
 from kernelsmith.referee.proc.warm import referee_folders, worker_env
 from kernelsmith.referee.proc.warm import take as take_warm
 from kernelsmith.referee.timing.phase_clock import PhaseClock
 from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
 from kernelsmith.safefs import write_file
+from kernelsmith.sandbox import hide_environ
 from kernelsmith.scratch import ScratchDir, remove_tree
 
 __all__ = ["Referee", "RefereeError", "Verdict", "device_info", "NO_TIMING_LINE"]

@@ -36,10 +36,18 @@ from pathlib import Path
 from kernelsmith.errors import ConfigError
 from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.search.candidate import Candidate
-from kernelsmith.search.efficiency import best_at, candidate_rows, curve, run_summary, time_to
+from kernelsmith.search.efficiency import (
+    SWEEP_SHARE,
+    best_at,
+    candidate_rows,
+    curve,
+    gain_target,
+    run_summary,
+    time_to,
+)
 from kernelsmith.search.evidence import ci_seed, judge
 
-FRACTIONS = (0.5, 0.9, 0.95)
+FRACTIONS = (0.5, 0.9, SWEEP_SHARE)
 CHECKPOINTS = (0.1, 0.25, 0.5, 0.75, 1.0)  # of the sweep's GPU-seconds
 
 
@@ -111,11 +119,6 @@ def sweep_reference(run: Path, sweep: dict) -> tuple[float | None, str]:
         "that beats it by the params mutator's margin")
 
 
-def gain_target(reference: float, fraction: float) -> float:
-    """The geomean that holds `fraction` of the reference's gain over the base (1.0)."""
-    return 1.0 + fraction * (reference - 1.0) if reference > 1.0 else fraction * reference
-
-
 def compare_runs(run_dirs: list[Path], reference: float | str | None = None, wins_only: bool = True) -> dict:
     """The comparison as data: reference (a geomean, "final" for the sweep's re-measured winner, or
     None for the sweep's target), per-run rows and the speedup-vs-GPU-seconds table."""
@@ -142,7 +145,7 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         gpu_s = pts[-1][0] if pts else 0.0
         reached = {f"{int(f * 100)}%": time_to(pts, gain_target(reference, f)) for f in FRACTIONS}
         within = time_to(ci_curve(rows[str(d)], run.seed, memos[str(d)]),
-                         gain_target(reference, 0.95))
+                         gain_target(reference, SWEEP_SHARE))
         runs.append({
             "run": str(d),
             "kind": "sweep" if run.command == "sweep" else f"optimize --mutator {run.mutator}",
@@ -211,7 +214,7 @@ def render(data: dict) -> str:
     ref = data["reference"]
     out = [f"Reference: {ref:.3f}x ({data['reference_source']}); a run's best counts "
            f"{data['counted']}; \"to 95%\": GPU-seconds until its best held 95% of the reference's "
-           f"gain over the base ({gain_target(ref, 0.95):.3f}x); \"of sweep\": that time over the "
+           f"gain over the base ({gain_target(ref, SWEEP_SHARE):.3f}x); \"of sweep\": that time over the "
            f"sweep's GPU-seconds ({_coverage(data)}); \"within CI\": until a measured win whose "
            "geomean's 95% CI reaches that 95% (no measurement tells it apart from the target).", "",
            "| run | kind | GPUs | GPU-s | held GPU-s | GPU-s to 50% | to 90% | to 95% | of sweep "

@@ -29,15 +29,9 @@ from kernelsmith.referee.verdict import Verdict, contender_bar
 from kernelsmith.search import gpu_time
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
-from kernelsmith.search.evidence import fragile
-from kernelsmith.search.finish import SIMPLER_WITHIN
+from kernelsmith.search.evidence import SIMPLER_WITHIN, fragile
 from kernelsmith.search.precompile import compile_timeout_verdict
 
-# Screen geomean, relative to the best full measurement so far, that earns a full measurement.
-# At 1.0 a candidate must screen at least as fast as the best. Replaying the H200 archives of
-# 2026-11-30 (docs/benchmarks.md): screen and full agree within ~1.3%, and at 0.99 most full
-# measurements on a plateau changed nothing; 1.0 would have skipped 5-10 per run and missed only
-# gains of 0.3-0.7%, which the winner rule (the smallest change within 1%) ignores anyway.
 POLL_S = 0.2
 # A build this old that still holds the GPUs idle is stuck, not slow (the H200's builds take 2-7 s;
 # the ones that held the sampler's window ran into the 20 s compile limit). Once builds have

@@ -15,8 +15,9 @@ import numpy as np
 
 from kernelsmith.referee.verdict import SLOWEST_SHAPE, aa_bias_factor, is_noisy, lost_shapes
 
-__all__ = ["SLOWEST_SHAPE", "fragile", "geomean_ci", "ci_seed", "judge"]
+__all__ = ["SIMPLER_WITHIN", "SLOWEST_SHAPE", "fragile", "geomean_ci", "ci_seed", "judge"]
 RESAMPLES = 1000  # as the referee's per-shape bootstrap_ci
+SIMPLER_WITHIN = 0.01  # the winner: the smallest change within this fraction of the fastest finalist
 
 
 def fragile(shape_speedups) -> bool:

@@ -24,12 +24,11 @@ from kernelsmith.runspec import Replay
 from kernelsmith.search.archive import now_iso, rejected_counts
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import unified_diff
-from kernelsmith.search.evidence import ci_seed, judge
+from kernelsmith.search.evidence import SIMPLER_WITHIN, ci_seed, judge
 from kernelsmith.search.mutators.rewrite import rewrite_lineage
 from kernelsmith.search.result import SearchResult
 from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
-SIMPLER_WITHIN = 0.01  # a smaller change within this fraction of the fastest finalist wins
 # A finalist whose search geomean is below this fraction of a re-measured win is not re-measured:
 # re-measurements move a geomean by a percent or two (H200 runs), not the four it would need.
 FINAL_SKIP_BELOW = 0.95

@@ -23,8 +23,8 @@ from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.progress import Progress
 from kernelsmith.search.resolve import DEFAULT_BUDGET, resolve_run
 from kernelsmith.search.result import SearchResult
-from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks  # noqa: F401 (SearchConfig: callers import it here)
-from kernelsmith.search.seeds import FINAL_SEED_OFFSET, slot_rng  # noqa: F401 (named here too: tests, callers)
+from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks
+from kernelsmith.search.seeds import slot_rng
 from kernelsmith.search.selection import Population, SelectionConfig
 
 # Seconds every GPU may idle on CPU builds alone before the builds at the window's front move on

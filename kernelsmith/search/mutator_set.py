@@ -12,7 +12,8 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
     the grid of `kernelsmith sweep`, every point once in that seed's order; "replay" needs the
     `replay` a replay run's RunSpec holds (runspec.py refuses a replay run without one)."""
-    from kernelsmith.search.mutators.llm import LLMMutator, llm_settings
+    from kernelsmith.search.mutators.llm import LLMMutator
+    from kernelsmith.search.mutators.llm_settings import llm_settings
     from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 
     if sweep_seed is not None:

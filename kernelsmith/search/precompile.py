@@ -68,7 +68,7 @@ class _Child:
     """One compile process, fed candidate files over stdin (one JSON line per job)."""
 
     def __init__(self, spec: dict):
-        from kernelsmith.referee.proc.child import spawn
+        from kernelsmith.sandbox.spawn import start_candidate_python
 
         env = dict(os.environ)
         env.pop("TRITON_INTERPRET", None)
@@ -80,9 +80,9 @@ class _Child:
         self.killed = False
         self.ready = False
         # The compile process (referee/proc/compile_child.py) in the candidate sandbox, like the workers.
-        self.proc = spawn("kernelsmith.referee.proc.compile_child", [json.dumps(spec)], env,
-                          Path(spec["workdir"]),
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = start_candidate_python(
+            "kernelsmith.referee.proc.compile_child", [json.dumps(spec)], env, Path(spec["workdir"]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def run(self, path: str, fresh: list[dict], timeout: float, started=None) -> dict:
         """Compile one candidate file; `started()` is called when the process takes the job (after
@@ -115,7 +115,7 @@ class _Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
-        from kernelsmith.referee.proc.child import kill_group
+        from kernelsmith.sandbox.spawn import kill_group
 
         self.killed = True
         kill_group(self.proc.pid)

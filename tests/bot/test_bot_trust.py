@@ -20,9 +20,10 @@ from bot.actions import ActionsEnv
 from bot.artifact import stage_plain_files
 from bot.auth import GitHubAuth
 from bot.cli import main
-from bot.prbody import fence, read_marker, safe_text
+from bot.prbody import fence, read_marker
 from bot.run import Bot
 from bot.work import WorkItem
+from kernelsmith.mdtext import safe_text
 
 BRANCH = "kernelsmith/demo/rms_norm"
 

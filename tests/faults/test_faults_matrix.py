@@ -11,11 +11,21 @@ COLUMNS = ["fault", "command", "what happens", "data lost", "test"]
 
 
 def _rows() -> list[dict]:
-    lines = [ln for ln in (ROOT / "docs" / "faults.md").read_text().splitlines() if ln.startswith("|")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header == COLUMNS
-    cells = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines[2:]]
-    return [dict(zip(header, row, strict=True)) for row in cells]
+    """The matrix's entries: a `### fault` heading, then one `- field: value` line per column (a value
+    may go on over indented lines)."""
+    text = (ROOT / "docs" / "faults.md").read_text()
+    matrix = text.split("\n## The matrix\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for block in matrix.split("\n### ")[1:]:
+        heading, _, body = block.partition("\n")
+        fields = {"fault": heading.strip()}
+        for item in body.strip().split("\n- "):
+            key, sep, value = item.removeprefix("- ").partition(":")
+            assert sep, f"not a `- field: value` line under {heading!r}: {item!r}"
+            fields[key.strip()] = " ".join(value.split())
+        assert list(fields) == COLUMNS, (heading, list(fields))
+        rows.append(fields)
+    return rows
 
 
 def _functions(path: Path) -> set[str]:

@@ -15,7 +15,7 @@ from referee_helpers import CORPUS, MINISERVE, ROOT, expected_outcome
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import input_cache as IC
-from kernelsmith.search.loop import FINAL_SEED_OFFSET
+from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
 OP_FILE = MINISERVE / "miniserve" / "kernels" / "rms_norm.py"
 

@@ -1,4 +1,4 @@
-"""scripts/phase_probe.py: one JSON line per evaluation, and with --profile the judge's and its
+"""dev/probes/phase_probe.py: one JSON line per evaluation, and with --profile the judge's and its
 runner's functions (under the Triton interpreter here)."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import sys
 
 from referee_helpers import ROOT
 
+PROBES = ROOT / "dev" / "probes"
+
 
 def _probe(*extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "phase_probe.py"), "demo", "silu_and_mul",
+    return subprocess.run([sys.executable, str(PROBES / "phase_probe.py"), "demo", "silu_and_mul",
                            "--targets", str(ROOT / "targets"), "--device", "interpret", *extra],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
 

@@ -8,9 +8,9 @@ import torch
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import static
 from kernelsmith.referee.checks.integrity import Record, compute_ops, violations_vs_base
-from kernelsmith.referee.proc.process import scrubbed_env
 from kernelsmith.referee.timing.ab import bootstrap_ci, geomean, roofline_ms
 from kernelsmith.referee.verdict import NO_TIMING_LINE, Verdict
+from kernelsmith.sandbox import scrubbed_env
 
 # -- verdict ------------------------------------------------------------------------------------
 

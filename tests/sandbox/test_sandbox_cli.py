@@ -57,8 +57,8 @@ def test_llm_key_lives_only_in_the_broker(scripted_llm, monkeypatch):
     from kernelsmith.onboard.config import load_target
     from kernelsmith.onboard.task import make_task
     from kernelsmith.search.mutators import broker
-    from kernelsmith.search.mutators.llm import LLMMutator, llm_settings
-    from kernelsmith.search.mutators.llm_settings import start_from_environment
+    from kernelsmith.search.mutators.llm import LLMMutator
+    from kernelsmith.search.mutators.llm_settings import llm_settings, start_from_environment
 
     key = "sk-brokeronly0123456789abc"
     monkeypatch.setenv("KERNELSMITH_LLM_BASE_URL", scripted_llm.base_url)

@@ -140,7 +140,7 @@ def test_dropping_secrets_clears_proc_self_environ():
 def test_one_scrubber_for_referee_checkout_and_bot():
     from bot.gitops import scrubbed
     from kernelsmith.onboard.checkout import safe_env
-    from kernelsmith.referee.proc.process import scrubbed_env as referee_scrubber
+    from kernelsmith.sandbox import scrubbed_env as referee_scrubber
 
     assert referee_scrubber is environ.scrubbed_env
     env = {"GITHUB_TOKEN": "ghs_x", "KERNELSMITH_TOKEN": "t", "KERNELSMITH_LLM_API_KEY": "sk-k",

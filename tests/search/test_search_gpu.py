@@ -36,7 +36,7 @@ def test_params_search_on_gpu(tmp_path):
     )
     result = json.loads((out / "result.json").read_text())
     assert result["timed"] and rc == (0 if result["winner"] else 1)
-    # num_warps alone is worth ~1.5x on the large shapes of this kernel (docs/design.md, measured).
+    # num_warps alone is worth ~1.5x on the large shapes of this kernel (dev/notes/environment.md).
     assert result["winner"] and result["geomean_speedup"] > 1.05
     assert result["geomean_ci95"][0] > 1.0 and result["no_winner_reason"] is None  # a measured win
     with Archive(out / "archive.sqlite") as a:

@@ -1,4 +1,4 @@
-"""scripts/landscape_sim.py replays a finished sweep as a landscape and runs the search against it."""
+"""dev/probes/landscape_sim.py replays a finished sweep as a landscape and runs the search against it."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a 
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.mutators.space import ConfigSpace
 
+PROBES = ROOT / "dev" / "probes"
+
 
 def test_a_sweep_replayed_as_a_landscape_gives_each_seeds_evaluations_to_95_percent(tmp_path, fake_gpu):  # noqa: F811
     _run(tmp_path, name="sweep", mutator="grid", command="sweep", budget=None)
-    cmd = [sys.executable, str(ROOT / "scripts" / "landscape_sim.py"), "--target", "demo",
+    cmd = [sys.executable, str(PROBES / "landscape_sim.py"), "--target", "demo",
            "--op", "silu_and_mul", "--archive", str(tmp_path / "sweep" / "archive.sqlite"),
            "--seeds", "0-1", "--budget", "30"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELSMITH_TARGETS": str(ROOT / "targets")}
@@ -40,8 +42,8 @@ def test_a_sweep_replayed_as_a_landscape_gives_each_seeds_evaluations_to_95_perc
 
 
 def _landscape_sim():
-    """scripts/landscape_sim.py as a module (it is a script, not a package member)."""
-    spec = importlib.util.spec_from_file_location("landscape_sim", ROOT / "scripts" / "landscape_sim.py")
+    """dev/probes/landscape_sim.py as a module (it is a script, not a package member)."""
+    spec = importlib.util.spec_from_file_location("landscape_sim", PROBES / "landscape_sim.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

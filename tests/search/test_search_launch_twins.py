@@ -25,10 +25,9 @@ from kernelsmith.harness.model import load_harness
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
-from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 from kernelsmith.search.mutators.space import ConfigSpace
-from kernelsmith.search.run_config import SearchHooks
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.sweep import SweepGrid
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,8 @@ from kernelsmith.onboard.task import make_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.edits import format_edit
 from kernelsmith.search.mutators.broker import GRACE_S
-from kernelsmith.search.mutators.llm import MIN_REQUEST_S, LLMMutator, LLMSettings, llm_settings
+from kernelsmith.search.mutators.llm import MIN_REQUEST_S, LLMMutator
+from kernelsmith.search.mutators.llm_settings import LLMSettings, llm_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

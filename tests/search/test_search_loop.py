@@ -16,8 +16,8 @@ from kernelsmith.commands.run import optimize
 from kernelsmith.errors import ConfigError
 from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import compare
-from kernelsmith.search.loop import FINAL_SEED_OFFSET, SearchConfig
-from kernelsmith.search.run_config import SearchHooks
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
+from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {

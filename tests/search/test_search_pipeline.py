@@ -12,9 +12,9 @@ from stub_compiler import StubCompiler
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
 from kernelsmith.search.archive import Archive, NewRow
-from kernelsmith.search.loop import Search, SearchConfig, optimize
+from kernelsmith.search.loop import Search, optimize
 from kernelsmith.search.precompile import compile_processes
-from kernelsmith.search.run_config import SearchHooks
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "H200", "total_memory": 1 << 37}

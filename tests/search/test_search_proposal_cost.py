@@ -1,4 +1,4 @@
-"""scripts/proposal_cost.py replays a finished params run's proposal steps and prints their cost."""
+"""dev/probes/proposal_cost.py replays a finished params run's proposal steps and prints their cost."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import sys
 
 from test_search_loop import ROOT, _run, fake_gpu  # noqa: F401 - fake_gpu is a fixture
 
+PROBES = ROOT / "dev" / "probes"
+
 
 def test_proposal_cost_prints_a_row_per_band_with_its_parts_and_asks(tmp_path, fake_gpu):  # noqa: F811
     _run(tmp_path, budget=24)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "proposal_cost.py"), str(tmp_path / "run")],
+    out = subprocess.run([sys.executable, str(PROBES / "proposal_cost.py"), str(tmp_path / "run")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # the private cache too
     assert out.returncode == 0, out.stderr

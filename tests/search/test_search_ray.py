@@ -24,8 +24,7 @@ from kernelsmith.commands.run import optimize  # noqa: E402
 from kernelsmith.onboard.task import load_task  # noqa: E402
 from kernelsmith.search import ray_pool  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
-from kernelsmith.search.loop import SearchConfig  # noqa: E402
-from kernelsmith.search.run_config import SearchHooks  # noqa: E402
+from kernelsmith.search.run_config import SearchConfig, SearchHooks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

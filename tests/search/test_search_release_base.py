@@ -15,8 +15,7 @@ import kernelsmith.referee.backend as backend
 from kernelsmith.commands.run import optimize
 from kernelsmith.onboard.config import load_target
 from kernelsmith.onboard.release import release_checkout
-from kernelsmith.search.loop import SearchConfig
-from kernelsmith.search.run_config import SearchHooks
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,12 +18,12 @@ from kernelsmith.referee.timing.ab import conclude
 from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
 from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
-from kernelsmith.search.loop import SearchConfig
 from kernelsmith.search.prompt import status_line
-from kernelsmith.search.run_config import SearchHooks
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.selection import fitness
 
 ROOT = Path(__file__).resolve().parents[2]
+PROBES = ROOT / "dev" / "probes"
 
 
 def _stand_in(referee) -> SearchHooks:
@@ -120,7 +120,7 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
     would judge it on the inputs it was selected on, so remeasure needs another seed."""
     from kernelsmith.onboard.task import load_task
     from kernelsmith.search.evaluator import Evaluator
-    from kernelsmith.search.loop import FINAL_SEED_OFFSET
+    from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
@@ -189,7 +189,7 @@ def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, 
 
 
 def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gpu):
-    """scripts/run_table.py's depth table: every evaluated candidate at the depth its verdict says,
+    """dev/probes/run_table.py's depth table: every evaluated candidate at the depth its verdict says,
     and the best full measurement with the evaluation it came at."""
     import os
     import subprocess
@@ -199,7 +199,7 @@ def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gp
                        mutator="params", device="cuda", gpus=[0], progress=False,
                        targets=str(ROOT / "targets"), stagnation=100)
     optimize(cfg, _stand_in(StagedModelReferee))
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_table.py"), str(tmp_path / "runs")],
+    out = subprocess.run([sys.executable, str(PROBES / "run_table.py"), str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr

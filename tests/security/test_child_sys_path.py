@@ -53,15 +53,15 @@ def test_referee_workers_ignore_modules_planted_in_their_work_folder(tmp_path, z
 
 
 def test_a_compile_child_ignores_modules_planted_in_its_folder(tmp_path):
-    from kernelsmith.referee.proc.child import kill_group, spawn
     from kernelsmith.referee.proc.warm import worker_env
+    from kernelsmith.sandbox.spawn import kill_group, start_candidate_python
 
     work = plant(tmp_path / "work")
     spec = {"target": ["cuda", 90, 32], "harness": str(ROOT / "targets" / "demo" / "rms_norm.py"),
             "device": None, "workdir": str(work)}  # as search/precompile.py starts it
-    proc = spawn("kernelsmith.referee.proc.compile_child", [json.dumps(spec)],
-                 worker_env("interpret", None), work,
-                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_candidate_python("kernelsmith.referee.proc.compile_child", [json.dumps(spec)],
+                                  worker_env("interpret", None), work,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         ready = proc.stdout.readline()  # it answers once torch, Triton and the harness are loaded
     finally:

@@ -5,7 +5,7 @@ device busy while the host queues the call. When the host takes longer than the 
 (preempted, a garbage collection, a busy core), the device reaches the start event first and waits
 inside the bracket: the host's delay is timed as the kernel's. On the H200 that inflated honest base
 samples by 6-140 us on LMDeploy rms_norm's 5-35 us shapes, and the judge, timing the base itself a
-moment later, refused 13 of 422 configs of one sweep as forged_timing (docs/benchmarks.md, session 17).
+moment later, refused 13 of 422 configs of one sweep as forged_timing.
 
 The host can see it happen: the start event has already completed when the end event is queued.
 Such a repetition is dropped and timed again, with a longer spin for the rest of the measurement.
@@ -14,7 +14,7 @@ after `reps` re-timings its samples are kept as they are, and counted as kept.
 
 The garbage collector is off while calls are queued (as `timeit` does): on the H200 host, queueing
 one LMDeploy rms_norm call took about 160 us against the 100 us spin, and with the collector off in
-this loop 14 of 673 one-token calls came late instead of 58 of 772 (scripts/late_reps_probe.py).
+this loop 14 of 673 one-token calls came late instead of 58 of 772 (dev/probes/late_reps_probe.py).
 """
 
 from __future__ import annotations

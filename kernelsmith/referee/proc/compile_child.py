@@ -1,11 +1,11 @@
 """The compile process: `python -m kernelsmith.referee.proc.compile_child SPEC`, started by
-search/precompile.py through child.spawn (the candidate sandbox, no GPU visible).
+search/precompile.py through sandbox/spawn.py (the candidate sandbox, no GPU visible).
 
 It imports the harness and makes the listed shapes' inputs on the CPU once, then takes candidate
 files (one JSON job per line on stdin) and runs each candidate's entry on those inputs with Triton's
 driver replaced by a stand-in for the real GPU target and every launch turned into a compile-only
 warm-up, so the kernels land in Triton's on-disk cache under the keys the referee's worker computes.
-Replies go out on a private copy of stdout (child.private_stdout).
+Replies go out on a private copy of stdout (spawn.private_stdout).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernelsmith.referee.proc.child import private_stdout
+from kernelsmith.sandbox.spawn import private_stdout
 
 
 def install_fake_driver(target: list) -> None:
@@ -91,9 +91,9 @@ def _compile_fresh(fn, harness, shapes: list[dict], cache: dict[str, dict]) -> i
 # timing loop must enqueue each call within its ~100 us spin. At the same priority, 13 compile
 # processes on 16 cores stalled that loop often enough to slow an honest base ~40 us per call (H200).
 # At nice 10 a complete rms_norm sweep (13 compile processes) still saw 4 of 584 honest candidates'
-# base times doubled on a 5 us shape twice in a row (forged_timing, session 16), so compiles also
+# base times doubled on a 5 us shape twice in a row (forged_timing), so compiles also
 # run under SCHED_IDLE: they get a core only when nothing else wants it, and a waking worker
-# preempts them at once. ptxas inherits both. That did not stop it: session 17's sweep saw 13 of 422
+# preempts them at once. ptxas inherits both. That did not stop it: a later sweep saw 13 of 422
 # (bases 2-20x the judge's, on 5-35 us shapes, no pattern in the configs); the refusal now records the
 # runner's samples and the judge's base timed again at that moment (judge_timing.disagreement_facts).
 COMPILE_NICE = 10

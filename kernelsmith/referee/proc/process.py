@@ -15,12 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from kernelsmith.pycmd import module_argv
-from kernelsmith.referee.proc.child import kill_group, sandboxed_command
-
-# The one scrubber and the non-dumpable switch live with the sandbox; re-exported for callers.
-from kernelsmith.sandbox import hide_environ, scrubbed_env, wrap  # noqa: F401
 from kernelsmith.sandbox.launch import signal_name
+from kernelsmith.sandbox.spawn import kill_group, start_candidate_python
 
 
 class WorkerDied(Exception):
@@ -43,13 +39,11 @@ class Zygote:
         self.pidns = sandbox.enabled()
         if self.pidns:
             parent_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        argv = module_argv("kernelsmith.referee.proc.zygote", str(child_sock.fileno()),
-                           *(["--pidns"] if self.pidns else []))
-        cmd, env = sandboxed_command(argv, env, cwd)
+        args = [str(child_sock.fileno()), *(["--pidns"] if self.pidns else [])]
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
-                                     env=env, cwd=str(cwd), start_new_session=True)
+        self.proc = start_candidate_python("kernelsmith.referee.proc.zygote", args, env, cwd,
+                                           stdin=subprocess.DEVNULL, stdout=self._log,
+                                           stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),))
         child_sock.close()
         self.sock = parent_sock
         self.ready = False
@@ -184,10 +178,9 @@ class WorkerProcess:
                 self.forked = True
         if not self.forked:
             read_fd, write_fd = os.pipe()
-            cmd, env = sandboxed_command(module_argv("kernelsmith.referee.proc.worker"), env, cwd)
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                         env=env, cwd=str(cwd), start_new_session=True)
+            self.proc = start_candidate_python("kernelsmith.referee.proc.worker", [], env, cwd,
+                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, pass_fds=(write_fd,))
             os.close(write_fd)
             self.fd_in_child = write_fd
             self._read_fd = read_fd

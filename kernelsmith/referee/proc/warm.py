@@ -16,7 +16,9 @@ import os
 import threading
 from pathlib import Path
 
-from kernelsmith.referee.proc.process import Zygote, hide_environ, scrubbed_env
+from kernelsmith.referee.proc.process import Zygote
+from kernelsmith.sandbox import hide_environ, scrubbed_env
+from kernelsmith.sandbox.spawn import device_env
 from kernelsmith.scratch import ScratchDir
 
 _LOCK = threading.Lock()
@@ -39,14 +41,7 @@ def referee_folders(root: Path) -> tuple[Path, Path, Path]:
 
 def worker_env(device: str, gpu: int | None) -> dict[str, str]:
     """The environment of a referee's fork server and workers on `device` (and GPU `gpu`)."""
-    env = scrubbed_env()
-    env.pop("TRITON_INTERPRET", None)
-    if device == "interpret":
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
+    return device_env(scrubbed_env(), device, gpu)
 
 
 def warm(device: str, gpus: list[int | None]) -> None:

@@ -31,11 +31,11 @@ RETAKES = 2
 # A strayed A/A control bounds the measurement's bias on its shape. Where the shape's own effect is
 # at least AA_DWARFED times that bias (log scale: 1.32x for a 1.4% stray, 2.65x for 5%), the shape's
 # CI is widened by the bias (`aa_bias`) instead of the whole measurement being discarded: on the
-# H200 (session 20) LMDeploy's sampler at 1 x 151,936 had its A/A copy 1.4% slower than the base on
+# H200 LMDeploy's sampler at 1 x 151,936 had its A/A copy 1.4% slower than the base on
 # every take of 13 of a run's 20 full measurements, at 9-15x, and no noisy measurement can be a win,
 # feed a table or raise the contender bar, so that search never reached 95% of its sweep's best.
-# That stray was buffer placement, which rotation.py now spreads over every function (session 22:
-# 0 strays in 27 such measurements); the bound stays for whatever else moves one function alone.
+# That stray was buffer placement, which rotation.py spreads over every function (0 strays
+# in 27 such measurements since); the bound stays for whatever else moves one function alone.
 AA_DWARFED = 20.0
 # A full measurement stops before its repetition budget once every ratio it reports is known to
 # within `precision` (the 95% CIs of the medians, combined): on the H200 a shape of 0.1-1 ms has

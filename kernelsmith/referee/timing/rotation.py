@@ -1,9 +1,9 @@
 """Input and output buffers that the functions of one interleaved measurement use in rotation.
 
 On the H200 an identical call ran up to ~1.1% slower, on every take, on another copy of the same
-inputs (LMDeploy's sampler at 1 x 151,936; scripts/placement_probe.py): where the buffers sit moves
+inputs (LMDeploy's sampler at 1 x 151,936; dev/probes/placement_probe.py): where the buffers sit moves
 the time, not only the code. With a private copy per function, that difference sat between base and
-candidate, and between the base and its A/A copy (the strays `aa_bias` had to bound, sessions 20-21).
+candidate, and between the base and its A/A copy (the strays `aa_bias` had to bound).
 Here each function uses every function's copy of the tensors in turn, so each ratio compares the
 same mix of placements.
 

@@ -23,8 +23,8 @@ of its timing is staged, in the spirit of successive halving:
    the winner rule's SLOWEST_SHAPE beyond the screen's own CI: `lost_shapes`) is no contender
    however fast its geomean: it cannot be the winner, and its full measurement would be spent on a
    number no decision reads (its per-shape screen still serves tables and the params studies).
-   On SGLang fused_rmsnorm most launch configs lose the 1-token shape by 5-15%; in session 11's
-   runs such full measurements took 1-6 of the 8-17 referee GPU-seconds a params run spent.
+   On SGLang fused_rmsnorm most launch configs lose the 1-token shape by 5-15%; in params runs
+   there such full measurements took 1-6 of the 8-17 referee GPU-seconds a params run spent.
 
 The depth reached is the verdict's `timing.mode` and `details.timing_depth`. A candidate stopped
 after the subset keeps its measured shapes (their per-shape speedups) and the subset geomean in
@@ -47,7 +47,7 @@ from kernelsmith.referee.verdict import is_contender, lost_shapes
 
 SUBSET_SIZE = 3
 SUBSET_SLACK = 0.95  # a subset geomean below this fraction of the bar stops the timing there
-RESCREEN = True  # a near miss (near_miss) is screened once more; scripts/landscape_sim.py --no-rescreen
+RESCREEN = True  # a near miss (near_miss) is screened once more; dev/probes/landscape_sim.py --no-rescreen
 
 
 def representative(sizes: list[float], k: int = SUBSET_SIZE) -> list[int]:

@@ -69,17 +69,15 @@ class Broker:
     by one reader thread."""
 
     def __init__(self, base_url: str | None, api_key: str | None):
-        from kernelsmith.pycmd import PACKAGE_PARENT, module_argv, python_path
         from kernelsmith.sandbox import scrubbed_env
+        from kernelsmith.sandbox.spawn import start_python
 
-        env = scrubbed_env()
-        env["PYTHONPATH"] = python_path(PACKAGE_PARENT, env.get("PYTHONPATH"))
         # PR_SET_PDEATHSIG fires when the thread that started the child ends: only the main
         # thread's end is the process's (a lazy start in a proposal thread relies on the watch).
         main = "1" if threading.current_thread() is threading.main_thread() else "0"
-        argv = module_argv("kernelsmith.search.mutators.broker", str(os.getpid()), main)
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        # No sandbox profile: the broker is trusted (it holds the key) and runs no untrusted code.
+        self.proc = start_python("kernelsmith.search.mutators.broker", [str(os.getpid()), main], None,
+                                 env=scrubbed_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._lock = threading.Lock()  # the request pipe, the id counter and the pending table
         self._next = 0
         self._pending: dict[int, _Pending] = {}

@@ -23,7 +23,7 @@ import time
 from kernelsmith.pysource import parse
 from kernelsmith.search.edits import EditError, parse_proposal
 from kernelsmith.search.mutators import Proposal
-from kernelsmith.search.mutators.llm_settings import LLMSettings, llm_settings  # noqa: F401 (the mutator's settings, named here too)
+from kernelsmith.search.mutators.llm_settings import LLMSettings
 from kernelsmith.search.prompt import build_messages, render_prompt, retry_message
 
 MAX_DEAD_CALLS = 3  # consecutive requests that fail after every retry: the model is unreachable

@@ -4,7 +4,7 @@ Knob space is not launch space. Clamps (`max(min(next_power_of_2(cdiv(hidden, di
 max_warps), floor)`) give a few degenerate launch sets most of the knob combinations: SGLang
 gelu_and_mul's 360 combinations make 20 launch sets, and the six that launch one warp count on every
 shape own 310 of them, so start-up draws that are uniform over knobs mostly measure those. On the
-H200 sweeps measured (docs/benchmarks.md, session 19) the fastest sets lay next to the base's in
+H200 sweeps measured (dev/notes/benchmarks.md) the fastest sets lay next to the base's in
 launch terms: gelu_and_mul's best was the 2nd or 3rd of 19 by distance from the base on four sweeps,
 fused_rmsnorm's the 1st of 10 on four. So where a space's launch sets can be counted, the start-up
 proposals walk the untried sets nearest the best measured so far instead of drawing at random.

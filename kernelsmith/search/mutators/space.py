@@ -29,10 +29,12 @@ from kernelsmith.referee.verdict import subset_geomean
 from kernelsmith.search.archive import code_hash
 from kernelsmith.search.candidate import RENDERED_MUTATORS, Candidate
 from kernelsmith.search.edits import format_edits, make_edits
-from kernelsmith.search.evidence import SLOWEST_SHAPE, fragile
+from kernelsmith.search.evidence import SIMPLER_WITHIN, SLOWEST_SHAPE, fragile
 from kernelsmith.search.mutators import Proposal
 
-TABLE_MARGIN = 1.01  # a per-shape table must beat the best single config by 1% (as the winner rule)
+# A per-shape table is a bigger change than one config: the winner rule takes the smaller change
+# within SIMPLER_WITHIN of the fastest, so a table must beat the best single config by more.
+TABLE_MARGIN = 1.0 + SIMPLER_WITHIN
 # Tables per run whose second-level split rests on rows whose CIs overlap (screens have wide ones):
 # predicted to pay by the margin, their own measurement decides, and the finals' smaller-change rule
 # keeps a table out of a PR that is not 1% faster. SGLang fused_rmsnorm: the sweep's measured

@@ -29,7 +29,7 @@ def load_optuna():
         raise ConfigError(
             "optuna",
             "the params mutator needs Optuna: pip install 'optuna>=4,<6' (where there is no pip, "
-            "run scripts/carry_wheels.sh elsewhere and put .carry/wheels on PYTHONPATH)",
+            "run dev/gpu/carry_wheels.sh elsewhere and put .carry/wheels on PYTHONPATH)",
         ) from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

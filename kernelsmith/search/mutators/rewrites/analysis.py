@@ -51,10 +51,6 @@ class Site:
     def line_start(self, lineno: int) -> int:
         return self.offsets[lineno - 1]
 
-    def axes_used(self) -> set[int]:
-        """Grid axes whose program id or program count the kernel reads."""
-        return {axis for _, axis, _ in pid_calls(self.kernel)}
-
 
 def call_name(node: ast.AST) -> str:
     """`tl.load(...)` -> "load"; `f(...)` -> "f"; anything else -> ""."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from kernelsmith.pysource import parse
-from kernelsmith.search.mutators.rewrites.analysis import PID_CALLS, Decline, Site, call_name, pid_calls
+from kernelsmith.search.mutators.rewrites.analysis import Decline, Site, pid_calls
 
 WIDTH = 100
 
@@ -218,8 +218,3 @@ def apply(code: str, edits: list[tuple[int, int, str]]) -> str:
     out = data.decode()
     parse(out)  # a rewrite never proposes code that does not parse
     return out
-
-
-def reads_pids(fn: ast.AST) -> bool:
-    """True when `fn` reads a program id or program count."""
-    return any(call_name(n) in PID_CALLS for n in ast.walk(fn))

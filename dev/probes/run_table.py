@@ -1,10 +1,10 @@
-"""Tables of finished run directories under one folder: `python3 scripts/run_table.py DIR`.
+"""Tables of finished run directories under one folder: `python3 dev/probes/run_table.py DIR`.
 
 Per run: evaluations, evaluations per held GPU-minute, geomean and the referee's phase medians; what
 crossed between judge and runner; where the held time went (boot, first candidate verdict, compile
 wait, referee), the finalists re-measured or skipped and the builds moved off the window's front;
 how deep candidates were timed and when the best full measurement came.
-Used by scripts/gpu.d/15-judge-overhead.sh and 45-pipeline.sh on the GPU machine ("-" where a run
+Used by dev/gpu/gpu.d/15-judge-overhead.sh and 45-pipeline.sh on the GPU machine ("-" where a run
 written by an older tree lacks a key).
 """
 

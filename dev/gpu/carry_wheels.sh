@@ -2,14 +2,14 @@
 # Optuna for a machine without pip (the H200): downloads the wheels of optuna and of what
 # `import optuna` and the params mutator's in-memory TPE study need, for Python 3.12 on manylinux
 # x86_64, and unpacks them into one folder that works on PYTHONPATH:
-#   bash scripts/carry_wheels.sh [DEST]          # DEST defaults to .carry/wheels (gitignored)
+#   bash dev/gpu/carry_wheels.sh [DEST]          # DEST defaults to .carry/wheels (gitignored)
 #   PYTHONPATH=.carry/wheels python3 -c "import optuna"
-# scripts/gpu_check.sh puts .carry/wheels on PYTHONPATH when it is there; pass it to the device
+# dev/gpu/gpu_check.sh puts .carry/wheels on PYTHONPATH when it is there; pass it to the device
 # tool's `carry`. numpy comes with torch there. sqlalchemy, alembic, Mako and PyYAML are declared by
 # optuna but used only by its RDB/journal storages and CLI: they are left out (an in-memory study
 # never imports them), which a check at the end proves by importing with only DEST and the stdlib.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEST=${1:-.carry/wheels}
 PY=${PYTHON:-python3}
 # What `import optuna` imports beyond numpy (checked with optuna 4.x and 5.0).

@@ -2,8 +2,8 @@
 candidates with staged timing (two far below the contender bar, two at the bar), printing each
 verdict's eval_s, details.phase_s, timing depth and input-cache counters as JSON lines.
 
-    python3 scripts/phase_probe.py TARGET OP [--checkout DIR] [--device cuda] [--candidates N]
-    python3 scripts/phase_probe.py TARGET OP ... --profile [--warmup W] [--top K]
+    python3 dev/probes/phase_probe.py TARGET OP [--checkout DIR] [--device cuda] [--candidates N]
+    python3 dev/probes/phase_probe.py TARGET OP ... --profile [--warmup W] [--top K]
 
 Uses only Referee/load_task calls that predate the input cache, so with PYTHONPATH pointing at an
 older checkout it measures the "before" side of a comparison with the same command.

@@ -1,6 +1,6 @@
 """What the sandbox costs: process start-up, and a referee worker's replacement, with and without it.
 
-    python scripts/sandbox_overhead.py [--device auto|cuda|interpret] [--repeat N]
+    python dev/probes/sandbox_overhead.py [--device auto|cuda|interpret] [--repeat N]
 
 A worker is replaced after every rejected candidate (a fork of the zygote, then its CUDA context
 and base kernels); this times `repeat` such replacements with the sandbox on and off (each worker
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernelsmith import sandbox  # noqa: E402

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU step (issue 11): `optimize --mutator params` at different `--pipeline` depths on one operator,
-# one after the other with the same seed, then scripts/run_table.py over the run directories
+# one after the other with the same seed, then dev/probes/run_table.py over the run directories
 # (evaluations, evaluations per held GPU-minute, first candidate verdict, compile wait, finalists
 # re-measured or skipped, builds moved off the window's front). Results under $OUT/pipeline/.
-#   LMDEPLOY_CHECKOUT=/path bash scripts/gpu.d/45-pipeline.sh
+#   LMDEPLOY_CHECKOUT=/path bash dev/gpu/gpu.d/45-pipeline.sh
 # PIPE_OP: target:operator (default lmdeploy:multinomial_sampling, the heaviest harness);
 # PIPE_DEPTHS: depths, "default" for none given (default "2 default"); PIPE_MINUTES: each run's
 # --minutes (default 3: two runs and the finals fit one 10-minute device command).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/pipeline"
 mkdir -p "$D"
@@ -19,7 +19,7 @@ DEPTHS=${PIPE_DEPTHS:-"2 default"}
 MIN=${PIPE_MINUTES:-3}
 target=${PAIR%%:*} op=${PAIR#*:}
 
-. scripts/gpu_lib.sh  # checkout_for
+. dev/gpu/gpu_lib.sh  # checkout_for
 
 co=$(checkout_for "$target")
 if [ -z "$co" ] || [ ! -d "$co" ]; then
@@ -38,4 +38,4 @@ for depth in $DEPTHS; do
     "${extra[@]}" --out "$run" > "$run.log" 2>&1
   echo "pipeline $depth $target $op: exit $? ($(tail -n 1 "$run.log"))"
 done
-python3 scripts/run_table.py "$D" | tee "$D/summary.md"
+python3 dev/probes/run_table.py "$D" | tee "$D/summary.md"

@@ -4,7 +4,7 @@
 # two measurements of the same candidate agree within 1%), once with screen timing, and records the
 # cost of each evaluation (seconds from start to verdict). Writes $OUT/referee.json, $OUT/referee.md.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 python3 - <<'PY'

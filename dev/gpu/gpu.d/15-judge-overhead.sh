@@ -4,11 +4,11 @@
 # split, carried in), alternating before/after per operator so cache warm-up does not favour one side.
 # Prints, per run, evaluations, evaluations per held GPU-minute and the referee's phase medians
 # (search/efficiency.py), and keeps the run directories under $OUT/judge-overhead/.
-#   JUDGE_BEFORE=.carry/old LMDEPLOY_CHECKOUT=... bash scripts/gpu.d/15-judge-overhead.sh
+#   JUDGE_BEFORE=.carry/old LMDEPLOY_CHECKOUT=... bash dev/gpu/gpu.d/15-judge-overhead.sh
 # JUDGE_OPS: target:operator pairs (default: the demo's silu_and_mul and LMDeploy's sampler, the
 #   heaviest harness); JUDGE_MINUTES: each run's --minutes (default 1).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/judge-overhead"
 mkdir -p "$D"
@@ -20,7 +20,7 @@ OPS=${JUDGE_OPS:-"demo:silu_and_mul lmdeploy:multinomial_sampling"}
 MIN=${JUDGE_MINUTES:-1}
 EXTRA=${PYTHONPATH:-}
 
-. scripts/gpu_lib.sh  # checkout_for
+. dev/gpu/gpu_lib.sh  # checkout_for
 
 one() {  # side tree target op
   local side=$1 tree=$2 target=$3 op=$4 co
@@ -41,4 +41,4 @@ for pair in $OPS; do
   one after "$AFTER" "$target" "$op"
 done
 
-python3 scripts/run_table.py "$D" | tee "$D/summary.md"
+python3 dev/probes/run_table.py "$D" | tee "$D/summary.md"

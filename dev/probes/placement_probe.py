@@ -6,7 +6,7 @@ amount of padding, so it lands elsewhere in memory), and a second module loaded 
 (the referee's A/A copy) on two of those copies. Three takes with the same buffers: a difference
 that holds across takes belongs to the buffers (or the module), not to sampling noise.
 
-    LMDEPLOY_CHECKOUT=/path python3 scripts/placement_probe.py > placement.txt
+    LMDEPLOY_CHECKOUT=/path python3 dev/probes/placement_probe.py > placement.txt
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kernelsmith.harness.model import load_harness
 from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.backend.cuda import CudaBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILE = "lmdeploy/pytorch/kernels/cuda/multinomial_sampling.py"
 STUBS = {"lmdeploy.utils": ROOT / "targets/lmdeploy/stubs/lmdeploy_utils.py"}
 COPIES = 6

@@ -4,7 +4,7 @@
 # `python -m kernelsmith.search.compare SWEEP PARAMS` per operator, also with `--reference final`
 # (GPU-seconds to 50/90/95% of the sweep's per-shape-best geomean, final geomean, evaluations,
 # evaluations per held GPU-minute, best speedup by GPU-seconds). Results under $OUT/sweep-vs-search/.
-#   LMDEPLOY_CHECKOUT=/path SGLANG_CHECKOUT=/path bash scripts/gpu.d/25-sweep-vs-search.sh
+#   LMDEPLOY_CHECKOUT=/path SGLANG_CHECKOUT=/path bash dev/gpu/gpu.d/25-sweep-vs-search.sh
 # SVS_OPS: target:operator pairs (default below); an operator whose checkout variable is unset is
 #   skipped, saying so.
 # Scheduling: with two or more GPUs, each operator's sweep and search run at once, one GPU each
@@ -23,7 +23,7 @@
 #   once per seed (run names end in -s<seed>) and seeds.md tabulates GPU-seconds to 95% per seed and
 #   their medians: on a space of a few distinct launches one pair of runs is an order's luck.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/${SVS_DIR:-sweep-vs-search}"
 rm -rf "$D"
@@ -40,7 +40,7 @@ SUMMARY="$D/summary.md"
 status=0
 start=$SECONDS
 
-. scripts/gpu_lib.sh  # checkout_for
+. dev/gpu/gpu_lib.sh  # checkout_for
 
 todo=()
 for pair in $OPS; do

@@ -2,7 +2,7 @@
 loop, every call's host phases recorded (prepare, flush+spin, start, launcher, end) with its place in
 the block, whether the device reached its start event first, and the time the events bracket.
 
-    LMDEPLOY_CHECKOUT=/path python3 scripts/late_reps_probe.py [--gc-off] > late.txt
+    LMDEPLOY_CHECKOUT=/path python3 dev/probes/late_reps_probe.py [--gc-off] > late.txt
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kernelsmith.lightimport import install_light_package, install_stub
 from kernelsmith.referee.backend import event_timing
 from kernelsmith.referee.backend.cuda import CudaBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [(1, 4096), (256, 4096), (16384, 8192)]
 
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU step: the rewrite mutator against params alone, and both together (`all` without a model),
 # on SGLang merge_state, LMDeploy apply_rotary_pos_emb / silu_and_mul and the demo kernels.
-#   SGLANG_CHECKOUT=/path LMDEPLOY_CHECKOUT=/path bash scripts/gpu.d/35-rewrite.sh
+#   SGLANG_CHECKOUT=/path LMDEPLOY_CHECKOUT=/path bash dev/gpu/gpu.d/35-rewrite.sh
 # One lane per visible GPU (REWRITE_GPUS="0 1 2 3" to pick), the runs dealt round-robin; each run is
 # `optimize --mutator M --minutes REWRITE_MINUTES` (default 1.0) with the same seed, so every
 # mutator gets the same wall time per operator. About 15 runs: ~6 minutes on 4 GPUs.
 # Writes $OUT/rewrite/: run directories, logs (the rewrite mutator's declines are in them) and
 # summary.md (per run: proposals, winner's mutator lineage, geomean, % roofline on the largest shape).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 DEST="$OUT/rewrite"
 mkdir -p "$DEST"
@@ -22,7 +22,7 @@ OPS=${REWRITE_OPS:-"sglang:merge_state lmdeploy:apply_rotary_pos_emb lmdeploy:si
 read -r -a LANES <<< "${REWRITE_GPUS:-$(python3 -c "import torch; print(*range(torch.cuda.device_count()))" 2>/dev/null)}"
 [ "${#LANES[@]}" -gt 0 ] || LANES=(0)
 
-. scripts/gpu_lib.sh  # checkout_for
+. dev/gpu/gpu_lib.sh  # checkout_for
 
 # First: every default-knob rewrite of the test kernels (and of merge_state), and every loop-invariant
 # hoist (test kernels, LMDeploy silu_and_mul), must compile and pass the

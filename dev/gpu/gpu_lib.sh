@@ -1,4 +1,4 @@
-# Shared by the scripts/gpu.d steps (sourced, never run as a step: gpu_check.sh runs gpu.d/*.sh).
+# Shared by the dev/gpu/gpu.d steps (sourced, never run as a step: gpu_check.sh runs gpu.d/*.sh).
 
 # The checkout folder for a target name: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT (carried in), the bundled
 # demo's from the tree (run from the repository root); empty when unknown or unset.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # GPU step: the real targets (LMDeploy, SGLang) on the H200, from checkout folders carried in.
-#   LMDEPLOY_CHECKOUT=/path SGLANG_CHECKOUT=/path bash scripts/gpu.d/30-targets.sh
+#   LMDEPLOY_CHECKOUT=/path SGLANG_CHECKOUT=/path bash dev/gpu/gpu.d/30-targets.sh
 # For each operator: `evaluate` on its base; for the operators in OPTIMIZE: `optimize --mutator
 # params` with a small budget, then `verify` (upstream tests + benchmark on base and winner).
 # Writes everything under $OUT/targets/. docs/targets.md says how the checkout folders are made
 # (no git or gitpython needed here: --checkout folders are identified by a content hash).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 DEST="$OUT/targets"
 mkdir -p "$DEST"
@@ -19,7 +19,7 @@ PHASE=${TARGETS_PHASE:-all}
 OPTIMIZE=${TARGETS_OPTIMIZE:-"lmdeploy:multinomial_sampling lmdeploy:fused_single_group_router lmdeploy:rms_norm lmdeploy:silu_and_mul lmdeploy:apply_rotary_pos_emb sglang:fused_rmsnorm"}
 status=0
 
-. scripts/gpu_lib.sh  # checkout_for
+. dev/gpu/gpu_lib.sh  # checkout_for
 
 for target in lmdeploy sglang; do
   co=$(checkout_for "$target")

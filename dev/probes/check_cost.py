@@ -2,7 +2,7 @@
 comparison with the reference, the lower-precision test, bitwise equality and the input cache's
 fingerprint, each timed alone (triton.testing.do_bench, median) on one output-sized tensor pair.
 
-    python3 scripts/check_cost.py [--numel N ...] [--dtype float16 ...]
+    python3 dev/probes/check_cost.py [--numel N ...] [--dtype float16 ...]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ itself (as the candidate) and against its A/A copy, three takes per condition: i
 host idle or with BUSY processes spinning on its cores. Then the base alone at 256 tokens with the
 same inputs and its output on COPIES buffers allocated after different amounts of padding.
 
-    LMDEPLOY_CHECKOUT=/path python3 scripts/aa_probe.py > aa_probe.txt
+    LMDEPLOY_CHECKOUT=/path python3 dev/probes/aa_probe.py > aa_probe.txt
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from placement_probe import copies_of, load_base_and_aa  # scripts/ is this script's first path entry
+from placement_probe import copies_of, load_base_and_aa  # dev/probes/ is this script's first path entry
 
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.cuda import CudaBackend
 from kernelsmith.referee.timing import ab as timing
 from kernelsmith.referee.timing import rotation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILE = "lmdeploy/pytorch/kernels/cuda/rms_norm.py"
 BUSY = max(1, (os.cpu_count() or 2) - 2)
 TAKES = 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The real target sources the H200 steps read (scripts/gpu.d/25-sweep-vs-search.sh, 30-targets.sh),
+# The real target sources the H200 steps read (dev/gpu/gpu.d/25-sweep-vs-search.sh, 30-targets.sh),
 # as read-only copies in the ignored .carry/ folder, small enough for the device tool's 64 MiB:
-#   bash scripts/carry_checkouts.sh [LMDEPLOY_GIT_DIR]
+#   bash dev/gpu/carry_checkouts.sh [LMDEPLOY_GIT_DIR]
 # .carry/lmdeploy: `git archive` of LMDeploy at LMDEPLOY_REV (default 1263d5cd, what
 #   targets/lmdeploy.yaml was checked against) from a clone or bare mirror at LMDEPLOY_GIT_DIR
 #   (skipped, saying so, without one); about 18 MB.
@@ -12,7 +12,7 @@
 # Then: SGLANG_CHECKOUT=$PWD/.carry/sglang LMDEPLOY_CHECKOUT=$PWD/.carry/lmdeploy, and carry the
 # folders (device tool `carry`: [".carry/sglang", ".carry/wheels"], say; see carry_wheels.sh).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 LMDEPLOY_REV=${LMDEPLOY_REV:-1263d5cd889b7ad500e85b8eb20401327a4516ab}
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}

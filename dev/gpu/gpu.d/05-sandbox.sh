@@ -3,7 +3,7 @@
 # does CUDA work inside it, and what does it cost per process and per referee worker?
 # Writes $OUT/sandbox.txt and $OUT/sandbox-overhead.json.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 {
@@ -19,4 +19,4 @@ with tempfile.TemporaryDirectory() as tmp:
     print(subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300).stdout.strip() or "FAILED")
 PY
 } 2>&1 | tee "$OUT/sandbox.txt"
-python3 scripts/sandbox_overhead.py --device cuda --repeat 5 | tee "$OUT/sandbox-overhead.json"
+python3 dev/probes/sandbox_overhead.py --device cuda --repeat 5 | tee "$OUT/sandbox-overhead.json"

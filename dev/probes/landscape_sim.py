@@ -1,6 +1,6 @@
 """Replay a measured sweep as a landscape and run the search against it on the CPU, many seeds.
 
-    python scripts/landscape_sim.py --target lmdeploy --op fused_single_group_router \
+    python dev/probes/landscape_sim.py --target lmdeploy --op fused_single_group_router \
         --archive RUN/archive.sqlite [--archive ...] --seeds 0-19 --budget 40 [--mutator params|grid] \
         [--noise] [--no-rescreen]
 
@@ -38,7 +38,7 @@ from statistics import geometric_mean
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 import model_referee  # noqa: E402 (tests/search: the referee stand-in whose staging this reuses)
@@ -47,12 +47,11 @@ from kernelsmith.launch.tunables import discover  # noqa: E402
 from kernelsmith.referee.timing import staged as staging  # noqa: E402
 from kernelsmith.referee.verdict import Verdict  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
-from kernelsmith.search.compare import gain_target, sweep_reference  # noqa: E402
-from kernelsmith.search.loop import SearchConfig, optimize  # noqa: E402
+from kernelsmith.search.compare import sweep_reference  # noqa: E402
+from kernelsmith.search.efficiency import SWEEP_SHARE, gain_target  # noqa: E402
+from kernelsmith.search.loop import optimize  # noqa: E402
 from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
-from kernelsmith.search.run_config import SearchHooks  # noqa: E402
-
-SHARE = 0.95  # of the best gain over the base: the issue's bar
+from kernelsmith.search.run_config import SearchConfig, SearchHooks  # noqa: E402
 
 
 def load_landscape(archives: list[str]) -> dict[str, dict]:
@@ -275,7 +274,7 @@ def main() -> int:
     if reference is not None and reference > best:  # as search.compare: e.g. the sweep's measured table
         print(f"reference: search.compare's for the sweep, {reference:.3f}x (best single {best:.3f}x)")
         best = reference
-    target = gain_target(best, SHARE)
+    target = gain_target(best, SWEEP_SHARE)
     total_s = sum(p["eval_s"] for p in LandscapeReferee.LAND.values())
     print(f"landscape: {len(LandscapeReferee.LAND)} configs, best {best:.3f}x, target {target:.3f}x, "
           f"{total_s:.1f} referee-s for all of them")

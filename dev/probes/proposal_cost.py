@@ -1,5 +1,5 @@
 """The search loop's own cost per generation, replayed from a finished params run on this CPU:
-`python3 scripts/proposal_cost.py RUN_DIR [--step 2]`.
+`python3 dev/probes/proposal_cost.py RUN_DIR [--step 2]`.
 
 For every `step` rows of the archive, in id order, it does what the loop does before a generation
 (read the rows, rebuild the population, sync the params mutator, propose `batch` configs) on the

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The one GPU check, run on the H200 through the device tool from the repository root:
-#   bash scripts/gpu_check.sh [step-glob]
-# Runs `pytest -m gpu`, then every scripts/gpu.d/*.sh step (or those matching the glob) in order.
+#   bash dev/gpu/gpu_check.sh [step-glob]
+# Runs `pytest -m gpu`, then every dev/gpu/gpu.d/*.sh step (or those matching the glob) in order.
 # Each step writes its results under $OUT (defaults to ./gpu-out here); at the end they are packed
 # into $OUT/gpu-check.tgz (the device tool returns 8 files at most). No pip there: the project
 # runs from the tree via PYTHONPATH; git, PyGithub and openai may be missing; Optuna comes from
-# .carry/wheels (bash scripts/carry_wheels.sh here, then carry=[".carry/wheels"]).
+# .carry/wheels (bash dev/gpu/carry_wheels.sh here, then carry=[".carry/wheels"]).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# Optuna (the params mutator's sampler) and its pure-Python deps, unpacked by scripts/carry_wheels.sh
+# Optuna (the params mutator's sampler) and its pure-Python deps, unpacked by dev/gpu/carry_wheels.sh
 # and sent along with the device tool's `carry`: there is no pip on that machine.
 if [ -d "$PWD/.carry/wheels" ]; then
   export PYTHONPATH="$PYTHONPATH:$PWD/.carry/wheels"
@@ -25,7 +25,7 @@ try:
     import optuna
     print("optuna", optuna.__version__)
 except ImportError:
-    print("optuna missing: the params mutator will refuse to start (see scripts/carry_wheels.sh)")
+    print("optuna missing: the params mutator will refuse to start (see dev/gpu/carry_wheels.sh)")
 print("device", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
 PY
 status=0
@@ -33,7 +33,7 @@ glob=${1:-*}
 if [ "$glob" = "*" ] || [ "$glob" = "pytest" ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.txt" || status=1
 fi
-for step in scripts/gpu.d/$glob.sh; do
+for step in dev/gpu/gpu.d/$glob.sh; do
   [ -f "$step" ] || continue
   echo "=== $step"
   bash "$step" || { echo "step $step failed"; status=1; }
