@@ -29,7 +29,7 @@ def read_run(run_dir: str | Path) -> tuple[RunSpec, list[dict]]:
     path = Path(run_dir).resolve()
     db = path / "archive.sqlite"
     if not run_file(path).is_file():
-        raise ConfigError(path, f"not a run directory (no {run_file(path).name})", "RUN_DIR")
+        raise ConfigError(path, "not a run directory (no run.json)", "RUN_DIR")
     if not db.is_file():
         raise ConfigError(path, "no archive.sqlite in this run directory", "RUN_DIR")
     run = RunSpec.load(path)
