@@ -190,7 +190,7 @@ def _clamp_target(tmp_path: Path) -> Path:
     """A targets folder holding `clamp` (scale_rows of the clamp launchers, with its harness)."""
     proj, targets = tmp_path / "proj", tmp_path / "targets"
     (proj / "clamp").mkdir(parents=True, exist_ok=True)
-    (proj / "clamp" / "launch/finder.py").write_text(CODE)
+    (proj / "clamp" / "launchers.py").write_text(CODE)
     (targets / "clamp").mkdir(parents=True, exist_ok=True)
     (targets / "clamp" / "scale_rows.py").write_text((DATA / "clamp_harness.py").read_text())
     (targets / "clamp.yaml").write_text(
