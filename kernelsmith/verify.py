@@ -232,7 +232,7 @@ def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has
 
 def _find_operator(target, run: RunSpec):
     """The run's operator: from the yaml, else from the repo's `.kernelsmith.yml` at the base."""
-    if any(o.name == run.op for o in target.operators):
+    if target.has_operator(run.op):
         return target.operator(run.op)
     from kernelsmith.onboard.checkout import Checkout, is_commit
     from kernelsmith.onboard.scan import with_repo_operators

@@ -1,10 +1,10 @@
-"""The upstream LMDeploy and SGLang sources the real-target tests read (and small wheels for tests of
-release checkouts).
+"""The upstream LMDeploy, SGLang, Liger-Kernel and Unsloth sources the real-target tests read (and
+small wheels for tests of release checkouts).
 
-LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT name a folder (a git archive with the upstream tests, on the GPU
-machine); else the release checkout that `kernelsmith checkout NAME --from-package` left in the
-kernelsmith cache (scripts/test.sh makes both before the tests). Looked up at import, before
-conftest.py gives each test a private cache.
+LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT / LIGER_CHECKOUT / UNSLOTH_CHECKOUT name a folder (a git archive
+with the upstream tests, on the GPU machine); else the release checkout that `kernelsmith checkout
+NAME --from-package` left in the kernelsmith cache (scripts/test.sh makes them before the tests).
+Looked up at import, before conftest.py gives each test a private cache.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _find(name: str) -> Path | None:
     return cached_checkout(load_target(TARGETS / f"{name}.yaml"))
 
 
-CHECKOUTS = {name: _find(name) for name in ("lmdeploy", "sglang")}
+CHECKOUTS = {name: _find(name) for name in ("lmdeploy", "sglang", "liger", "unsloth")}
 
 
 def checkout(name: str) -> Path | None:

@@ -138,7 +138,8 @@ class LandscapeReferee(model_referee.ModelReferee):
     def evaluate(self, code, *, timing="full", **kw):
         if timing == "staged":
             return self._staged(code, kw.get("candidate_id", 0), kw.get("seed"), False,
-                                kw.get("contender_at"), kw.get("contender_shapes"))
+                                kw.get("contender_at"), kw.get("contender_shapes"),
+                                promote_at=kw.get("promote_at"))
         code = code if code is not None else self.task.base_code
         point = self.point_of(code, kw.get("candidate_id", 0))
         if point is None:

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     the environment is at fault) or on config errors."""
     from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee, RefereeError
-    from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure, likely_fix
+    from kernelsmith.referee.checks.diagnose import base_failure
 
     code = None
     if args.candidate:
@@ -54,9 +54,8 @@ def run(args: argparse.Namespace) -> int:
             elif not verdict.accepted:
                 # A rejected candidate: is the base itself sound on this harness?
                 base_verdict = referee.evaluate(None, candidate_id=0, timing="none")
-        except RefereeError as e:  # the worker cannot load the base file or its harness
-            raise RefereeError(f"the referee cannot run the base: {NOT_A_CANDIDATE}.\n  check: import_error\n"
-                               f"  likely fix: {likely_fix('import_error', str(e))}\n{e}") from None
+        except RefereeError as e:  # the worker cannot load the base file or its harness, or the base fails
+            raise RefereeError(f"{base_failure(e.verdict())}\n{e}") from None
     if args.json:
         from kernelsmith.sandbox import summary
 

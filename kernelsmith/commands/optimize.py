@@ -44,8 +44,9 @@ def register(subparsers) -> None:
         "--stagnation",
         type=int,
         default=None,
-        help="stop after this many proposals without a better candidate (default 3/4 of "
-        "the budget, at least 12)",
+        help="stop after this many measurements that could have changed the best (full measurements, "
+        "contender screens) without a better one (default: a tenth of the space's distinct launches, at "
+        "least 12; none with --minutes, which are spent, or on a space of at most 64 launches)",
     )
     p.set_defaults(func=run)
 

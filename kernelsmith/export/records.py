@@ -58,6 +58,15 @@ def sft_record(task, step: Step, source: dict) -> dict:
     return {"messages": messages, "meta": step_meta(step, source)}
 
 
+def compared(harness) -> dict | None:
+    """What the referee compares of a call: the inputs OUTPUTS names, else the positions of the tuple
+    the entry returns (every tensor it returns when None), and whether the harness calls the entry
+    itself (`call(entry, inputs)`, whose return value is what is compared)."""
+    if harness is None:
+        return None
+    return {"inputs": harness.outputs, "positions": harness.positions, "call": bool(harness.call)}
+
+
 def rl_record(task, step: Step, source: dict) -> dict:
     """One RL prompt: the parent, the task and the reward definition, with the observed best answer."""
     op = task.operator
@@ -69,6 +78,7 @@ def rl_record(task, step: Step, source: dict) -> dict:
             "entry": op.entry, "base_sha": task.base_sha,
             "shapes": list(harness.shapes) if harness is not None else [],
             "harness": str(op.harness),
+            "compared": compared(harness),
         },
         "parent": {
             "id": step.parent["id"], "code": step.parent["code"],

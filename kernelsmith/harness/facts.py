@@ -166,6 +166,8 @@ class HarnessFacts:
     reference_source: str | None
     # shape_key(shape) -> {input name: metadata} for make_inputs(shape, "cpu", 0), or why it failed
     inputs: dict[str, dict | str] = field(default_factory=dict, repr=False)
+    positions: list[int] | None = None  # OUTPUTS as positions of the returned tuple
+    call: bool = False  # the harness calls the entry itself (`call(entry, inputs)`)
 
     def shapes_for(self, device: str) -> list[dict]:
         """GPU shapes on CUDA; CPU_SHAPES (or SHAPES when absent) under the interpreter (as Harness)."""
@@ -201,6 +203,7 @@ class HarnessFacts:
     def to_json(self) -> dict:
         """The facts as the child answered them (what a Ray actor rebuilds them from)."""
         return {"shapes": self.shapes, "cpu_shapes": self.cpu_shapes, "outputs": self.outputs,
+                "positions": self.positions, "call": self.call,
                 "vary": self.vary, "reference_source": self.reference_source,
                 "inputs": [{"shape": json.loads(k), **({"error": v} if isinstance(v, str) else {"inputs": v})}
                            for k, v in self.inputs.items()]}
@@ -217,6 +220,13 @@ class HarnessFacts:
         _check(isinstance(vary, dict) and len(vary) <= MAX_ITEMS
                and all(isinstance(k, str) and isinstance(v, list) and v for k, v in vary.items()),
                "vary: not a map of shape fields to non-empty lists")
+        positions = data.get("positions")
+        _check(positions is None or (isinstance(positions, list) and 0 < len(positions) <= MAX_INPUTS
+                                     and all(_is_int(p) and 0 <= p < MAX_ITEMS for p in positions)
+                                     and len(set(positions)) == len(positions)),
+               "positions: not a list of distinct return positions")
+        _check(outputs is None or positions is None, "outputs and positions: both given")
+        _check(type(data.get("call", False)) is bool, "call: not true or false")
         src = data.get("reference_source")
         _check(src is None or (isinstance(src, str) and len(src) <= REFERENCE_LIMIT),
                f"reference_source: not text of up to {REFERENCE_LIMIT} characters")
@@ -226,6 +236,7 @@ class HarnessFacts:
             path=Path(path), shapes=_shapes(data.get("shapes"), "shapes", True),
             cpu_shapes=_shapes(data.get("cpu_shapes"), "cpu_shapes", False),
             outputs=None if outputs is None else list(outputs), vary=plain(vary, "vary"),
+            positions=None if positions is None else list(positions), call=data.get("call", False),
             reference_source=None if src is None else printable_source(src),
             inputs=dict(_record(r, i) for i, r in enumerate(records)),
         )

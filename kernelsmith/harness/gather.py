@@ -92,6 +92,7 @@ def collect(path: str) -> dict:
         src = None
     return {"shapes": _plain_list(h, "SHAPES", h.shapes),
             "cpu_shapes": _plain_list(h, "CPU_SHAPES", h.cpu_shapes), "outputs": h.outputs,
+            "positions": h.positions, "call": h.call is not None,
             "vary": _plain_list(h, "VARY", h.vary),
             "reference_source": src if src is None or len(src) <= REFERENCE_LIMIT else None,
             "inputs": records}

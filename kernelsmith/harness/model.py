@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.harness.entry import entry_caller, parse_outputs, resolve_entry
 
 # Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
 DEFAULT_TOLERANCE = {
@@ -33,7 +34,7 @@ class Harness:
     module: Any
     shapes: list[dict]
     cpu_shapes: list[dict]
-    outputs: list[str] | None
+    outputs: list[str] | None  # OUTPUTS as input names the entry writes
     inplace: list[str]
     tolerance: dict[str, dict[str, float]]
     vary: dict[str, list]
@@ -47,6 +48,10 @@ class Harness:
     # The base is a pure library call (KernelBench): it is the reference itself, with zero error.
     library_base: bool = False
     extra: dict = field(default_factory=dict)
+    # OUTPUTS as positions of the tuple the entry (or `call`) returns, and the harness's
+    # `call(entry, inputs)` hook: target/entry.py.
+    positions: list[int] | None = None
+    call: Callable[[Callable, dict], Any] | None = None
 
     def shapes_for(self, device: str) -> list[dict]:
         """GPU shapes on CUDA; CPU_SHAPES (or SHAPES when absent) under the interpreter."""
@@ -55,8 +60,20 @@ class Harness:
         return self.cpu_shapes or self.shapes
 
     def callable_of(self, module, entry: str):
-        """What to call for a loaded operator module: the harness's `bind(module)`, else its entry."""
-        return self.bind(module) if self.bind is not None else getattr(module, entry)
+        """What the referee calls for a loaded operator module, `fn(**inputs)`: the harness's
+        `bind(module)`, else its (dotted) entry, through the `call` hook and the output picking of
+        target/entry.py (AttributeError when the module lacks the entry)."""
+        fn = self.bind(module) if self.bind is not None else resolve_entry(module, entry)
+        return entry_caller(fn, call=self.call, names=self.outputs, positions=self.positions, path=self.path)
+
+    def output_labels(self, count: int) -> list[str]:
+        """How messages name the compared outputs: the OUTPUTS input names, the return positions,
+        else by their order."""
+        if self.outputs:
+            return list(self.outputs)
+        if self.positions:
+            return [f"output {p}" for p in self.positions]
+        return [f"output {i}" for i in range(count)]
 
     @property
     def written(self) -> set[str]:
@@ -132,13 +149,7 @@ def load_harness(path: str | Path) -> Harness:
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
     module = _import_file(path, private_module_name(path))
-    outputs = getattr(module, "OUTPUTS", None)
-    if outputs is not None:
-        if isinstance(outputs, str):
-            outputs = [outputs]
-        if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, str) for o in outputs):
-            raise ConfigError(path, "must be None or a list of input names", "OUTPUTS")
-        outputs = list(outputs)
+    outputs, positions = parse_outputs(getattr(module, "OUTPUTS", None), path)
     inplace = list(getattr(module, "INPLACE", None) or [])
     tolerance = getattr(module, "TOLERANCE", None) or {}
     if not isinstance(tolerance, dict):
@@ -168,4 +179,6 @@ def load_harness(path: str | Path) -> Harness:
         flops=_callable(module, path, "flops", False),
         bind=_callable(module, path, "bind", False),
         library_base=bool(getattr(module, "LIBRARY_BASE", False)),
+        positions=positions,
+        call=_callable(module, path, "call", False),
     )

@@ -13,34 +13,63 @@ from pathlib import Path
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.harness.args import classify
-from kernelsmith.pysource import parse
+from kernelsmith.pysource import entry_def, parse
 
 
 def entry_arguments(source: str, entry: str, where: str) -> list[tuple[str, str | None, str | None]]:
-    """(name, annotation, default) for each argument of the top-level function `entry`."""
-    return _arguments(entry_function(source, entry, where))
+    """(name, annotation, default) for each argument the (dotted) entry takes from the harness."""
+    return _arguments(entry_function(source, entry, where), entry)
 
 
 def entry_function(source: str, entry: str, where: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
-    """The top-level function `entry` of `source` (ConfigError naming `where` when absent)."""
+    """The def the (dotted) entry runs in `source` (pysource.entry_def: a top-level function, a
+    method, an autograd Function's `forward` for `.apply`); ConfigError naming `where` when absent."""
     try:
         tree = parse(source)
     except SyntaxError as e:
         raise ConfigError(where, f"does not parse: {e.msg} (line {e.lineno})") from None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
-            return node
-    raise ConfigError(where, f"no top-level function {entry!r}", "entry")
+    node = entry_def(tree, entry)
+    if node is None:
+        what = "function or method" if "." in entry else "top-level function"
+        raise ConfigError(where, f"no {what} {entry!r}", "entry")
+    return node
 
 
-def _arguments(node) -> list[tuple[str, str | None, str | None]]:
+def _bound_first(node, entry: str) -> bool:
+    """Whether the def's first parameter is not the harness's to give: `ctx` of an autograd
+    Function's `forward` (for `.apply`), `self`/`cls` of a method that is not a staticmethod."""
+    if "." not in entry:
+        return False
+    if entry.endswith(".apply") and node.name == "forward":
+        return True
+    return not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+
+
+def _arguments(node, entry: str = "") -> list[tuple[str, str | None, str | None]]:
     args = node.args
     positional = args.posonlyargs + args.args
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults, strict=True))
+    if pairs and _bound_first(node, entry):
+        pairs = pairs[1:]
     pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
     return [(a.arg, ast.unparse(a.annotation) if a.annotation is not None else None,
              ast.unparse(d) if d is not None else None) for a, d in pairs if a.arg != "self"]
+
+
+def returned_tuple(node) -> list[str] | None:
+    """The items of the tuple the def returns (its last `return` of a tuple, nested defs aside),
+    as source text, or None when it returns no tuple literal."""
+    found = None
+    todo = list(node.body)
+    while todo:
+        n = todo.pop(0)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple):
+            found = [ast.unparse(e) for e in n.value.elts]
+        todo.extend(ast.iter_child_nodes(n))
+    return found
 
 
 def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
@@ -68,7 +97,7 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
         "# Interpreter shapes (CPU): tiny, float16/float32 only (the interpreter's bf16 math is wrong).",
         f"CPU_SHAPES = [{_dict_text({**cpu, 'dtype': 'float16'})},\n"
         f"              {_dict_text({**cpu, 'dtype': 'float32'})}]",
-        "# None: the entry returns its output(s). Else the names of inputs it writes, e.g. [\"out\"];",
+        *_outputs_comment(fn),
         "# an output it fills only partly (a cache written at some slots) also goes in INPLACE.",
         "OUTPUTS = None",
         "INPLACE = []",
@@ -118,6 +147,18 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
     return "\n".join(lines)
 
 
+def _outputs_comment(fn) -> list[str]:
+    """What OUTPUTS may say, with the positions of the tuple the entry returns where it returns one."""
+    lines = []
+    items = returned_tuple(fn) if fn is not None else None
+    if items:
+        listed = ", ".join(f"{i}: {text}" for i, text in enumerate(items))
+        lines.append(f"# The entry returns a tuple ({listed[:300]}).")
+    return lines + ["# None: the tensors the entry returns, in order (other returned values are left out).",
+                    "# Else the names of inputs it writes, e.g. [\"out\"], or positions of the tuple it",
+                    "# returns, e.g. (0, 2); or define call(entry, inputs) returning what to compare;"]
+
+
 def _q(text: str) -> str:
     return f'"{text}"'
 
@@ -137,5 +178,5 @@ def write_skeleton(target, op_name: str, root: Path) -> Path:
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op_name}.file")
     fn = entry_function(source.read_text(errors="replace"), op.entry, str(source))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn), fn))
+    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn, op.entry), fn))
     return path

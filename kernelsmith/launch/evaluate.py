@@ -7,7 +7,11 @@ test evaluates (a platform switch takes its CUDA branch on CUDA; a test no knob 
 both ways). Each value carries a taint (does a knob reach it?); a launch's signature is its kernel
 and its tainted arguments' values (constexprs, num_warps/num_stages, grid entries, scalars). What a
 knob reaches that this cannot follow (a loop, an undecidable branch, an unknown call, a tensor sized
-by a knob, a module-level knob read elsewhere) raises Unsupported: no signature, never a dedupe.
+by a knob, a module-level knob read elsewhere, a helper holding a knob used as a value) raises
+Unsupported: no signature, never a dedupe. The entry may be dotted (`Function.apply` runs `forward`);
+its calls into helpers holding a knob or a launch, and into helpers of other modules of the checkout
+(`calculate_settings`), are followed (launch/inline.py); an override knob (a launch option computed
+in another file) replaces the argument's value unless it keeps the computed one.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import ast
 import re
 
+from kernelsmith.launch.follow import Sources, entry_function
+from kernelsmith.launch.inline import HelperCalls, Names, holding, is_launch
 from kernelsmith.launch.syntax import _call_name, jit_functions, line_offsets
 from kernelsmith.launch.values import (
     MAX_PATHS,
@@ -48,50 +54,68 @@ from kernelsmith.launch.values import (
 from kernelsmith.pysource import parse
 
 _DEFS = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-class LaunchEvaluator:
+class LaunchEvaluator(HelperCalls):
     """The launch signature of `entry` in `code` for knob values; see the module docstring."""
 
-    def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True):
+    def __init__(self, code: str, tunables: list, entry: str, cuda: bool = True,
+                 sources: Sources | None = None):
         tree = parse(code)
         self.cuda = cuda  # which platform switches are decided (launch_values.platform)
+        self.sources = sources or Sources(None, None)
         funcs = [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
-        named = [f for f in funcs if f.name == entry]
-        if len(named) != 1:
+        own = self.sources.own(code, tree)
+        fn = entry_function(own, entry)
+        if fn is None or "." not in entry and len([f for f in funcs if f.name == entry]) != 1:
             raise Unsupported(f"no single function {entry!r}")
-        self.fn = named[0]
+        self.fn = fn
         self.jit = jit_functions(tree)
         self.kparams = {f.name: [a.arg for a in f.args.posonlyargs + f.args.args]
                         for f in funcs if f.name in self.jit}
-        self.module_funcs = {f.name for f in tree.body if isinstance(f, _DEFS)}
         off = line_offsets(code.encode())
         self.span = lambda n: (off[n.lineno - 1] + n.col_offset, off[n.end_lineno - 1] + n.end_col_offset)
         consts = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        exprs = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.expr)}
         self.knob_at: dict[int, tuple[str, int]] = {}  # id(Constant) -> (key, base)
+        self.override_at: dict[int, tuple[str, int]] = {}  # id(launch argument) -> (key, base)
         self.option_at: dict[int, list] = {}  # insertion offset -> [(option, key, base)]
-        inside = {id(n) for n in ast.walk(self.fn)}
-        self.module_knobs: set[str] = set()
+        sites = set()
         for t in tunables:
-            if t.key.startswith("config") or t.scope not in (None, entry):
-                raise Unsupported(f"knob {t.key} lives outside {entry}")
             for s, e in t.sites:
                 if s == e:
                     if not (m := re.search(r"(\w+)=", t.fmt)):
                         raise Unsupported(f"knob {t.key}: an insertion of unknown form")
                     self.option_at.setdefault(s, []).append((m.group(1), t.key, t.base))
+                elif t.computed and (s, e) in exprs:
+                    self.override_at[id(exprs[(s, e)])] = (t.key, t.base)
                 elif (s, e) in consts:
                     self.knob_at[id(consts[(s, e)])] = (t.key, t.base)
                 else:
                     raise Unsupported(f"knob {t.key}: a site that is no literal")
+                sites.add(s)
+        # Module functions the entry's calls are followed into: those holding a knob or a launch.
+        self.holding = holding(own, self.jit, sites, self.span)
+        helpers = [f for f in funcs if id(f) in self.holding]
+        inside = {id(n) for f in [self.fn, *helpers] for n in ast.walk(f)}
+        # Names a value may hide a knob behind (`fn = helper; fn(x)`): tainted, so no signature then.
+        self.hiding = {f.name for f in helpers} | {c.name for c in own.classes.values()
+                                                   if any(id(f) in self.holding for f in ast.walk(c))}
+        self.module_knobs: set[str] = set()
+        for t in tunables:
+            if t.key.startswith("config") or t.scope not in (None, self.fn.name, *(f.name for f in helpers)):
+                raise Unsupported(f"knob {t.key} lives outside {entry}")
             if t.scope is None:
                 self.module_knobs.add(module_knob(t, tree, inside))
-        self.module_defs = module_bindings(tree.body, {})
+        # The module whose names are read: this file's, or a helper's of another module while it runs.
+        self.own = self.here = Names(own, module_bindings(tree.body, {}, cuda))
+        self.names: dict[str, Names] = {own.name: self.own}  # per module evaluated
+        self.depth = 0  # helpers being evaluated
 
     # -- the entry point ---------------------------------------------------------------------------
     def signature(self, values: dict, inputs: dict) -> tuple:
         """The launches (tainted arguments' values) of every path for one shape's inputs."""
-        self.values, self.module_memo = values, {}
+        self.values = values
+        for names in self.names.values():
+            names.memo.clear()
         env = {}
         a = self.fn.args
         params = a.posonlyargs + a.args + a.kwonlyargs
@@ -124,6 +148,14 @@ class LaunchEvaluator:
         return states
 
     def stmt(self, s: ast.stmt, st: _State) -> list[_State]:
+        call = s.value if isinstance(s, ast.Expr | ast.Assign | ast.Return) else None
+        if isinstance(call, ast.Call) and (helper := self._helper(call)) is not None:
+            try:
+                return self._helper_stmt(s, call, st, helper)
+            except Unsupported:
+                if helper[1] is self.own:
+                    raise  # a knob lives there: no signature
+                # another module's helper the evaluator cannot follow: an unknown call, as before
         if isinstance(s, ast.Expr | ast.Assert | ast.Pass | ast.Import | ast.ImportFrom):
             if isinstance(s, ast.Expr):
                 self.eval(s.value, st)
@@ -152,7 +184,7 @@ class LaunchEvaluator:
             st.launches.append((type(s).__name__.lower(), s.lineno))
             if isinstance(s, ast.Return) and s.value is not None:
                 st.ret = self.eval(s.value, st)
-                if deep(*st.ret):
+                if deep(*st.ret) and not self.depth:  # a helper returns its knob's value to its caller
                     raise Unsupported("the launcher returns a knob-dependent value")
             st.done = True
             return [st]
@@ -176,9 +208,14 @@ class LaunchEvaluator:
 
     def _touches(self, node: ast.AST, st: _State) -> bool:
         for n in ast.walk(node):
-            if id(n) in self.knob_at or isinstance(n, ast.Call) and self._kernel(n) is not None:
+            if id(n) in self.knob_at or id(n) in self.override_at:
                 return True
-            if isinstance(n, ast.Name) and (n.id in self.module_knobs or deep(*st.env.get(n.id, (0, False)))):
+            if isinstance(n, ast.Call) and self._kernel(n) is not None:
+                return True
+            if isinstance(n, ast.Name) and n.id not in st.env and self.here is self.own and (
+                    n.id in self.module_knobs or n.id in self.hiding):
+                return True  # a module knob, or a helper holding a knob or a launch
+            if isinstance(n, ast.Name) and deep(*st.env.get(n.id, (0, False))):
                 return True
         return False
 
@@ -222,6 +259,10 @@ class LaunchEvaluator:
     # -- expressions -----------------------------------------------------------------------------
     def eval(self, n: ast.AST, st: _State) -> tuple:
         """(value, tainted) of an expression; UNKNOWN where it cannot be computed."""
+        if id(n) in self.override_at:  # an override knob: its value replaces the argument's
+            key, base = self.override_at[id(n)]
+            if (v := self.values.get(key, base)) != base:
+                return v, True
         if isinstance(n, ast.Constant):
             if id(n) in self.knob_at:
                 key, base = self.knob_at[id(n)]
@@ -287,15 +328,18 @@ class LaunchEvaluator:
     def _name(self, name: str, st: _State) -> tuple:
         if name in st.env:
             return st.env[name]
-        if name in self.module_defs:
-            if name not in self.module_memo:
-                self.module_memo[name] = (UNKNOWN, name in self.module_knobs)  # a cycle reads unknown
-                defs = self.module_defs[name]
+        here = self.here
+        if here is self.own and name in self.hiding:
+            return UNKNOWN, True  # a function or class holding a knob, used as a value
+        knob = here is self.own and name in self.module_knobs
+        if name in here.defs:
+            if name not in here.memo:
+                here.memo[name] = (UNKNOWN, knob)  # a cycle reads unknown
+                defs = here.defs[name]
                 one = defs[0] if len(defs) == 1 and defs[0] is not None else None
-                self.module_memo[name] = self.eval(one, _State({})) if one is not None else (
-                    UNKNOWN, name in self.module_knobs)
-            return self.module_memo[name]
-        if name in self.module_funcs:
+                here.memo[name] = self.eval(one, _State({})) if one is not None else (UNKNOWN, knob)
+            return here.memo[name]
+        if name in here.module.funcs:
             return UNKNOWN, False
         return Global(name), False
 
@@ -304,6 +348,17 @@ class LaunchEvaluator:
         if (kernel := self._kernel(n)) is not None:
             self._launch(n, kernel, st)
             return UNKNOWN, False
+        if (helper := self._helper(n)) is not None:
+            try:
+                (after, ret), *more = self._inline(n, st, helper)
+                if more or after.done:
+                    raise Unsupported(f"{ast.unparse(n.func)}, called in an expression, has several paths")
+                st.launches[:] = after.launches
+                return ret
+            except Unsupported:
+                if helper[1] is self.own:
+                    raise  # a knob lives there: no signature
+                # another module's helper the evaluator cannot follow: an unknown call, as before
         if any(isinstance(a, ast.Starred) for a in n.args) or any(k.arg is None for k in n.keywords):
             if any(self._touches(a, st) for a in n.args + n.keywords):
                 raise Unsupported("a knob reaches an unpacked call")
@@ -358,10 +413,7 @@ class LaunchEvaluator:
         return child.ret
 
     def _kernel(self, n: ast.Call) -> str | None:
-        if not isinstance(n.func, ast.Subscript):
-            return None
-        name = _call_name(n.func.value)
-        return name if name in self.jit or "kernel" in name.lower() else None
+        return _call_name(n.func.value) if is_launch(n, self.jit) else None
 
     def _launch(self, n: ast.Call, kernel: str, st: _State) -> None:
         """Record a launch: the kernel and its tainted arguments' values (grid entries by index)."""

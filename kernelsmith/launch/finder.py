@@ -16,7 +16,15 @@ given by keyword, by position (against the kernel's signature) or through a `**c
   and the entries of `triton.Config(...)` lists.
 Never a knob: a count (named `n_*`/`num_*`/`*_blocks`..., or a grid dimension itself) computed from
 the inputs in some branch, literal branches included (`max_num_blocks = 1` when decoding); a
-BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile).
+BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile);
+anything on a branch that never runs on CUDA (`if infer_device() == "xpu": ...`, `32 if
+device.type == "xpu" else ...`).
+Values bound elsewhere are followed (launch/follow.py): returned by a helper (`num_warps =
+get_num_warps(BLOCK)`, `BLOCK, num_warps = calculate_settings(n)`), passed by the calls of the
+launcher (`_launch(x, BLOCK=128)`, its default where a call leaves it out), imported. A helper of this
+file holds knobs where the value is computed (shared by its callers: never tabled per call); a launch
+option chosen in another file of the checkout is overridden at the launch (`num_warps=num_warps` ->
+`num_warps=8`, base AS_COMPUTED). What cannot be followed is recorded (`Unfollowed`), and said.
 """
 
 from __future__ import annotations
@@ -25,35 +33,48 @@ import ast
 import re
 from collections import defaultdict
 
+from kernelsmith.launch.follow import Follower, Sources, Trace, Unfollowed
 from kernelsmith.launch.syntax import (
     _ARITH,
     _KNOB,
     _ORDER,
+    AS_COMPUTED,
     TRITON_DEFAULTS,
+    CallPart,
     Tunable,
     _call_name,
     _computed,
     _const_operand,
+    _cuda_branch,
     _dict_entries,
     _is_count,
     _literals,
     _pairs,
+    dead,
     is_int,
     jit_functions,
     kernel_loops,
     kind_of,
     line_offsets,
+    mark_dead,
 )
 
 # Re-exported: callers (rewrites/analysis.py among them) import these from here.
-__all__ = ["Tunable", "find", "is_int", "jit_functions", "kernel_loops", "line_offsets"]
+__all__ = ["Tunable", "Unfollowed", "find", "is_int", "jit_functions", "kernel_loops", "line_offsets"]
+# Names in a cap or floor followed although not named like a launch choice: `min(MAX_FUSED_SIZE, ...)`.
+_LIMIT = re.compile(r"^(MAX|MIN)_\w+$", re.I)
 
 
-class _Finder(ast.NodeVisitor):
-    """Collects tunables of one parsed file; `offsets` turns (line, col) into byte offsets."""
+class _Finder(Follower, ast.NodeVisitor):
+    """Collects tunables of one parsed file; `offsets` turns (line, col) into byte offsets. With
+    `sources`, values returned by helpers of other modules of the checkout are followed too."""
 
-    def __init__(self, tree: ast.AST, offsets: list[int]):
-        self.offsets = offsets
+    def __init__(self, tree: ast.AST, code: str, sources: Sources | None = None, module=None):
+        self.data = code.encode()
+        self.offsets = line_offsets(self.data)
+        mark_dead(tree)
+        self.sources = sources or Sources(None, None)
+        self.module = module or self.sources.own(code, tree)
         self.jit = jit_functions(tree)
         funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         # Kernels whose decorators choose launch options (autotune configs, heuristics on num_warps).
@@ -82,18 +103,26 @@ class _Finder(ast.NodeVisitor):
         self.defaults: list[tuple] = []  # launches that leave options to Triton, handled in finish()
         self.found: dict[str, Tunable] = {}
         self.n_configs = 0
+        self.funcs = {f.name: f for f in reversed(funcs)}  # the first definition of a name wins
+        self.helpers: set[str] = set()  # functions a launch value is returned from
+        self.notes: list[Unfollowed] = []
+        self.trace: Trace | None = None  # the launch argument being followed
+        self.calls_to: dict[str, list[tuple[ast.Call, str | None]]] = defaultdict(list)
         self._collect(tree)
 
     def _collect(self, tree: ast.AST) -> None:
-        """Every value bound to a name outside the kernels, per scope, in source order."""
+        """Every value bound to a name outside the kernels, per scope, in source order; the calls of
+        each function by name (where a parameter's values come from)."""
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for sub in ast.walk(node):
                     sub._ks_scope = node.name  # noqa: B010 - a private tag on our own parse tree
         for node in ast.walk(tree):
             scope = getattr(node, "_ks_scope", None)
-            if scope in self.jit:
+            if scope in self.jit or dead(node):
                 continue
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                self.calls_to[node.func.id].append((node, scope))
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 pairs = _pairs(node.targets[0], node.value)
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -118,12 +147,14 @@ class _Finder(ast.NodeVisitor):
         """Record the literal `node` as (one site of) tunable `key`."""
         self.add_span(key, kind, node.value, self.span(node), scope, names, kernels, users)
 
-    def add_span(self, key, kind, base, span, scope, names, kernels=(), users=(), fmt="{}") -> None:
+    def add_span(self, key, kind, base, span, scope, names, kernels=(), users=(), fmt="{}",
+                 computed="") -> None:
         t = self.found.get(key)
         if t is None:
-            if base <= 0:
+            if base <= 0 and not computed:
                 return
-            t = self.found[key] = Tunable(key, kind, base, [], scope, set(), fmt=fmt)
+            t = self.found[key] = Tunable(key, kind, base, [], scope, set(), fmt=fmt, computed=computed,
+                                          helper=scope in self.helpers)
         if span not in t.sites:
             t.sites.append(span)
         t.names |= set(names)
@@ -133,11 +164,11 @@ class _Finder(ast.NodeVisitor):
     def current(self) -> str | None:
         return self.scope[-1] if self.scope else None
 
-    def lookup(self, table: dict, name: str):
-        """(scope, entry) for `name` in the current function, else at module level; None if unbound."""
-        for scope in (self.current(), None):
-            if (scope, name) in table:
-                return scope, table[(scope, name)]
+    def lookup(self, table: dict, name: str, scope: str | None):
+        """(scope, entry) for `name` in function `scope`, else at module level; None if unbound."""
+        for where in (scope, None):
+            if (where, name) in table:
+                return where, table[(where, name)]
         return None
 
     def visit_FunctionDef(self, node):
@@ -150,6 +181,8 @@ class _Finder(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Call(self, node):
+        if dead(node):
+            return  # a launch on another platform's branch
         name = _call_name(node.func)
         if name == "Config" and node.args and isinstance(node.args[0], ast.Dict):
             self._config(node)
@@ -187,7 +220,7 @@ class _Finder(ast.NodeVisitor):
                 present.add(kw.arg)
                 self._argument(kernel, kw.arg, kw.value)
                 continue
-            found = self.lookup(self.dicts, kw.value.id) if isinstance(kw.value, ast.Name) else None
+            found = self.lookup(self.dicts, kw.value.id, scope) if isinstance(kw.value, ast.Name) else None
             if found is None:
                 opaque = True  # **kwargs from elsewhere may set anything
                 continue
@@ -195,20 +228,25 @@ class _Finder(ast.NodeVisitor):
             for k, v in entries:
                 present.add(k)
                 if _KNOB.match(k):
+                    self.trace = Trace(scope, kernel, k)
                     self._values(f"{kw.value.id}.{k}", dscope, [v], kind_of(k), {k}, kernel, set())
+                    self._chosen_elsewhere(kernel, k, v)
         if kernel in self.jit and kernel not in self.autotuned and not opaque:
             self.defaults.append((node, kernel, scope, present))  # after every explicit option is known
         grid = node.func.slice
         exprs = [grid]
-        if isinstance(grid, ast.Name) and (bound := self.lookup(self.defs, grid.id)):
-            exprs += bound[1]
+        if isinstance(grid, ast.Name) and (bound := self.lookup(self.defs, grid.id, scope)):
+            exprs += [e for e in bound[1] if isinstance(e, ast.expr)]
         # A grid dimension itself is a count of programs; a name inside one (`cdiv(n, BLOCK)`) sizes a tile.
         dims = {e.id for g in exprs for e in (g.elts if isinstance(g, ast.Tuple) else [g])
                 if isinstance(e, ast.Name)}
         for g in exprs:
             for sub in ast.walk(g):
                 if isinstance(sub, ast.Name) and _KNOB.match(sub.id):
-                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set(), count=sub.id in dims)
+                    self.trace = Trace(scope, kernel, f"grid ({sub.id})")
+                    self._resolve(sub.id, kind_of(sub.id), {sub.id}, kernel, set(), scope,
+                                  count=sub.id in dims)
+        self.trace = None
 
     def _argument(self, kernel: str, name: str, value) -> None:
         """A launch argument named like a launch choice: its literal, its name's values, or its expression."""
@@ -218,12 +256,32 @@ class _Finder(ast.NodeVisitor):
         if kind == "block" and kernel in self.params and name in self.params[kernel]:
             if name not in self.constexprs[kernel]:
                 return  # a plain runtime int (a page size, a bound): it cannot size a tile
+        self.trace = Trace(scope, kernel, name)
         if is_int(value):
             self.add(f"{scope}:{kernel}.{name}", kind, value, scope, {name}, {kernel})
         elif isinstance(value, ast.Name):
-            self._resolve(value.id, kind, {name, value.id}, kernel, set())
+            self._resolve(value.id, kind, {name, value.id}, kernel, set(), scope)
         else:
             self._expr(scope, name, value, kind, {name}, kernel, set())
+        self._chosen_elsewhere(kernel, name, value)
+        self.trace = None
+
+    def _chosen_elsewhere(self, kernel: str, name: str, value: ast.expr) -> None:
+        """A launch option whose value a helper of another file chooses (its literals cannot change in
+        this file) is overridden at the launch: a knob whose base (AS_COMPUTED) keeps the argument as
+        it is and whose other values replace it (`num_warps=num_warps` -> `num_warps=8`). A block
+        size is never overridden (a kernel's tile may have to cover the row): that is said instead."""
+        where = sorted(set(self.trace.foreign))
+        if not where or is_int(value):
+            return
+        if name not in TRITON_DEFAULTS:
+            self.note(f"chosen in {', '.join(where)} (another file, which a candidate of this file cannot "
+                      "change); a tile size is not overridden at the launch")
+            return
+        span = self.span(value)
+        text = self.data[span[0]:span[1]].decode()
+        self.add_span(f"{self.trace.scope}:{kernel}.{name}", name, AS_COMPUTED, span, self.trace.scope,
+                      {name}, {kernel}, computed=text)
 
     def _defaults(self, node, kernel: str, scope: str | None, present: set[str]) -> None:
         """Launch options the call leaves to Triton: a change inserts the keyword after the last argument.
@@ -241,11 +299,15 @@ class _Finder(ast.NodeVisitor):
                 key += "#default"
             self.add_span(key, opt, base, (pos, pos), scope, {opt}, {kernel}, fmt=f"{sep}{opt}={{}}")
 
-    def _resolve(self, var: str, kind: str, names: set[str], kernel: str, seen: set, count=False) -> None:
-        """Every value bound to `var` (in the current function, else at module level); `count`: the
-        name is a grid dimension (a number of programs, whatever it is called)."""
-        found = self.lookup(self.defs, var)
-        if found is None or (found[0], var) in seen:
+    def _resolve(self, var: str, kind: str, names: set[str], kernel: str, seen: set, scope: str | None,
+                 count=False) -> None:
+        """Every value bound to `var` (in function `scope`, else at module level; a parameter's from
+        the calls that pass it); `count`: the name is a grid dimension (a number of programs)."""
+        found = self.lookup(self.defs, var, scope)
+        if found is None:
+            self._unbound(var, kind, names, kernel, seen, scope)
+            return
+        if (found[0], var) in seen:
             return
         seen.add((found[0], var))
         self._values(var, found[0], found[1], kind, names | {var}, kernel, seen, count)
@@ -257,7 +319,7 @@ class _Finder(ast.NodeVisitor):
             # not a choice. A count that is only ever literal (`num_splits = 8`) stays one.
             return
         users = {self.current()} if scope is None else set()
-        lits = [c for v in values for c in _literals(v)]
+        lits = [c for v in values if isinstance(v, ast.expr) for c in _literals(v)]
         for n, lit in enumerate(lits):
             suffix = f"#{n}" if len(lits) > 1 else ""
             self.add(f"{scope}:{var}{suffix}", kind, lit, scope, names, {kernel}, users)
@@ -276,15 +338,23 @@ class _Finder(ast.NodeVisitor):
                 if role in ("cap", "floor") or c.value > 1:  # x * 1 and x // 1 are no choice
                     self.exprs.append((scope, var, role, c, kind, names, kernel, users))
                 continue
-            if isinstance(n, ast.Name):
+            if isinstance(n, CallPart):
+                self._returned(n.call, n.index, scope, kind, names, kernel, seen)
+            elif isinstance(n, ast.Name):
                 if _KNOB.match(n.id):
-                    self._resolve(n.id, kind_of(n.id), {n.id}, kernel, seen)
+                    self._resolve(n.id, kind_of(n.id), {n.id}, kernel, seen, scope)
+                elif role in ("cap", "floor") and _LIMIT.match(n.id):
+                    self._resolve(n.id, kind, {n.id}, kernel, seen, scope)
             elif isinstance(n, ast.IfExp):
                 for cmp in ast.walk(n.test):
                     if isinstance(cmp, ast.Compare) and all(isinstance(op, _ORDER) for op in cmp.ops):
                         todo.extend((c, "if") for c in [cmp.left, *cmp.comparators] if is_int(c))
-                # literal branches of the value itself are its own values (_literals), not parts
-                todo.extend((b, role) for b in (n.body, n.orelse) if role is not None or not is_int(b))
+                # literal branches of the value itself are its own values (_literals), not parts;
+                # the branch a platform switch never takes on CUDA is no part at all
+                live = {"body": n.body, "orelse": n.orelse}
+                if (cuda := _cuda_branch(n.test)) is not None:
+                    live = {cuda: live[cuda]}
+                todo.extend((b, role) for b in live.values() if role is not None or not is_int(b))
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
                 todo.extend((a, "cap" if n.func.id == "min" else "floor") for a in n.args)
             elif isinstance(n, ast.Call) and _call_name(n.func) == "cdiv" and len(n.args) == 2:
@@ -297,6 +367,8 @@ class _Finder(ast.NodeVisitor):
                 todo.extend([(n.left, "mul"), (n.right, "div")])
             elif isinstance(n, ast.BinOp):
                 todo.extend([(n.left, None), (n.right, None)])  # offsets (+, -, %) are semantics
+            elif isinstance(n, ast.Call):
+                self._returned(n, None, scope, kind, names, kernel, seen)
 
     def finish(self) -> None:
         """Add the expression constants, numbered per (scope, variable, role) in source order, and the
@@ -328,7 +400,7 @@ def _thresholds(tree: ast.AST, finder: _Finder) -> None:
             continue
         k = 0
         for node in ast.walk(func):
-            if not isinstance(node, ast.If) or getattr(node, "_ks_scope", None) != func.name:
+            if not isinstance(node, ast.If) or getattr(node, "_ks_scope", None) != func.name or dead(node):
                 continue
             targets = {
                 t.id
@@ -347,9 +419,10 @@ def _thresholds(tree: ast.AST, finder: _Finder) -> None:
                             k += 1
 
 
-def find(tree: ast.AST, code: str):
-    """(tunables without domains, in source order, one per literal; {kernel: loops?}) of a parsed file."""
-    finder = _Finder(tree, line_offsets(code.encode()))
+def find(tree: ast.AST, code: str, sources: Sources | None = None):
+    """(tunables without domains, in source order, one per literal; {kernel: loops?}; the launch
+    values that could not be followed) of a parsed file."""
+    finder = _Finder(tree, code, sources)
     finder.visit(tree)
     finder.finish()
     _thresholds(tree, finder)
@@ -359,4 +432,8 @@ def find(tree: ast.AST, code: str):
         if not spans & taken:  # one literal, one tunable
             taken |= spans
             out.append(t)
-    return out, finder.loops
+    # A grid name that is also a launch argument was said for the argument already.
+    said = {(n.scope, n.kernel, n.why) for n in finder.notes if not n.arg.startswith("grid")}
+    notes = [n for n in finder.notes
+             if not n.arg.startswith("grid") or (n.scope, n.kernel, n.why) not in said]
+    return out, finder.loops, list(dict.fromkeys(notes))

@@ -17,6 +17,9 @@ _JIT = re.compile(r"\b(jit|autotune|heuristics)\b")
 # get_device_props(...)) holds indices or semantics, never a choice.
 _ARITH = {"next_power_of_2", "int", "round", "ceil", "floor", "abs"}
 _OTHER_PLATFORM = re.compile(r"hip|rocm|amd|npu|xpu|musa|mlu|mps")
+# Device names a platform switch compares with (`infer_device() == "xpu"`, `x.device.type != "cuda"`).
+_DEVICE_NAMES = {"cuda", "cpu", "hip", "rocm", "npu", "xpu", "musa", "mlu", "mps"}
+AS_COMPUTED = 0  # the value of an override knob that leaves the launch argument as the code computes it
 _ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)  # size thresholds; == / != switch modes, never tuned
 
 
@@ -34,15 +37,25 @@ class Tunable:
     kernels: set[str] = field(default_factory=set)  # the kernels whose launches it configures
     users: set[str] = field(default_factory=set)  # module-level values: the functions reading them
     fmt: str = "{}"  # text written at each site: the value, or `, num_warps={}` for an absent option
+    # An override of a launch option computed in another file (`calculate_settings(n)` imported from
+    # a utils module): the argument's own text, written back for AS_COMPUTED (the base).
+    computed: str = ""
+    helper: bool = False  # a literal inside a helper a launch value is returned from (shared by callers)
 
     @property
     def per_call(self) -> bool:
-        """True when the value may differ per call (it lives in a function: a size table can vary it)."""
-        return self.scope is not None and not self.key.startswith("config")
+        """True when the value may differ per call (it lives in a launcher: a size table can vary it)."""
+        return self.scope is not None and not self.key.startswith("config") and not self.helper
 
     def text(self, value: int | str) -> str:
         """The source text that sets this tunable to `value` (an int or an expression)."""
+        if self.computed and value == AS_COMPUTED:
+            return self.computed
         return self.fmt.format(value)
+
+    def show(self, value: int) -> str:
+        """`value` in words for a description (an override's base reads "computed")."""
+        return "computed" if self.computed and value == AS_COMPUTED else str(value)
 
 
 def kind_of(name: str) -> str:
@@ -123,11 +136,37 @@ def _computed(value) -> bool:
     return True
 
 
+def _device_compare(test) -> str | None:
+    """Which branch runs on an NVIDIA GPU when `test` compares a device query with device names
+    (`infer_device() == "xpu"`, `x.device.type != "cuda"`, `DEVICE in ("npu", "xpu")`)."""
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return None
+    op, (left, right) = test.ops[0], (test.left, test.comparators[0])
+    if isinstance(left, ast.Constant | ast.Tuple | ast.List | ast.Set):
+        left, right = right, left
+    names = right.elts if isinstance(right, ast.Tuple | ast.List | ast.Set) else [right]
+    words = [n.value.lower() for n in names if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if not isinstance(left, ast.Name | ast.Attribute | ast.Call) or len(words) != len(names) or not words:
+        return None
+    if not set(words) <= _DEVICE_NAMES:
+        return None
+    if isinstance(op, ast.Eq | ast.In):
+        holds = "cuda" in words
+    elif isinstance(op, ast.NotEq | ast.NotIn):
+        holds = "cuda" not in words
+    else:
+        return None
+    return "body" if holds else "orelse"
+
+
 def _cuda_branch(test) -> str | None:
-    """Which branch of `a if test else b` runs on an NVIDIA GPU when `test` is a platform flag."""
+    """Which branch of `a if test else b` (or of an `if` statement) runs on an NVIDIA GPU when `test`
+    is a platform flag or compares the device with device names."""
     flip = False
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, flip = test.operand, not flip
+    if (branch := _device_compare(test)) is not None:
+        return branch if not flip else {"body": "orelse", "orelse": "body"}[branch]
     if not isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return None
     text = ast.unparse(test).lower()
@@ -138,8 +177,41 @@ def _cuda_branch(test) -> str | None:
     return None
 
 
-def _pairs(target, value) -> list[tuple[str, ast.expr]]:
-    """(name, value) bound by one assignment, tuple unpacking of a tuple of values included."""
+def mark_dead(tree: ast.AST) -> None:
+    """Tag (`_ks_dead`) every node of an `if` branch that never runs on an NVIDIA GPU: the other
+    branch of a platform switch (`if infer_device() == "xpu": ...`). What is bound or launched there
+    is no choice on CUDA."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (live := _cuda_branch(node.test)) is not None:
+            for stmt in node.orelse if live == "body" else node.body:
+                for sub in ast.walk(stmt):
+                    sub._ks_dead = True  # noqa: B010 - a private tag on our own parse tree
+
+
+def dead(node: ast.AST) -> bool:
+    """True for a node `mark_dead` tagged."""
+    return getattr(node, "_ks_dead", False)
+
+
+@dataclass
+class CallPart:
+    """Item `index` of what `call` returns (`BLOCK, warps = settings(n)`), as a bound value."""
+
+    call: ast.Call
+    index: int
+
+    @property
+    def lineno(self) -> int:
+        return self.call.lineno
+
+    @property
+    def col_offset(self) -> int:
+        return self.call.col_offset
+
+
+def _pairs(target, value) -> list[tuple[str, ast.expr | CallPart]]:
+    """(name, value) bound by one assignment, tuple unpacking of a tuple of values or of a call's
+    result (`BLOCK_SIZE, num_warps = calculate_settings(n)`) included."""
     if isinstance(target, ast.Name):
         return [(target.id, value)]
     if (
@@ -149,6 +221,9 @@ def _pairs(target, value) -> list[tuple[str, ast.expr]]:
         and not any(isinstance(e, ast.Starred) for e in value.elts)
     ):
         return [p for t, v in zip(target.elts, value.elts, strict=True) for p in _pairs(t, v)]
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, ast.Call):
+        if not any(isinstance(e, ast.Starred) for e in target.elts):
+            return [(t.id, CallPart(value, i)) for i, t in enumerate(target.elts) if isinstance(t, ast.Name)]
     return []
 
 

@@ -15,7 +15,8 @@ import math
 from collections import defaultdict
 
 from kernelsmith.launch.finder import find
-from kernelsmith.launch.syntax import Tunable, is_int, kernel_loops, line_offsets
+from kernelsmith.launch.follow import Sources, Unfollowed
+from kernelsmith.launch.syntax import AS_COMPUTED, Tunable, is_int, kernel_loops, line_offsets
 from kernelsmith.pysource import parse, reachable
 
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
@@ -112,10 +113,15 @@ def has_loops(code: str) -> bool:
     return any(kernel_loops(parse(code)).values())
 
 
-def discover(code: str) -> list[Tunable]:
-    """Every tunable of `code`, in source order, with its domain (raises SyntaxError on bad code)."""
+def discover(code: str, sources: Sources | None = None) -> list[Tunable]:
+    """Every tunable of `code`, in source order, with its domain (raises SyntaxError on bad code).
+    With `sources` (the checkout's modules), values returned by helpers of other files are followed."""
+    return _survey(code, sources)[0]
+
+
+def _survey(code: str, sources: Sources | None) -> tuple[list[Tunable], list[Unfollowed]]:
     tree = parse(code)
-    found, loops = find(tree, code)
+    found, loops, notes = find(tree, code, sources)
     rules = _constraints(tree)
     for t in found:
         dom = domain_for(t.kind, t.base)
@@ -124,13 +130,26 @@ def discover(code: str) -> list[Tunable]:
         for name in t.names:
             dom = [v for v in dom if _allowed(v, rules.get(name, []))]
         t.domain = sorted(set(dom) | {t.base})
-    return found
+    return found, notes
 
 
 def relevant(tunables: list[Tunable], code: str, entry: str) -> list[Tunable]:
     """The tunables that can affect `entry`: in functions it reaches, or module-level ones it may read."""
     reach = reachable(code, entry)
     return [t for t in tunables if t.scope in reach or t.scope is None and (not t.users or t.users & reach)]
+
+
+def entry_knobs(code: str, entry: str, sources: Sources | None = None) -> tuple[list[Tunable], list[str]]:
+    """(the tunables `entry` reaches, the launch values it reaches that could not be followed, in words)."""
+    found, notes = _survey(code, sources)
+    reach = reachable(code, entry)
+    return relevant(found, code, entry), [str(n) for n in notes if n.scope in reach]
+
+
+def sources_of(task) -> Sources:
+    """The checkout modules a task's operator file may import (none for a task with no checkout)."""
+    root = getattr(task, "root", None)
+    return Sources(root, task.operator.file if root is not None else None)
 
 
 def space_points(tunables: list[Tunable]) -> int:
@@ -199,7 +218,9 @@ def render_table(
     funcs = _function_nodes(tree)
     edits: list[tuple[int, int, str]] = []
     for t in tunables:
-        if t in per_call:
+        if t in per_call and t.computed:  # rows that keep the computed value leave it out
+            edits.extend((s, e, f"_ks_cfg.get({names[t.key]!r}, {t.computed})") for s, e in t.sites)
+        elif t in per_call:
             edits.extend((s, e, t.text(f"_ks_cfg[{names[t.key]!r}]")) for s, e in t.sites)
         elif t.key in values and values[t.key] != t.base:
             edits.extend((s, e, t.text(values[t.key])) for s, e in t.sites)
@@ -229,6 +250,8 @@ def render_table(
         start -= 1  # keep comments attached to the def (e.g. a `# kernelsmith: hotspot` mark)
     # Every row sets every tabled value (one a row leaves out keeps `values`, else the base).
     full = [{t.key: row.get(t.key, values.get(t.key, t.base)) for t in per_call} for row in rows]
+    computed = {t.key for t in per_call if t.computed}
+    full = [{k: v for k, v in row.items() if k not in computed or v != AS_COMPUTED} for row in full]
     configs = [f"{{{', '.join(f'{names[k]!r}: {v}' for k, v in row.items())}}}" for row in full]
     if two:
         table = "".join(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from kernelsmith.launch.evaluate import LaunchEvaluator
-from kernelsmith.launch.tunables import space_configs, space_points
+from kernelsmith.launch.tunables import sources_of, space_configs, space_points
 from kernelsmith.launch.values import Unsupported
 
 COUNT_CAP = 5_000  # grids up to this many points have their distinct launches counted (~0.2 ms a shape each)
@@ -47,7 +47,8 @@ class LaunchTwins:
         else:
             try:
                 entry = task.operator.entry
-                self.evaluator = LaunchEvaluator(task.base_code, tunables, entry, cuda=device == "cuda")
+                self.evaluator = LaunchEvaluator(task.base_code, tunables, entry, cuda=device == "cuda",
+                                                 sources=sources_of(task))
             except (Unsupported, SyntaxError) as e:
                 self.off = f"the launcher cannot be evaluated statically: {e}"
 

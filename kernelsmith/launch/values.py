@@ -260,19 +260,22 @@ def module_knob(t, tree: ast.Module, inside: set[int]) -> str:
     return var
 
 
-def module_bindings(body: list, out: dict, top: bool = True) -> dict:
-    """name -> [value expression per module-level binding] (None: one not evaluable, e.g. in a branch)."""
+def module_bindings(body: list, out: dict, cuda: bool, top: bool = True) -> dict:
+    """name -> [value expression per module-level binding] (None: one not evaluable, e.g. in a branch);
+    of a platform switch (`if infer_device() == "xpu": ...`) only the branch taken here binds."""
     for s in body:
         if isinstance(s, ast.Assign | ast.AnnAssign) and s.value is not None:
             for t in s.targets if isinstance(s, ast.Assign) else [s.target]:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         out.setdefault(n.id, []).append(s.value if top and isinstance(t, ast.Name) else None)
+        elif isinstance(s, ast.If) and (taken := platform(s.test, cuda)) is not UNKNOWN:
+            module_bindings(s.body if taken else s.orelse, out, cuda, top)
         elif isinstance(s, ast.If | ast.Try | ast.With | ast.For | ast.While):
             for part in ("body", "orelse", "finalbody"):
-                module_bindings(getattr(s, part, []), out, top=False)
+                module_bindings(getattr(s, part, []), out, cuda, top=False)
             for h in getattr(s, "handlers", []):
-                module_bindings(h.body, out, top=False)
+                module_bindings(h.body, out, cuda, top=False)
         elif isinstance(s, ast.Import | ast.ImportFrom | ast.ClassDef):
             names = [(a.asname or a.name).split(".")[0] for a in getattr(s, "names", [])]
             for name in names + ([s.name] if isinstance(s, ast.ClassDef) else []):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ import yaml
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.onboard.package import Package, parse_package
+from kernelsmith.pysource import is_entry_name
 
 DEFAULT_MIN_SPEEDUP = 1.05
 DEFAULT_MAX_OPEN_PRS = 5
@@ -21,7 +23,9 @@ _TARGET_KEYS = {
     "repo", "clone_url", "fork", "base", "setup", "labels", "operators", "checked", "stubs",
     "max_open_prs", "budget_minutes", "package",
 }
-_OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked"}
+_OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked",
+                  "variants"}
+VARIANT_SEP = "@"  # `OP@VARIANT` names an operator with one of its variant harnesses
 
 
 @dataclass
@@ -37,6 +41,10 @@ class Operator:
     min_speedup: float = DEFAULT_MIN_SPEEDUP
     checked: str | None = None
     source: str = "yaml"
+    # Other harnesses of the same operator (another shape mix: vocabularies, batches, dtypes,
+    # score distributions), by name; `OP@NAME` runs the operator with that harness instead.
+    variants: dict[str, Path] = field(default_factory=dict)
+    variant: str | None = None  # the variant this entry stands for (`Target.operator("OP@NAME")`)
 
 
 @dataclass
@@ -65,15 +73,22 @@ class Target:
         """The target's name: the yaml file's stem (used in branch names)."""
         return self.path.stem
 
+    def has_operator(self, name: str) -> bool:
+        """Whether `name` (or, for `OP@VARIANT`, its OP) is one of this file's operators."""
+        base = name.partition(VARIANT_SEP)[0]
+        return any(op.name == base for op in self.operators)
+
     def operator(self, name: str) -> Operator:
-        """The operator called `name`, or a ConfigError listing the known ones."""
+        """The operator called `name`, or a ConfigError listing the known ones. `OP@VARIANT` is OP
+        with the harness of its variant VARIANT, under that name (run directories, state, reports)."""
+        base, sep, variant = name.partition(VARIANT_SEP)
         for op in self.operators:
-            if op.name == name:
-                return op
-        if name in self.broken:
-            raise self.broken[name]
+            if op.name == base:
+                return op if not sep else _variant_of(self.path, op, variant)
+        if base in self.broken:
+            raise self.broken[base]
         known = ", ".join(o.name for o in self.operators) or "none"
-        raise ConfigError(self.path, f"unknown operator {name!r} (known: {known})", "operators")
+        raise ConfigError(self.path, f"unknown operator {base!r} (known: {known})", "operators")
 
     def resolved_clone_url(self) -> str:
         """`clone_url` with a relative local path made absolute (relative to the yaml's folder)."""
@@ -82,6 +97,16 @@ class Target:
             return url
         p = Path(url)
         return str(p if p.is_absolute() else (self.path.parent / p).resolve())
+
+
+def _variant_of(path: Path, op: Operator, variant: str) -> Operator:
+    """`op` with its variant `variant`'s harness, named `OP@VARIANT`; ConfigError for an unknown one."""
+    if variant not in op.variants:
+        known = ", ".join(sorted(op.variants)) or "none"
+        raise ConfigError(path, f"operator {op.name!r} has no variant {variant!r} (known: {known})",
+                          f"operators.{op.name}.variants")
+    return dataclasses.replace(op, name=f"{op.name}{VARIANT_SEP}{variant}", harness=op.variants[variant],
+                               variant=variant)
 
 
 def _require(data: dict, key: str, path: Path, where: str, kind: type | tuple = str):
@@ -187,10 +212,19 @@ def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -
     if Path(file).is_absolute() or ".." in Path(file).parts:
         raise ConfigError(path, "must be a path inside the repository", f"{where}file")
     entry = _require(item, "entry", path, where)
-    if not entry.isidentifier():
-        raise ConfigError(path, f"{entry!r} is not a Python function name", f"{where}entry")
+    if not is_entry_name(entry):
+        raise ConfigError(path, f"{entry!r} is not a Python function name or a dotted name "
+                          "(Class.method, Function.apply)", f"{where}entry")
     harness = (harness_root / _require(item, "harness", path, where)).resolve()
     min_speedup = _optional(item, "min_speedup", path, where, (int, float), DEFAULT_MIN_SPEEDUP)
+    variants = {}
+    for key, rel in _optional(item, "variants", path, where, dict, {}).items():
+        if not isinstance(key, str) or not _NAME_RE.match(key):
+            raise ConfigError(path, f"{key!r} is not a valid variant name (letters, digits, _ . -)",
+                              f"{where}variants")
+        if not isinstance(rel, str):
+            raise ConfigError(path, "must be a harness file path", f"{where}variants.{key}")
+        variants[key] = (harness_root / rel).resolve()
     return Operator(
         name=name, file=file, entry=entry, harness=harness,
         test=_optional(item, "test", path, where, str),
@@ -198,6 +232,7 @@ def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -
         min_speedup=float(min_speedup),
         checked=_optional(item, "checked", path, where, str),
         source=source,
+        variants=variants,
     )
 
 

@@ -18,9 +18,10 @@ import traceback
 import torch
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.harness.entry import OutputsError
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.referee.checks.diagnose import likely_fix
+from kernelsmith.referee.checks.diagnose import interpreter_failure, likely_fix
 from kernelsmith.sandbox.spawn import private_stdout
 
 SEEDS = (101, 101, 202)  # the same seed twice (determinism), then another (sensitivity)
@@ -154,8 +155,9 @@ def probe(spec: dict) -> Probe:
                 p.expect(good, label, f"{label}({shape}) = {value}",
                          "return a positive number for every shape")
     names = list(h.outputs or [])
-    p.expect(set(h.inplace) <= set(names), "INPLACE", f"INPLACE {h.inplace} names entries missing from "
-             f"OUTPUTS {names}", "list every INPLACE name in OUTPUTS too")
+    if h.outputs is not None:  # with return values compared, INPLACE only has to name tensor inputs
+        p.expect(set(h.inplace) <= set(names), "INPLACE", f"INPLACE {h.inplace} names entries missing from "
+                 f"OUTPUTS {names}", "list every INPLACE name in OUTPUTS too")
     base_fn = None
     try:
         stubs = {k: v for k, v in (spec.get("stubs") or {}).items()}
@@ -190,6 +192,10 @@ def check_shape(p: Probe, h, base_fn, shape: dict, where: str, dev: str) -> bool
         p.expect(isinstance(a.get(n), torch.Tensor), "OUTPUTS",
                  f"{where}: OUTPUTS names {n!r}, which is not a tensor input (inputs: {sorted(a)})",
                  "OUTPUTS/INPLACE must name tensor inputs the entry writes")
+    for n in [] if h.outputs is not None else h.inplace:
+        p.expect(isinstance(a.get(n), torch.Tensor), "INPLACE",
+                 f"{where}: INPLACE names {n!r}, which is not a tensor input (inputs: {sorted(a)})",
+                 "INPLACE must name tensor inputs the entry writes")
     before = C.clone_inputs(a)
     try:
         expected = C.as_tuple(h.reference(**a))
@@ -211,16 +217,25 @@ def check_shape(p: Probe, h, base_fn, shape: dict, where: str, dev: str) -> bool
             C.poison(inputs[n])
     try:
         ret = base_fn(**inputs)
+    except OutputsError as e:
+        p.expect(False, "OUTPUTS", f"{where}: {e}", "OUTPUTS may name only positions where the entry "
+                 "returns a tensor (or a `call(entry, inputs)` hook may return what to compare)")
+        return True
     except Exception as e:  # noqa: BLE001
-        p.expect(False, "base", f"{where}: the base raises {type(e).__name__}: {e}",
-                 likely_fix("crash", traceback.format_exc()))
+        gap = interpreter_failure(e)
+        text = traceback.format_exc() + (f"\n{gap}" if gap else "")
+        said = f"{where}: the base raises {type(e).__name__}: {e}" + (f"; {gap}" if gap else "")
+        p.expect(False, "base", said, likely_fix("crash", text))
         return True
     outs = C.as_tuple(ret) if not names else tuple(inputs[n] for n in names)
+    fix = ("return one tensor per output, in OUTPUTS order (the entry's returned tensors, in order, unless "
+           "OUTPUTS names positions or `call` picks them)")
     if not p.expect(len(outs) == len(expected), "reference", f"{where}: reference returns {len(expected)} "
-                    f"outputs, the base {len(outs)}", "return one tensor per output, in OUTPUTS order"):
+                    f"outputs, the base {len(outs)}", fix):
         return True
+    labels = h.output_labels(len(outs))
     for i, (o, e) in enumerate(zip(outs, expected, strict=True)):
-        label = f"{where} {names[i] if names else f'output {i}'}"
+        label = f"{where} {labels[i]}"
         if not (isinstance(o, torch.Tensor) and isinstance(e, torch.Tensor)):
             p.expect(False, "reference", f"{label}: not a tensor", "return tensors")
             continue

@@ -23,6 +23,7 @@ from kernelsmith.onboard.release import base_release
 from kernelsmith.onboard.state import entry as state_entry
 from kernelsmith.onboard.state import source_hash, staleness
 from kernelsmith.pysource import parse, reachable
+from kernelsmith.referee.checks.static import defines
 from kernelsmith.reproduce import harness_line
 
 REPO_CONFIG = ".kernelsmith.yml"
@@ -211,6 +212,8 @@ def find_hotspots(root: Path, warnings: list[str] | None = None) -> list[tuple[s
 
 
 def _has_entry(code: str, entry: str) -> bool:
+    if "." in entry:  # `Class.method`, `Function.apply`: the class and the def it runs
+        return defines(code, entry)
     tree = parse(code)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
@@ -260,7 +263,8 @@ def operator_status(target: Target, op: Operator, root: Path, state: dict,
         digest = source_hash(data)
         try:
             if not _has_entry(data.decode(errors="replace"), op.entry):
-                problems.append(f"entry {op.entry}() not defined at the top level of {op.file}")
+                where = "in" if "." in op.entry else "at the top level of"
+                problems.append(f"entry {op.entry}() not defined {where} {op.file}")
         except SyntaxError as e:
             problems.append(f"{op.file} does not parse: {e.msg} (line {e.lineno})")
     harness_ok = harness_problem is None

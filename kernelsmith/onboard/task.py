@@ -81,7 +81,7 @@ def load_task(target_arg: str, op_name: str, checkout: str | None = None, target
 
     target = load_target(resolve_target(target_arg, targets))
     co = prepare_checkout(target, checkout)
-    if not any(op.name == op_name for op in target.operators):
+    if not target.has_operator(op_name):
         # Operators may also come from the target repo's own .kernelsmith.yml (base branch only).
         target = with_repo_operators(target, co)
     return make_task(target, op_name, co.path, co.base_sha, harness=harness)

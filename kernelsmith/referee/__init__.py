@@ -14,6 +14,8 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
+from kernelsmith.referee.checks.diagnose import key_line
+from kernelsmith.referee.memory import device_memory_cap
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
 from kernelsmith.referee.proc.pinned import task_files
 from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote
@@ -38,7 +40,21 @@ HONEST_FAILURES = frozenset({"compile_error", "incorrect", "wrong_on_fresh_shape
 
 
 class RefereeError(KernelsmithError):
-    """The referee itself cannot work (broken harness or base file), not a bad candidate."""
+    """The referee itself cannot work (broken harness or base file), not a bad candidate. `stage`
+    "run": the task loaded, and the base or the harness failed on a listed shape."""
+
+    def __init__(self, message: str, stage: str = "load"):
+        super().__init__(message)
+        self.stage = stage
+
+    def verdict(self) -> Verdict:
+        """The base's rejection this error stands for: a crash on a listed shape (its first message
+        the line saying why, where one does: diagnose.key_line), else a load error (import_error)."""
+        text = str(self)
+        if self.stage != "run":
+            return Verdict.rejected("import_error", text)
+        why = key_line(text)
+        return Verdict.rejected("crash", text, details={"messages": [why]} if why else {})
 
 
 class Referee:
@@ -49,7 +65,7 @@ class Referee:
     def __init__(self, task, *, device: str = "auto", gpu: int | None = None, seed: int = 0,
                  timeout_s: float | None = None, workdir: Path | None = None,
                  prefork: bool | None = None, zygote: bool = True, input_cache_bytes: int | None = None,
-                 shared_regions: bool = True):
+                 shared_regions: bool = True, device_memory_bytes: int | None = None):
         self.device = usable_device(device)
         self.task = task
         # Tokens handed to this process stay in its /proc/<pid>/environ; candidates must not read it.
@@ -72,8 +88,12 @@ class Referee:
         # fork server run there), `sources` (candidate files, written here) and `logs`.
         self.workdir, self.sources, self.logs = referee_folders(Path(workdir).resolve())
         # Bytes each worker may keep of the listed shapes' inputs and outputs (input_cache.py);
-        # None: a quarter of the free device memory on CUDA, 256 MiB elsewhere.
+        # None: bounded by the free device memory on CUDA (memory.py), 256 MiB elsewhere.
         self.input_cache_bytes = input_cache_bytes
+        # The device bytes the referee's processes may plan with (memory.py); None: what the
+        # device reports free, or $KERNELSMITH_DEVICE_MEMORY.
+        self.device_memory_bytes = (device_memory_cap() if device_memory_bytes is None
+                                    else int(device_memory_bytes))
         # False: every tensor between judge and runner travels in message files (no shared regions).
         self.shared_regions = bool(shared_regions)
         self.device_info: dict | None = None
@@ -104,7 +124,7 @@ class Referee:
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
                 "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes,
-                "shared_regions": self.shared_regions}
+                "shared_regions": self.shared_regions, "device_memory_bytes": self.device_memory_bytes}
 
     def _env(self) -> dict[str, str]:
         return worker_env(self.device, self.gpu)
@@ -148,6 +168,9 @@ class Referee:
             raise RefereeError(f"the referee's worker failed to start: {e}") from None
         if not reply.get("ok"):
             worker.kill()
+            if reply.get("stage") == "run":
+                raise RefereeError(f"the base of {self.task.operator.file} failed on a listed shape in the "
+                                   f"worker:\n{reply.get('error')}", stage="run")
             raise RefereeError(f"cannot load {self.task.operator.file} and its harness in the worker:\n"
                                f"{reply.get('error')}")
         worker.base_cache = reply.get("base_cache")
@@ -235,7 +258,8 @@ class Referee:
     def evaluate(self, code: str | None, *, candidate_id: int = 0, timing: str = "full",
                  seed: int | None = None, fresh_compile: bool = False,
                  contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> Verdict:
+                 contender_shapes: dict[str, float] | None = None, promote_at: float | None = None,
+                 rendered: bool = False) -> Verdict:
         """The verdict for `code` (a full copy of the operator file; None = the base itself).
 
         `seed`: the run seed for this evaluation's inputs (default: the Referee's), so a final
@@ -247,7 +271,8 @@ class Referee:
         control in the same call when the all-shape screen geomean reaches `contender_at`
         (timing/staged.py; `details.timing_depth` says how deep it went). `contender_shapes`: the best's
         speedup per listed shape (keyed by the shape's sorted JSON), which scales the bar to the
-        representative shapes' screen.
+        representative shapes' screen. `promote_at`: an all-shape screen geomean from which the full
+        measurement is taken even where the screen loses a shape (search/rules.py PROMOTE_MARGIN).
         `rendered`: kernelsmith wrote `code` from the base's own by setting launch values (the params
         mutator, the sweep), no model did; its honest failure keeps the worker (`_keeps_worker`).
         """
@@ -255,7 +280,7 @@ class Referee:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
         start = time.monotonic()
         verdict = self._evaluate(code, int(candidate_id), timing, self.seed if seed is None else int(seed),
-                                 fresh_compile, contender_at, contender_shapes, rendered=rendered)
+                                 fresh_compile, contender_at, contender_shapes, promote_at, rendered=rendered)
         verdict.eval_s = round(time.monotonic() - start, 3)
         if verdict.device == {} and self.device_info:
             verdict.device = dict(self.device_info)
@@ -279,7 +304,7 @@ class Referee:
 
     def _evaluate(self, code: str | None, cid: int, timing: str, seed: int, fresh: bool = False,
                   contender_at: float | None = None, contender_shapes: dict | None = None,
-                  retried: bool = False, rendered: bool = False) -> Verdict:
+                  promote_at: float | None = None, retried: bool = False, rendered: bool = False) -> Verdict:
         if code is not None and (not isinstance(code, str) or not code.strip()):
             return Verdict.rejected("malformed_proposal", "the candidate is empty or not text")
         source_path = None
@@ -292,13 +317,14 @@ class Referee:
                 self._worker = self._start()
             except RefereeError as e:
                 if code is None:
-                    return Verdict.rejected("import_error", str(e))
+                    return e.verdict()
                 raise
         if self.prefork and self._spare is None:
             self._spare = self._spawn()
         msg = {"op": "evaluate", "source_path": str(source_path) if source_path else None,
                "candidate_id": cid, "timing": timing, "seed": seed, "fresh_compile": fresh,
-               "contender_at": contender_at, "contender_shapes": contender_shapes, "rendered": bool(rendered)}
+               "contender_at": contender_at, "contender_shapes": contender_shapes, "promote_at": promote_at,
+               "rendered": bool(rendered)}
         try:
             reply = self._worker.request(msg, self.timeout_s)
         except WorkerTimeout as e:
@@ -313,7 +339,7 @@ class Referee:
                 # outside may have killed it. Judged once more on a new worker; a second death is
                 # the candidate's own.
                 again = self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
-                                       retried=True, rendered=rendered)
+                                       promote_at, retried=True, rendered=rendered)
                 again.details.setdefault("messages", []).insert(0, f"judged again after: {e}"[:2000])
                 return again
             return Verdict.rejected("crash", str(e))
@@ -322,7 +348,7 @@ class Referee:
             if reply.get("infrastructure") and not retried:
                 # The referee's own machinery failed, not the candidate: judged again on a new worker.
                 return self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
-                                      retried=True, rendered=rendered)
+                                      promote_at, retried=True, rendered=rendered)
             return Verdict.rejected("crash", reply.get("error"))
         verdict = Verdict.from_json(reply["verdict"])
         verdict.device = dict(self.device_info or {})

@@ -15,6 +15,7 @@ import base64
 import json
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from kernelsmith.harness.facts import MalformedFacts, shape_key
@@ -23,7 +24,8 @@ from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import static
 from kernelsmith.referee.checks.input_cache import InputCache, default_budget, fresh_copy
 from kernelsmith.referee.checks.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
-from kernelsmith.referee.link.errors import CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.link.errors import BaseRunFailed, CandidateError, InfrastructureError, RunnerFailed
+from kernelsmith.referee.memory import DeviceMemoryShort, Gauge, MemoryPlanner, device_oom, region_growth
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from kernelsmith.referee.proc.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
 from kernelsmith.referee.proc.oracle_link import BASE, OracleLink, harness_from_facts
@@ -34,6 +36,19 @@ from kernelsmith.scratch import remove_tree
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
 
+
+
+@contextmanager
+def base_runs():
+    """Failures of the base, or of the harness's make_inputs or reference, on the listed shapes at a
+    worker's start, as BaseRunFailed: the task loaded, so it is not a load error (the referee's
+    machinery failing stays InfrastructureError)."""
+    try:
+        yield
+    except (InfrastructureError, BaseRunFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - harness or base code failed on a shape
+        raise BaseRunFailed(f"{type(e).__name__}: {e}") from e
 
 class Session(ShapeTrials, JudgeTiming):
     """The judge's state: the harness's facts, the input cache, the backend, its runner and oracle."""
@@ -82,42 +97,106 @@ class Session(ShapeTrials, JudgeTiming):
         oracle.request({"op": "calibrate", "calibration": self.calibration})
         clock.mark("calibration")
         self._profile_seed = int(spec.get("seed", 0))
-        # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed).
+        # Inputs, reference and base outputs of the listed shapes, made once per (shape, seed),
+        # within the device memory measured free (memory.py).
         budget = spec.get("input_cache_bytes")
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
+        cap = spec.get("device_memory_bytes")
+        self.runner_ready = False  # the runner answers requests (a "release" among them)
+        self.memory = MemoryPlanner(Gauge(self.backend.free_memory, None if cap is None else int(cap),
+                                          self._held_bytes, self._release_memory), self.inputs)
         runner_seed = spec.get("base_cache_seed") or {}
-        if self.backend.compiles and not self.seeded:
-            # The run's first worker: its oracle compiles the base for every listed shape now, before
-            # any candidate, and the runner starts with those binaries instead of compiling again.
-            for shape in self.harness.shapes_for(self.device):
-                originals = self.listed(shape, self._profile_seed, 0).originals
-                self.call(self.base_fn, fresh_copy(originals), float("nan"), None)
-            files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
-            runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
-            clock.mark("base_compile")
+        with base_runs():
+            runner_seed = self._compile_base(runner_seed, clock)
         # The runner boots beside the judge (its own device context, monitor, base and A/A), with
         # the judge's device numbers (two processes calibrating at once would disturb both).
         self._runner_seed = runner_seed
         self._profiles: dict = dict(spec.get("base_profiles") or {})
         self.runner_cache = self._send_init(link)
         self._ready_runner(link)
+        self.runner_ready = True
         clock.mark("runner_start")
+        with base_runs():
+            self._profile_base(clock)
+        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
+        standins.USED.update(oracle.stand_ins())
+        self.boot_phases = clock.phases
+        self.boot_memory = self.memory.report()["decisions"]
+
+    def _compile_base(self, runner_seed: dict, clock: PhaseClock) -> dict:
+        """The base binaries the runner starts with (compiled here for the run's first worker)."""
+        if self.backend.compiles and not self.seeded:
+            # The run's first worker: its oracle compiles the base for every listed shape now, before
+            # any candidate, and the runner starts with those binaries instead of compiling again.
+            for shape in self.harness.shapes_for(self.device):
+                self._boot(shape, lambda shape=shape: self._base_call(shape, "compiling the base"))
+            files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
+            runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
+            clock.mark("base_compile")
+        return runner_seed
+
+    def _profile_base(self, clock: PhaseClock) -> None:
+        """The base's profiles and the run's cached inputs, reference and base outputs."""
         # What the base does per shape, recorded by the runner's monitor before any candidate is
         # loaded there (or handed over by the parent); base and A/A compile now where kernels do.
         for si, shape in enumerate(self.harness.shapes_for(self.device)):
             # The first shape always runs in both processes: a first call's one-off set-up (the
             # interpreter's too) is paid here, not by the first candidate of a replacement worker.
-            self.base_profile(shape, warm=self.backend.compiles or si == 0)
+            self._boot(shape, lambda shape=shape, si=si: self.base_profile(
+                shape, warm=self.backend.compiles or si == 0))
         clock.mark("base_compile_and_profile")
         # The run's inputs, reference and base outputs for every listed shape and trial, made now
         # (input_cache.py): the first candidate finds everything made.
         for shape in self.harness.shapes_for(self.device):
             for t in range(TRIALS):
-                self.listed_base(self.listed(shape, self._profile_seed, t))
+                self._boot(shape, lambda shape=shape, t=t: self.listed_base(
+                    self.listed(shape, self._profile_seed, t)))
         clock.mark("input_cache")
-        # The interpreter's stand-ins serve kernels, which run in the oracle: its device names them.
-        standins.USED.update(oracle.stand_ins())
-        self.boot_phases = clock.phases
+
+    # -- device memory (memory.py) ---------------------------------------------------------------
+    def _boot(self, shape: dict, step) -> None:
+        """A boot step on one shape. A shape the device cannot hold is left to the evaluations,
+        whose verdicts name it (out_of_memory): the boot does not fail for it."""
+        try:
+            step()
+        except DeviceMemoryShort as e:
+            self.memory.decisions.append({"shape": shape, "step": e.what, "action": "skipped_at_boot",
+                                          "need_bytes": e.need, "free_bytes": e.free})
+
+    def _held_bytes(self) -> int:
+        """Device bytes the judge holds for the referee: its cache, and its channels' regions and pins."""
+        chans = [self.link.chan, self.oracle.chan] + ([self.pending.chan] if self.pending is not None else [])
+        return self.inputs.bytes() + sum(c.regions.nbytes() for c in chans if c.regions is not None)
+
+    def _release_memory(self) -> None:
+        """The judge's and the runner's cached device blocks back to the device (the oracle gives
+        its own back after every request)."""
+        self.backend.release()
+        if self.runner_ready and not self.link._dead():
+            try:
+                self.link.request({"op": "release"})
+            except (RunnerFailed, CandidateError):
+                pass  # nothing was given back: the room measured next says so
+
+    def call_need(self, shape: dict, link) -> int | None:
+        """Device bytes one call on `shape` in a child (`link`: the runner's or the oracle's) needs
+        beyond the cache (None before the shape's first entry)."""
+        sizes = self.memory.sizes_of(shape)
+        if sizes is None:
+            return None
+        return sizes.call() + region_growth(link, sizes.inputs, sizes.reply)
+
+    def _base_call(self, shape: dict, what: str) -> None:
+        """The base once on the run's first trial of `shape`, in the oracle (compiling it there)."""
+        entry = self.listed(shape, self._profile_seed, 0)
+        self.with_room(shape, self.call_need(shape, self.oracle), [entry.key], what,
+                       lambda: self.call(self.base_fn, fresh_copy(entry.originals), float("nan"), None))
+
+    def _memory_short(self, out: dict, e: DeviceMemoryShort) -> None:
+        """The verdict of an evaluation a shape did not fit the device for: what it needed, what was free."""
+        out["violations"].append("out_of_memory")
+        out["details"]["messages"].append(str(e))
+        out["details"]["memory_short"] = e.as_dict()
 
     # -- runners: one per candidate ------------------------------------------------------------
     def _spawn_runner(self) -> RunnerLink:
@@ -244,18 +323,23 @@ class Session(ShapeTrials, JudgeTiming):
         if key in self._profiles and not warm:
             return
         # The run's first trial inputs: the first candidate's check of this shape finds them made.
-        originals = self.listed(shape, self._profile_seed, 0).originals
+        entry = self.listed(shape, self._profile_seed, 0)
+        originals = entry.originals
         if warm and judge:
-            self.call(self.base_fn, fresh_copy(originals), float("nan"), None)  # the judge's own base
-        reply, _ = self.link.request({"op": "profile", "key": key, "warm": warm}, originals,
-                                     pin=list(C.tensors_of(originals).values()))
+            self._base_call(shape, "warming the base")  # the judge's own base
+        need = self.call_need(shape, self.link)
+        reply, _ = self.with_room(shape, None if need is None else need + self.memory.sizes_of(shape).inputs,
+                                  [entry.key], "profiling the base", lambda: self.link.request(
+                                      {"op": "profile", "key": key, "warm": warm}, originals,
+                                      pin=list(C.tensors_of(originals).values())))
         if key not in self._profiles:
             self._profiles[key] = reply["record"]
 
     # -- the evaluation -----------------------------------------------------------------------
     def evaluate(self, code: str | None, source_path: str | None, cid: int, timing: str, seed: int,
                  fresh: bool = False, contender_at: float | None = None,
-                 contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> dict:
+                 contender_shapes: dict[str, float] | None = None, promote_at: float | None = None,
+                 rendered: bool = False) -> dict:
         """The verdict (as a dict) for one candidate; never raises for candidate failures.
 
         `fresh`: the candidate compiles in a new, empty Triton cache folder and runs in a runner that
@@ -265,7 +349,8 @@ class Session(ShapeTrials, JudgeTiming):
         other candidate code (a model's, a rewrite, a user's file) the runner is replaced.
         `timing="staged"`: screen timing on representative shapes, then on every shape, then,
         where the screen geomean reaches `contender_at`, the full measurement (device time, A/A
-        control) right away, on the same loaded candidate (timing/staged.py).
+        control) right away, on the same loaded candidate (timing/staged.py); from `promote_at` even
+        where the screen loses a shape.
         """
         out = in_progress()
         loaded = False
@@ -279,7 +364,7 @@ class Session(ShapeTrials, JudgeTiming):
         self.link.chan.reset_stats()
         try:
             loaded = self._evaluate(out, code, source_path, cid, timing, seed, fresh, contender_at,
-                                    contender_shapes, rendered)
+                                    contender_shapes, rendered, promote_at)
         except RunnerFailed as e:
             out["violations"].append(e.reason)
             out["details"]["messages"].append(e.message)
@@ -316,6 +401,7 @@ class Session(ShapeTrials, JudgeTiming):
                 "the referee's cached inputs or reference outputs changed during this evaluation "
                 "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
         out["details"]["input_cache"] = self.inputs.report()
+        out["details"]["memory"] = {**self.memory.report(), "boot_decisions": self.boot_memory}
         # A runner that loaded this candidate's code judges nothing more: replaced now, its
         # successor booting until the next evaluation (details.runner: what waiting for it cost).
         out["details"]["runner"] = {"pid": self.link.pid, "fresh_wait_s": started_s,
@@ -332,15 +418,23 @@ class Session(ShapeTrials, JudgeTiming):
 
     def _evaluate(self, out: dict, code: str | None, source_path: str | None, cid: int, timing: str,
                   seed: int, fresh: bool, contender_at: float | None,
-                  contender_shapes: dict[str, float] | None = None, rendered: bool = False) -> bool:
+                  contender_shapes: dict[str, float] | None = None, rendered: bool = False,
+                  promote_at: float | None = None) -> bool:
         """Fill `out`; True once the runner has loaded the candidate (it must then be settled)."""
         msgs = out["details"]["messages"]
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         self.inputs.begin()  # this evaluation's cache hits and misses (details.input_cache)
+        self.memory.begin()  # this evaluation's memory decisions (details.memory)
         loaded = False
         shapes = self.harness.shapes_for(self.device)
         try:
+            for shape in shapes:
+                # A shape the boot could not profile for lack of memory (`_boot`): profiled now, in a
+                # runner no candidate code has reached yet (none is loaded until every shape is).
+                if shape_key(shape) not in self._profiles and not self.loaded_any:
+                    out["details"]["failed_shape"] = shape
+                    self.base_profile(shape)
             if code is not None:
                 try:
                     compile(code, str(source_path), "exec")
@@ -379,11 +473,20 @@ class Session(ShapeTrials, JudgeTiming):
             out["error"] = r.error
         except RunnerFailed:
             raise
+        except DeviceMemoryShort as e:
+            self._memory_short(out, e)
         except Exception as e:  # noqa: BLE001 - candidate code raised (in the runner): a verdict
             name, text = classify_exception(e)
-            out["violations"].append(name)
-            out["error"] = text
-            msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
+            shape = out["details"].get("failed_shape")
+            if device_oom(text) and isinstance(shape, dict):
+                self._memory_short(out, DeviceMemoryShort(
+                    shape, self.call_need(shape, self.link), self.memory.room() or 0,
+                    "a correctness call", self.memory.sizes_of(shape)))
+                out["error"] = text
+            else:
+                out["violations"].append(name)
+                out["error"] = text
+                msgs.append(text.strip().splitlines()[-1] if text.strip() else name)
         if not loaded:
             return False
         # Integrity, as the runner's monitor saw it: findings can only reject.
@@ -406,12 +509,15 @@ class Session(ShapeTrials, JudgeTiming):
 
                     sizes = [self.shape_size(shape, seed) for shape in shapes]
                     best = [(contender_shapes or {}).get(shape_key(s)) for s in shapes]
-                    run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best)
+                    run_staged(timer, out, sizes, contender_at, clock.mark, best_shapes=best,
+                               promote_at=promote_at)
                 else:
                     timer(timing, None, True)
                     clock.mark(f"{timing}_timing")
         except RunnerFailed:
             raise
+        except DeviceMemoryShort as e:
+            self._memory_short(out, e)
         except Exception as e:  # noqa: BLE001
             name, text = classify_exception(e)
             out["violations"].append(name)

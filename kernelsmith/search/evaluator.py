@@ -10,7 +10,8 @@ Every candidate gets the referee's full correctness and integrity checks; only t
 is staged (kernelsmith/referee/timing/staged.py): a quick "screen" on a few representative shapes for
 all, on every shape for those near the best so far, then, in the same referee call, the full
 interleaved measurement with its A/A control for contenders (at least as fast as the best so far;
-within 1% of it while the best loses a shape by its point estimate: FRAGILE_BAR).
+within 1% of it while the best loses a shape by its point estimate: FRAGILE_BAR), and for a screen
+far ahead of the best full measurement (rules.PROMOTE_MARGIN) even where its screen loses a shape.
 A candidate stopped after the representative shapes has a null geomean (archive timing "screen",
 verdict `details.timing_depth` "screen_subset") and counts as not faster (selection.fitness). Each
 verdict is written to the archive as soon as it exists, so a kill loses at most the evaluations in
@@ -31,6 +32,7 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.evidence import SIMPLER_WITHIN, fragile
 from kernelsmith.search.precompile import compile_timeout_verdict
+from kernelsmith.search.rules import PROMOTE_MARGIN
 
 POLL_S = 0.2
 # A build this old that still holds the GPUs idle is stuck, not slow (the H200's builds take 2-7 s;
@@ -67,7 +69,10 @@ class Evaluator:
         precompiler=None,
         compile_limit: float | None = None,
         on_verdict: Callable[[Candidate], None] | None = None,
+        promote: bool = True,
     ):
+        """`promote`: screens PROMOTE_MARGIN ahead of the best full measurement are measured in full
+        even where they lose a shape (a search; a sweep, the baseline, measures its grid as it did)."""
         from kernelsmith.referee import Referee
 
         factory = referee_factory or Referee
@@ -88,6 +93,10 @@ class Evaluator:
         # That win's speedup per listed shape (its verdict's shapes, keyed by sorted shape JSON): the
         # referee scales the bar to the representative shapes it screens first (timing/staged.py).
         self.best_shapes: dict[str, float] | None = None
+        # Best full measurement of any accepted candidate, not noisy (a measured win or not; the base
+        # is 1.0): a screen PROMOTE_MARGIN ahead of it is measured in full at once (rules.py).
+        self.best_full = 1.0
+        self.promote = promote
         self.deadline: float | None = None
         self.device_info: dict | None = None
         # Submitted candidates not yet taken by a worker, oldest first (guarded by self.lock).
@@ -139,9 +148,10 @@ class Evaluator:
             self.precompiler.close()
 
     def note_best(self, rows: list[Candidate]) -> None:
-        """Seed the contender threshold from candidates already in the archive (on resume)."""
+        """Seed the contender and promotion thresholds from candidates already in the archive (on resume)."""
+        self.best_full = max([1.0] + [c.trusted_speedup for c in rows if c.trusted_speedup and not c.is_base])
         for c in sorted(rows, key=lambda c: -(c.speedup or 0.0)):  # the fastest measured win
-            if (c.trusted_speedup or 0.0) > self.best and c.verdict and _measured_win(c.verdict_json, c.id):
+            if (c.trusted_speedup or 0.0) > self.best and c.verdict and measured_win(c.verdict_json, c.id):
                 self.best, self.best_shapes = c.speedup, shape_speedups(c.verdict_json)
                 break
 
@@ -355,10 +365,11 @@ class Evaluator:
         # loaded and checked (no second load, no second correctness pass).
         with self.lock:
             bar, shapes = contender_bar(self.best), self.best_shapes
+            promote = PROMOTE_MARGIN * self.best_full if self.promote else None
         if shapes and fragile(shapes.values()):
             bar *= FRAGILE_BAR
         verdict = ref.evaluate(code, candidate_id=row.id, timing="staged", contender_at=bar,
-                               contender_shapes=shapes, rendered=row.rendered)
+                               contender_shapes=shapes, promote_at=promote, rendered=row.rendered)
         self._store(row, verdict, "full" if verdict.fully_measured else "screen")
 
     def judge_late(self, row: Candidate) -> None:
@@ -388,7 +399,7 @@ class Evaluator:
         data = verdict.to_json()
         trusted = verdict.trusted_speedup(timing)
         # The bootstrap outside the lock (a fraction of a second): only for what could raise the bar.
-        win = (trusted or 0.0) > self.best and _measured_win(data, row.id)
+        win = (trusted or 0.0) > self.best and measured_win(data, row.id)
         with self.lock:
             if self._closing:
                 return
@@ -397,6 +408,8 @@ class Evaluator:
                 self.device_info = data["device"]
             if win and trusted > self.best:
                 self.best, self.best_shapes = trusted, shape_speedups(data)
+            if trusted is not None and not row.is_base:
+                self.best_full = max(self.best_full, trusted)
         if self.on_verdict is not None:
             self.on_verdict(self.archive.get(row.id))
 
@@ -437,7 +450,7 @@ def shape_speedups(verdict: dict) -> dict[str, float] | None:
     return out or None
 
 
-def _measured_win(verdict: dict, cid: int) -> bool:
+def measured_win(verdict: dict, cid: int) -> bool:
     """True when a full verdict passes the winner rule (accepted, not noisy, CI above 1.0, no shape lost)."""
     from kernelsmith.search.evidence import judge
 

@@ -238,6 +238,8 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "mutator": search.run.mutator,
         "source_sha256": hashlib.sha256(task.base_code.encode()).hexdigest(),
         "stop_reason": search.stop_reason,
+        # The launch space (rules.py): its distinct launches, how many were judged, whether all were.
+        "space": search.space_summary(),
         "final_measurements": measured,
         "precompile": dict(evaluator.precompiler.stats) if evaluator.precompiler is not None else None,
         "evaluator": evaluator.summary() if hasattr(evaluator, "summary") else None,

@@ -23,6 +23,7 @@ from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.progress import Progress
 from kernelsmith.search.resolve import DEFAULT_BUDGET, resolve_run
 from kernelsmith.search.result import SearchResult
+from kernelsmith.search.rules import IMPROVEMENT, could_change_best, default_stagnation
 from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks
 from kernelsmith.search.seeds import slot_rng
 from kernelsmith.search.selection import Population, SelectionConfig
@@ -73,8 +74,16 @@ class Search:
         # Generation 1 is proposed while the base is judged (Search.search), blind to its verdict;
         # not where a model writes proposals, whose prompt shows the parent's feedback.
         self.base_overlap = self.pipeline > 1 and not any(m.name == "llm" for m in self.mutators)
-        # A sweep visits the whole grid: no stagnation stop.
-        self.stagnation = float("inf") if sweep else self.run.stagnation or max(12, (3 * hint) // 4)
+        # The space's distinct launches (twins.py; None: no countable space), which scale the
+        # stagnation count (rules.py). A sweep visits the whole grid: no stagnation stop.
+        self.space = next((m for m in self.mutators if hasattr(m, "coverage")), None)
+        self.launches = self.space.launch_count() if self.space is not None else None
+        if sweep:
+            self.stagnation = float("inf")
+        else:
+            self.stagnation = self.run.stagnation or default_stagnation(self.launches, hint,
+                                                                        minutes=self.minutes)
+        self._wins: dict[int, bool] = {}  # candidate id -> measured win (a bootstrap each: memoised)
         self.stop_reason = None
         self.propose_s = 0.0  # this invocation's time in _propose (result.json "loop")
         self.timeline: dict[str, float] = {}  # this invocation's setup_s and search_s (result.json)
@@ -241,24 +250,42 @@ class Search:
         raise KernelsmithError(base_failure(base.verdict_json or {"error": base.get("feedback")}))
 
     def _best(self, upto: int | None = None) -> float | None:
-        """The best trusted speedup of the accepted candidates (untimed: distinct accepted codes),
-        of generations up to `upto` only when given."""
+        """The best measured win (evidence.py: the rule a winner passes) of the accepted candidates
+        (untimed: distinct accepted codes), of generations up to `upto` only when given. A faster
+        candidate that loses a shape can never be the winner: it is no progress."""
+        from kernelsmith.search.evaluator import measured_win
+
         clause, args = "accepted=1 AND mutator!='base'", ()
         if upto is not None:
             clause, args = clause + " AND generation<=?", (upto,)
         rows = self.archive.where(clause, args)
         if not self.timed:
             return float(len({c["code_hash"] for c in rows}))  # progress = new distinct accepted code
-        return max(filter(None, (c.trusted_speedup for c in rows)), default=None)
+        for c in sorted((c for c in rows if c.trusted_speedup), key=lambda c: (-c.trusted_speedup, c.id)):
+            if c.id not in self._wins:
+                self._wins[c.id] = measured_win(c.verdict_json, c.id)
+            if self._wins[c.id]:
+                return c.trusted_speedup
+        return None
+
+    def _counted(self, generation: int, made: int) -> int:
+        """What generation `generation` adds to the stagnation count: its measurements that could
+        have changed the best (rules.could_change_best); untimed, its `made` proposals."""
+        if not self.timed:
+            return made
+        rows = self.archive.where("generation=? AND mutator!='base'", (generation,))
+        return sum(1 for c in rows if could_change_best(c))
 
     def _tally(self, done_gen: int, made: int, best: float | None, since: int) -> tuple[float | None, int]:
-        """The best so far and the stagnation count (proposals since it last improved) once
-        generation `done_gen` (`made` proposals) is judged. Only generations up to done_gen count:
-        a later one's verdicts already in (the pipeline judges them at once) would credit its
-        improvement to done_gen or not by timing, and the count, kept for a resume, would differ."""
+        """The best so far and the stagnation count (measurements that could have changed it since it
+        last improved: rules.py) once generation `done_gen` (`made` proposals) is judged. Only
+        generations up to done_gen count: a later one's verdicts already in (the pipeline judges
+        them at once) would credit its improvement to done_gen or not by timing, and the count,
+        kept for a resume, would differ."""
         new_best = self._best(upto=done_gen)
-        improved = new_best is not None and (best is None or new_best > best * (1.002 if self.timed else 1))
-        return (new_best, 0) if improved else (best, since + made)
+        step = IMPROVEMENT if self.timed else 1
+        improved = new_best is not None and (best is None or new_best > best * step)
+        return (new_best, 0) if improved else (best, since + self._counted(done_gen, made))
 
     def _save_tally(self, generation: int, best: float | None, since: int) -> None:
         """Keep the tally after `generation` in the archive: a resume goes on from exactly there."""
@@ -298,8 +325,34 @@ class Search:
         if evaluator.past_deadline():
             return f"time budget of {self.minutes} minutes spent"
         if since >= self.stagnation:
-            return f"stagnation: no better candidate in {since} proposals"
+            counted = "measurements that could have changed it" if self.timed else "proposals"
+            return f"stagnation: no better candidate in {since} {counted}"
         return None
+
+    def _dry_reason(self) -> str:
+        """Why the run ends when no mutator has anything new: its space covered (every distinct
+        launch measured), or exhausted (no proposal could be made; how much was measured, where known),
+        and the launch values the params search could not follow (why its space may be small)."""
+        notes = [n for m in self.mutators for n in getattr(m, "unfollowed", [])]
+        unfollowed = "".join(f"; not followed: {n}" for n in notes)
+        coverage = self.space.coverage() if self.space is not None else None
+        if coverage is None:
+            return "search space exhausted: no new proposal could be made" + unfollowed
+        measured, total = coverage
+        if measured >= total:
+            return f"search space covered: all {total} distinct launches measured" + unfollowed
+        return (f"search space exhausted: {measured} of {total} distinct launches measured (the others "
+                "lie beyond the learned edges or Triton's limits)" + unfollowed)
+
+    def space_summary(self) -> dict | None:
+        """result.json's `space`: the distinct launches, how many were judged, whether all were."""
+        if self.space is None:
+            return None
+        self.space.sync(self.archive.all())  # every verdict in (the last generations' too)
+        coverage = self.space.coverage()
+        if coverage is None:
+            return None
+        return {"launches": coverage[1], "measured": coverage[0], "covered": coverage[0] >= coverage[1]}
 
     def search(self, evaluator, started: float, in_flight_at_start: list[Candidate] | None = None) -> None:
         """Propose and evaluate generation after generation until a budget or stagnation stops it;
@@ -362,7 +415,7 @@ class Search:
                         late = evaluator.past_deadline() or any(
                             getattr(m, "out_of_time", lambda: False)() for m in self.mutators)
                         self.stop_reason = (f"time budget of {self.minutes} minutes spent" if late
-                                            else "search space exhausted: no new proposal could be made")
+                                            else self._dry_reason())
                     dry = True
             if not in_flight:
                 break
@@ -451,6 +504,7 @@ def optimize(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> Search
         precompiler=precompiler,
         compile_limit=config.compile_limit or None,
         on_verdict=search.settled,
+        promote=search.command != "sweep",  # the sweep is the baseline: its grid measured as it was
     )
     started = time.time()
     # Where this invocation's time went outside wall_s's window and inside it (result.json "timeline").

@@ -31,7 +31,9 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     out = []
     chosen = members(name)
     if "params" in chosen:
-        out.append(ParamsMutator(task, device=device, budget_hint=budget_hint))
+        params = ParamsMutator(task, device=device, budget_hint=budget_hint)
+        note(f"params: {params.describe_space()}")
+        out.append(params)
     if "rewrite" in chosen:
         from kernelsmith.search.mutators.rewrite import RewriteMutator
 

@@ -259,10 +259,10 @@ def _learned_points(config, task, device: str) -> int | None:
     mutator = config.mutator or DEFAULT_MUTATOR
     if config.command == "sweep" or config.replay is not None or "params" not in members(mutator):
         return None
-    from kernelsmith.launch.tunables import discover, relevant, space_points
+    from kernelsmith.launch.tunables import entry_knobs, sources_of, space_points
     from kernelsmith.launch.twins import LaunchTwins
 
-    tunables = relevant(discover(task.base_code), task.base_code, task.operator.entry)
+    tunables = entry_knobs(task.base_code, task.operator.entry, sources_of(task))[0]
     points = space_points(tunables)
     if task.harness is None:
         return points

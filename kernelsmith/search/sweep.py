@@ -94,7 +94,8 @@ class SweepGrid(GridMutator):
             launches = f"; {counted[0]} distinct launches on the listed shapes, one point swept per launch"
             if counted[1]:
                 launches += f" ({counted[1]} points not comparable, each its own: {note})"
-        return f"grid of {self.size} configurations: {knobs}{sampled}{launches}"
+        unfollowed = "".join(f"; not followed: {n}" for n in self.unfollowed)
+        return f"grid of {self.size} configurations: {knobs}{sampled}{launches}{unfollowed}"
 
 
 def measure_table(search, evaluator) -> int | None:
@@ -163,7 +164,7 @@ def summary(search, rows: list[Candidate]) -> dict:
         "sampled": grid.size > grid.cap,
         "proposed": len(points),
         "evaluated": len(evaluated),
-        "complete": (search.stop_reason or "").startswith("search space exhausted"),
+        "complete": (search.stop_reason or "").startswith(("search space covered", "search space exhausted")),
         "best_single_geomean": round(best_single, 4),
         "best_single_id": best_row["id"] if best_row else None,
         "per_shape_best_geomean": round(per_shape, 4) if per_shape else None,

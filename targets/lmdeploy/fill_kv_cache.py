@@ -16,8 +16,8 @@ them whole, so a kernel that writes a wrong slot, or past a sequence's end, fail
 
 Sizes follow the seed: the step's token count is fixed by the shape (batch * q_per_seq, split at
 random among the sequences, each at least 1; q_per_seq 1 is a decode step, which the kernel
-handles on its own path), so `bytes_moved` is exact; the history lengths (0..max_history), and
-with them the block count and the cache size, are drawn. The kernel copies values, so the
+handles on its own path), so `bytes_moved` is exact; the history lengths (min_history, default 0,
+to max_history), and with them the block count and the cache size, are drawn. The kernel copies values, so the
 outputs must match bitwise (TOLERANCE is exact).
 """
 
@@ -30,6 +30,8 @@ SHAPES = [
     {"batch": 1, "q_per_seq": 1, "max_history": 8192, **_GPU, "dtype": "bfloat16"},  # decode, one request
     {"batch": 1, "q_per_seq": 4096, "max_history": 0, **_GPU, "dtype": "bfloat16"},  # a whole prompt
     {"batch": 64, "q_per_seq": 128, "max_history": 1024, **_GPU, "dtype": "float16"},
+    # A full decode batch: its caches take about 1.2 GB each, and the referee holds several copies.
+    {"batch": 512, "q_per_seq": 1, "max_history": 2048, **_GPU, "dtype": "bfloat16"},
 ]
 CPU_SHAPES = [
     {"batch": 3, "q_per_seq": 1, "max_history": 20, "block_size": 8, "heads": 2, "q_heads": 4,
@@ -63,7 +65,7 @@ def make_inputs(shape: dict, device: str, seed: int) -> dict:
     if shape["q_per_seq"] < 1:
         raise ValueError(f"q_per_seq must be at least 1, got {shape['q_per_seq']}")
     q_lens = _split(batch * shape["q_per_seq"], batch, meta)
-    history = torch.randint(0, shape["max_history"] + 1, (batch,), generator=meta)
+    history = torch.randint(shape.get("min_history", 0), shape["max_history"] + 1, (batch,), generator=meta)
     kv_lens = q_lens + history
     blocks = (kv_lens + bs - 1) // bs
     num_blocks = int(blocks.sum()) + batch  # free blocks too: no sequence owns them, none may change

@@ -82,7 +82,7 @@ def test_injection_after_the_command_does_nothing_beyond_it(gh, tmp_path, monkey
 def test_engine_subprocesses_get_no_token_and_only_validated_arguments(gh, tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run(cmd, env=None, **kw):
+    def fake_run(cmd, profile, env=None, **kw):  # spawn.run: how the engine starts kernelsmith
         seen["cmd"], seen["env"] = cmd, env
 
         class P:
@@ -90,7 +90,7 @@ def test_engine_subprocesses_get_no_token_and_only_validated_arguments(gh, tmp_p
         return P()
 
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_actions")
-    monkeypatch.setattr("bot.engine.subprocess.run", fake_run)
+    monkeypatch.setattr("bot.engine.run", fake_run)
     engine = Engine(gh.targets, optimize_args=[])
     engine.optimize(gh.targets / "demo.yaml", "rms_norm", tmp_path / "o", 2, None)
     args = seen["cmd"][seen["cmd"].index("kernelsmith") + 1:]  # after `python [-P] -m kernelsmith`
@@ -103,14 +103,14 @@ def test_engine_subprocesses_get_no_token_and_only_validated_arguments(gh, tmp_p
 def test_engine_replay_passes_the_diff_and_drops_search_settings(gh, tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run(cmd, env=None, **kw):
+    def fake_run(cmd, profile, env=None, **kw):  # spawn.run: how the engine starts kernelsmith
         seen["cmd"] = cmd
 
         class P:
             returncode, stdout = 1, ""
         return P()
 
-    monkeypatch.setattr("bot.engine.subprocess.run", fake_run)
+    monkeypatch.setattr("bot.engine.run", fake_run)
     engine = Engine(gh.targets, optimize_args=["--mutator", "llm", "--budget=9", "--device", "cuda"])
     engine.optimize(gh.targets / "demo.yaml", "rms_norm", tmp_path / "o", 5, 30.0, replay=tmp_path / "w.diff")
     args = seen["cmd"][seen["cmd"].index("kernelsmith") + 3:]

@@ -74,6 +74,7 @@ def test_rl_best_step_per_trajectory(timed_run, tmp_path):
     assert rec["parent"]["id"] == ids["first"] and rec["parent"]["speedup"] == 1.10
     assert "speedup" in rec["reward"]["definition"] and rec["reward"]["device"] == "cuda"
     assert rec["task"]["op"] == "rms_norm" and rec["task"]["entry"] == "rms_norm"
+    assert rec["task"]["compared"] == {"inputs": None, "positions": None, "call": False}
     assert [m["role"] for m in rec["prompt"]] == ["system", "user"]
     assert summary["rules"]["rl_top_per_trajectory"] == 1
 

@@ -159,3 +159,40 @@ def test_harness_syntax_error(tmp_path):
     p.write_text("SHAPES = [\n")
     with pytest.raises(ConfigError, match="syntax error at line"):
         load_harness(p)
+
+
+VARIANTS = GOOD + """    variants:
+      wide: v/wide.py
+      skewed: skewed.py
+"""
+
+
+def test_a_variant_is_the_operator_with_its_harness(tmp_path):
+    t = load_target(_write(tmp_path, VARIANTS))
+    assert [o.name for o in t.operators] == ["op"]  # variants are no operators of their own
+    op, wide = t.operator("op"), t.operator("op@wide")
+    assert op.variants == {"wide": (tmp_path / "v/wide.py").resolve(),
+                           "skewed": (tmp_path / "skewed.py").resolve()}
+    assert (wide.name, wide.variant, wide.harness) == ("op@wide", "wide", (tmp_path / "v/wide.py").resolve())
+    assert (wide.file, wide.entry, wide.min_speedup) == (op.file, op.entry, op.min_speedup)
+    assert op.variant is None and op.harness == (tmp_path / "h.py").resolve()
+    assert t.has_operator("op@wide") and t.has_operator("op@nope") and not t.has_operator("other@wide")
+    with pytest.raises(ConfigError) as e:
+        t.operator("op@nope")
+    assert "no variant 'nope' (known: skewed, wide)" in str(e.value)
+    assert e.value.field == "operators.op.variants"
+    with pytest.raises(ConfigError, match=r"unknown operator 'other'"):
+        t.operator("other@wide")
+
+
+@pytest.mark.parametrize("variants,field,problem", [
+    ("[a.py]", "operators[0].variants", "must be a mapping"),
+    ("{'bad@name': a.py}", "operators[0].variants", "'bad@name' is not a valid variant name"),
+    ("{wide: 3}", "operators[0].variants.wide", "must be a harness file path"),
+])
+def test_bad_variants_name_the_field(tmp_path, variants, field, problem):
+    p = _write(tmp_path, GOOD + f"    variants: {variants}\n")
+    t = load_target(p)
+    with pytest.raises(ConfigError) as e:
+        t.operator("op")
+    assert e.value.field == field and str(p) in str(e.value) and problem in str(e.value)

@@ -70,7 +70,7 @@ def test_candidate_finds_no_token_in_its_ancestors(tmp_path):
 
 
 def test_hide_environ_makes_the_process_non_dumpable():
-    code = ("import ctypes; from kernelsmith.referee.proc.process import hide_environ;"
+    code = ("import ctypes; from kernelsmith.sandbox import hide_environ;"
             "libc = ctypes.CDLL(None); before = libc.prctl(3, 0, 0, 0, 0);"
             "print(hide_environ(), before, libc.prctl(3, 0, 0, 0, 0))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

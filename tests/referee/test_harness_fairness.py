@@ -7,7 +7,7 @@ from tiny_project import FP32_REFERENCE, PAGED_CACHE, tiny_task
 
 from kernelsmith.referee import Referee
 from kernelsmith.referee.checks import correctness as C
-from kernelsmith.referee.checks.trials import in_arena
+from kernelsmith.referee.checks.trials import fitting_draw, into_arena
 
 
 @pytest.fixture
@@ -75,17 +75,19 @@ def test_pointer_cache_is_still_caught_with_seed_dependent_sizes(referee_for):
     assert not verdict.accepted and verdict.reason == "cached_result", verdict.feedback()
 
 
-def test_in_arena_redraws_until_sizes_fit_and_moves_only_matching_tensors():
+def test_the_fitting_draw_is_redrawn_until_sizes_fit_and_only_matching_tensors_move():
     arena = {"a": torch.zeros(3), "b": torch.zeros(2, 2)}
     draws = {1: {"a": torch.ones(4), "b": torch.ones(2, 2)},
              2: {"a": torch.full((3,), 2.0), "b": torch.ones(2, 2)}}
-    taken, got = in_arena(arena, {"a": torch.ones(5), "b": torch.ones(2, 2)}, draws.__getitem__)
-    assert taken == 2 and got["a"] is arena["a"] and got["b"] is arena["b"] and float(arena["a"][0]) == 2.0
-    taken, never = in_arena({"a": torch.zeros(3), "b": torch.zeros(2)},
-                             {"a": torch.ones(5), "b": torch.ones(2)},
-                             lambda k: {"a": torch.ones(6), "b": torch.ones(2)})
+    assert fitting_draw(arena, {"a": torch.ones(5), "b": torch.ones(2, 2)}, draws.__getitem__) == 2
+    got = into_arena(arena, draws[2])
+    assert got["a"] is arena["a"] and got["b"] is arena["b"] and float(arena["a"][0]) == 2.0
+    small = {"a": torch.zeros(3), "b": torch.zeros(2)}
+    mine = {"a": torch.ones(5), "b": torch.ones(2)}
+    assert fitting_draw(small, mine, lambda k: {"a": torch.ones(6), "b": torch.ones(2)}) == 0
+    never = into_arena(small, mine)
     # b moved, a kept its own storage
-    assert taken == 0 and never["a"].shape == (5,) and float(never["b"][0]) == 1.0
+    assert never["a"].shape == (5,) and never["b"] is small["b"] and float(never["b"][0]) == 1.0
 
 
 def test_unwritten_inplace_cache_names_the_fix(referee_for):

@@ -46,7 +46,7 @@ class StandInRunner:
     def request(self, msg, values=None, reply_bytes=0, pin=()):
         if msg["op"] == "time":
             r = timing.time_loop(self.session, self.cand, values, msg["si"], msg["cid"], msg["seed"],
-                                 msg["mode"], msg["host"])
+                                 msg["mode"], msg["host"], msg.get("copies"))
             last = r.pop("last_outs")
             reply = {"ok": True, **r}
             if self.forge:

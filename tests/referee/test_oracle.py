@@ -123,6 +123,8 @@ GOOD = {"shapes": [{"n": 4}], "cpu_shapes": [], "outputs": None, "vary": {}, "in
     {"library_base": "yes"}, {"bytes_moved": None}, {"sizes": [{"shape": {"n": 4}, "bytes_moved": -1}]},
     {"sizes": [{"shape": {"n": 4}, "bytes_moved": 1.5}]}, {"sizes": [{"bytes_moved": 1}]},
     {"shapes": "n=4"}, {"outputs": ["a b"]}, {"vary": {"n": []}},
+    {"positions": [0, 0]}, {"positions": ["0"]}, {"positions": [-1]}, {"positions": []}, {"call": "yes"},
+    {"outputs": ["out"], "positions": [0]},
 ])
 def test_malformed_facts_are_refused(bad):
     link = SimpleNamespace(sizes={}, make_inputs=None, reference=None, bytes_moved=None, flops=None)

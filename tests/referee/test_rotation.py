@@ -35,7 +35,8 @@ def test_the_calls_of_one_repetition_use_different_copies_and_other_values_stay_
         assert len({k for k, _ in views}) == 1  # one input set per repetition
         assert len({v["out"].data_ptr() for _, v in views}) == 3  # written buffers: one copy each
         for j, (k, v) in enumerate(views):
-            assert v["eps"] is rot.own[j][k]["eps"]
+            assert v["eps"] is rot.values[j][k]["eps"] and v["eps"] == [k]
+        assert len({id(v["eps"]) for _, v in views}) == 3
 
 
 def test_align_puts_the_functions_back_on_one_input_set_per_repetition():

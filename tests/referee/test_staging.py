@@ -100,6 +100,19 @@ def test_a_screen_that_loses_a_shape_beyond_its_ci_is_no_contender_however_fast(
     assert "cannot be the winner" in v.feedback() and timing_depth(v.to_json()) == "screen"
 
 
+@pytest.mark.parametrize("promote_at, depth", [(1.25, "full"), (1.3, "screen"), (None, "screen")])
+def test_a_screen_far_ahead_is_promoted_to_the_full_measurement_though_it_loses_a_shape(promote_at, depth):
+    # The same lost shape; its all-shape geomean, 1.27x, reaches a promotion bar of 1.25 (the search's
+    # PROMOTE_MARGIN over its best full measurement: the base's 1.0), not one of 1.3.
+    out = _out(5)
+    ci = [(1.2, 1.4), (1.4, 1.6), (1.2, 1.4), (1.4, 1.6), (0.78, 0.93)]
+    timer = StubTimer(out, [1.3, 1.5, 1.3, 1.5, 0.86], full=[1.3, 1.5, 1.3, 1.5, 0.9], ci=ci)
+    assert staging.run_staged(timer, out, SIZES, contender_at=1.0, promote_at=promote_at) == depth
+    assert out["details"]["screen_lost_shapes"] == [4]
+    assert out["details"].get("promoted", False) == (depth == "full")
+    assert [m for m, _ in timer.calls][-1] == ("full" if depth == "full" else "screen")
+
+
 def test_a_slow_looking_shape_whose_screen_ci_reaches_the_floor_still_earns_the_full_measurement():
     # A screen has 8-12 repetitions: 0.95x at one token with a CI up to 1.05 may well be 1.0x.
     out = _out(5)

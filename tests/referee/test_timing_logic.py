@@ -10,7 +10,7 @@ from referee_helpers import ROOT
 
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.backend.base import Backend
-from kernelsmith.referee.checks.input_cache import InputCache, listed_seed
+from kernelsmith.referee.checks.input_cache import InputCache, ListedInputs
 from kernelsmith.referee.timing import ab as timing
 
 
@@ -52,7 +52,9 @@ def _rms(x, weight, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
 
-class FakeSession:
+class FakeSession(ListedInputs):
+    """The Session's cache of inputs and reference outputs (ListedInputs), with the demo rms_norm."""
+
     def __init__(self, backend):
         self.harness = load_harness(ROOT / "targets" / "demo" / "rms_norm.py")
         self.backend, self.dev, self.device = backend, "cpu", "interpret"
@@ -61,14 +63,8 @@ class FakeSession:
         self.in_base_cache = False  # what Session.base_compiles() switches (compile_cache.py)
         self.inputs = InputCache(1 << 20)
 
-    def timing_sets(self, shape, seed, count):
-        """As Session.timing_sets: the cached inputs and reference outputs of the first trials."""
-        out = []
-        for t in range(count):
-            s = listed_seed(seed, shape, t)
-            e = self.inputs.get(shape, s, lambda s=s: self.harness.make_inputs(shape, self.dev, s))
-            out.append((e.originals, self.inputs.expected(e, lambda i: self.expected(i))))
-        return out
+    def reference(self, **inputs):
+        return self.harness.reference(**inputs)
 
     def aa_fn(self):
         return self._aa

@@ -91,10 +91,10 @@ class ModelReferee:
         self.shapes = task.harness.shapes_for(device)
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None, rendered=False):
+                 contender_at=None, contender_shapes=None, promote_at=None, rendered=False):
         if timing == "staged":  # the worker's stages, over the model's timings
             return self._staged(code, candidate_id, seed, fresh_compile, contender_at, contender_shapes,
-                                rendered)
+                                rendered, promote_at)
         seed = self.seed if seed is None else seed
         CALLS.append({"cid": candidate_id, "timing": timing, "seed": seed, "gpu": self.gpu,
                       "fresh_compile": fresh_compile, "rendered": rendered})
@@ -149,7 +149,8 @@ class ModelReferee:
         v.eval_s = 0.3 if timing == "rescreen" else 0.5 + {"full": 2.0, "screen": 0.3}.get(timing, 0.0)
         return v.finalize()
 
-    def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes, rendered=False):
+    def _staged(self, code, cid, seed, fresh_compile, contender_at, contender_shapes, rendered=False,
+                promote_at=None):
         """The worker's staged timing (referee/staging.run_staged, the same function) fed by the
         model: representative shapes, the rest, then the full measurement for a contender."""
         kw = dict(candidate_id=cid, seed=seed, fresh_compile=fresh_compile, rendered=rendered)
@@ -172,7 +173,7 @@ class ModelReferee:
 
         sizes = self.sizes()
         best = [(contender_shapes or {}).get(shape_key(s)) for s in self.shapes]
-        run_staged(timer, out, sizes, contender_at, best_shapes=best)
+        run_staged(timer, out, sizes, contender_at, best_shapes=best, promote_at=promote_at)
         v = Verdict.from_json(out)
         # One load and correctness pass; a second screen costs what the evaluate call said.
         again = taken["rescreen"].eval_s if "rescreen" in taken else 0.0

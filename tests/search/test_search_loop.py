@@ -69,7 +69,9 @@ STAND_IN = SearchHooks(referee_factory=model_referee.ModelReferee, precompile=Fa
                        argv=["kernelsmith", "optimize"])
 
 
-def _run(tmp_path, name="run", hooks=STAND_IN, **kw):
+def _run(tmp_path, name="run", referee_factory=model_referee.ModelReferee, batch=None, **kw):
+    """A search of the demo's silu_and_mul judged by `referee_factory` (the model referee), then its
+    reports; `kw`: SearchConfig fields."""
     cfg = dict(
         target="demo",
         op="silu_and_mul",
@@ -82,6 +84,7 @@ def _run(tmp_path, name="run", hooks=STAND_IN, **kw):
         targets=str(ROOT / "targets"),
     )
     cfg.update(kw)
+    hooks = dataclasses.replace(STAND_IN, referee_factory=referee_factory, batch=batch)
     return optimize(SearchConfig(**cfg), hooks)
 
 
@@ -141,7 +144,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
     """The model referee taking real time, a different amount per GPU and candidate."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None, rendered=False):
+                 contender_at=None, contender_shapes=None, promote_at=None, rendered=False):
         import random
         import time
 
@@ -151,7 +154,7 @@ class _SlowModelReferee(model_referee.ModelReferee):
         time.sleep(random.Random(f"{self.gpu}/{candidate_id}/{timing}").uniform(0.05, 0.2))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
                              fresh_compile=fresh_compile, contender_at=contender_at,
-                             contender_shapes=contender_shapes)
+                             contender_shapes=contender_shapes, promote_at=promote_at)
         model_referee.CALLS[-1].update(start=start, end=time.monotonic())
         return v
 
@@ -161,8 +164,7 @@ def test_two_gpus_pipelined_and_reproducible(tmp_path, fake_gpu, monkeypatch):
 
     def run(name):
         model_referee.CALLS.clear()
-        result = _run(tmp_path, name, budget=16, gpus=[0, 1],
-                      hooks=dataclasses.replace(STAND_IN, referee_factory=_SlowModelReferee))
+        result = _run(tmp_path, name, budget=16, gpus=[0, 1], referee_factory=_SlowModelReferee)
         per_gpu = result["evaluator"]
         assert [g["gpu"] for g in per_gpu] == [0, 1] and sum(g["jobs"] for g in per_gpu) == 17
         assert all(0 < g["busy"] <= 1.0 for g in per_gpu)
@@ -264,12 +266,28 @@ def test_the_last_try_before_exhausted_sees_every_verdict_with_the_window_not_fu
     import kernelsmith.search.loop as loop
 
     monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_LastLookMutator(task)])
-    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6,
-                  hooks=dataclasses.replace(STAND_IN, batch=2))
+    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6, batch=2)
     assert result["stop_reason"].startswith("search space exhausted")
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         blocks = [r["params"]["values"]["BLOCK"] for r in a.all() if r["mutator"] == "params"]
     assert blocks == [128, 256, 512, 1024]
+
+
+class _HalfSightedMutator(_LastLookMutator):
+    """_LastLookMutator whose space left a launch value unfollowed (the params mutator's `unfollowed`)."""
+
+    unfollowed = ["_k launched in f, num_warps: pick() cannot be followed: pkg.gone: not a module of the "
+                  "repository"]
+
+
+def test_an_exhausted_space_says_what_could_not_be_followed(tmp_path, fake_gpu, monkeypatch):
+    import kernelsmith.search.loop as loop
+
+    monkeypatch.setattr(loop, "build_mutators", lambda name, task, *a, **k: [_HalfSightedMutator(task)])
+    result = _run(tmp_path, budget=None, minutes=1, stagnation=100, pipeline=6, batch=2)
+    assert result["stop_reason"] == (
+        "search space exhausted: no new proposal could be made; not followed: _k launched in f, "
+        "num_warps: pick() cannot be followed: pkg.gone: not a module of the repository")
 
 
 def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):

@@ -1,6 +1,8 @@
 """The params mutator's start-up on a countable space (nearby.py): launch sets nearest the incumbent
 first, by a distance on what the launcher launches; the best set sooner than TPE's random start-up
-on a clamped space; only where the start-up is a fair share of the space; the same on resume."""
+on a clamped space; only where the start-up is a fair share of the space; the same on resume. The
+clamped space's 11 launch sets are few enough to be enumerated (rules.ENUMERATE_LAUNCHES), where the
+walk never ends: the start-up's own rules are tested with enumeration off (`searched`)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,16 @@ import statistics
 import pytest
 from test_search_launch_twins import HIDDEN, _drive, _launched, _task
 
+from kernelsmith.search import rules
 from kernelsmith.search.mutators import params as params_mod
 from kernelsmith.search.mutators.nearby import MISMATCH, coordinates, distance
 from kernelsmith.search.mutators.params import ParamsMutator
+
+
+@pytest.fixture
+def searched(monkeypatch):
+    """The clamped space searched as a large one would be: no enumeration."""
+    monkeypatch.setattr(rules, "ENUMERATE_LAUNCHES", 0)
 
 
 def _sig(*warps, kernel="k"):
@@ -55,7 +64,7 @@ def _speed(rows: list[dict], mutator) -> dict[tuple, float]:
     return {_launched(mutator, r["params"] or base): r["verdict"]["geomean_speedup"] for r in rows}
 
 
-def test_each_start_up_move_is_the_untried_set_nearest_the_fastest_so_far():
+def test_each_start_up_move_is_the_untried_set_nearest_the_fastest_so_far(searched):
     """On the clamped space (11 launch sets, a start-up of 6), every `near` proposal launches the
     untried warp triple nearest (log2 steps) the fastest triple judged before it, ties aside."""
     mutator = ParamsMutator(_task(), device="cuda")
@@ -101,7 +110,7 @@ def _to_best(monkeypatch, share: float, seeds) -> list[int]:
     return out
 
 
-def test_the_walk_reaches_the_fastest_set_sooner_than_random_start_up_draws(monkeypatch):
+def test_the_walk_reaches_the_fastest_set_sooner_than_random_start_up_draws(monkeypatch, searched):
     """The clamped space's fastest set lies a few steps from the base: the walk judges it within 3
     proposals at every seed; TPE's start-up draws (the walk off) take longer at the median."""
     seeds = range(6)
@@ -112,7 +121,7 @@ def test_the_walk_reaches_the_fastest_set_sooner_than_random_start_up_draws(monk
 
 
 @pytest.mark.parametrize("share, walks", [(0.5, True), (0.6, False)])
-def test_the_walk_needs_the_start_up_to_be_a_share_of_the_space(monkeypatch, share, walks):
+def test_the_walk_needs_the_start_up_to_be_a_share_of_the_space(monkeypatch, searched, share, walks):
     """11 launch sets, a start-up of 6: a walk while 11 x NEAR_SHARE <= 6, TPE's draws beyond."""
     monkeypatch.setattr(params_mod, "NEAR_SHARE", share)
     mutator = ParamsMutator(_task(), device="cuda")
@@ -121,7 +130,7 @@ def test_the_walk_needs_the_start_up_to_be_a_share_of_the_space(monkeypatch, sha
     assert [(r["params"] or {}).get("op") == "near" for r in rows[1:]] == [walks] * 3
 
 
-def test_a_resumed_run_walks_on_from_its_archive():
+def test_a_resumed_run_walks_on_from_its_archive(searched):
     """A mutator told the first rows (a resumed run) counts the walk's moves made and proposes what
     the running one did next, through the walk's end and into the sampler."""
     whole = _drive(ParamsMutator(_task(), device="cuda"), 9, seed=4)

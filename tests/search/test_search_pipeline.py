@@ -490,18 +490,30 @@ def test_the_stagnation_count_credits_each_generation_with_its_own_verdicts_only
     test_a_run_killed_before_the_bases_verdict_resumes_as_one_run)."""
     search = Search(*_config(tmp_path, fake_gpu, pipeline=3))
     full = {"accepted": True, "timed": True, "timing": {"aa_ratio": 1.0, "noisy": False}}
+
+    def win(speed):  # a full measurement that is a measured win (evidence.py)
+        shape = {"shape": {"n": 1}, "speedup": speed, "candidate_ms": 1 / speed,
+                 "ci95": [speed * 0.99, speed * 1.01],
+                 "samples_ms": {"base": [1.0, 1.01, 0.99], "candidate": [1 / speed] * 3}}
+        return {**full, "geomean_speedup": speed, "shapes": [shape]}
+
     try:
         a = search.archive
         base = a.add(NewRow(search.task.base_code, mutator="base"))
         a.set_verdict(base, {**full, "geomean_speedup": 1.0}, "")
-        for gen, speed in ((1, 1.2), (2, 1.5)):
+        for gen, speed in ((1, 1.2), (2, 1.5), (3, 1.4)):
             code = f"# generation {gen}\n" + search.task.base_code
             cid = a.add(NewRow(code, mutator="params", generation=gen))
-            a.set_verdict(cid, {**full, "geomean_speedup": speed}, "", timing="full")
+            a.set_verdict(cid, win(speed), "", timing="full")
+        behind = {**full, "geomean_speedup": 0.8, "timing": {"mode": "screen"},
+                  "details": {"timing_depth": "screen"}}
+        behind_id = a.add(NewRow("# behind\n" + search.task.base_code, mutator="params", generation=3))
+        a.set_verdict(behind_id, behind, "", timing="screen")
         # Generation 1 is tallied with generation 2's 1.5x already in: it improved on nothing to 1.2x.
         best, since = search._tally(1, 2, None, 7)
         assert (best, since) == (1.2, 0)
         assert search._tally(2, 2, best, since) == (1.5, 0)  # generation 2 gets its own improvement
-        assert search._tally(3, 2, 1.5, 0) == (1.5, 2)  # nothing better in generation 3: two more
+        # Nothing better in generation 3: its full measurement counts, its screen behind the bar not.
+        assert search._tally(3, 2, 1.5, 0) == (1.5, 1)
     finally:
         search.archive.close()

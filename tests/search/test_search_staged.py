@@ -35,7 +35,7 @@ class StagedModelReferee(model_referee.ModelReferee):
     """The model referee whose "staged" timing runs the worker's staging logic on its numbers."""
 
     def evaluate(self, code, *, candidate_id=0, timing="full", seed=None, fresh_compile=False,
-                 contender_at=None, contender_shapes=None, rendered=False):
+                 contender_at=None, contender_shapes=None, promote_at=None, rendered=False):
         if timing != "staged":
             return super().evaluate(code, candidate_id=candidate_id, timing=timing, seed=seed,
                                     fresh_compile=fresh_compile, contender_at=contender_at,
@@ -61,7 +61,8 @@ class StagedModelReferee(model_referee.ModelReferee):
         sizes = [s["shape"]["tokens"] * s["shape"]["d"] for s in screen.shapes]
         best = [(contender_shapes or {}).get(json.dumps(s["shape"], sort_keys=True)) for s in screen.shapes]
         depth = staging.run_staged(timer, out, sizes, contender_at,
-                                   lambda name: out["details"]["phase_s"].setdefault(name, 0.1), best)
+                                   lambda name: out["details"]["phase_s"].setdefault(name, 0.1), best,
+                                   promote_at=promote_at)
         v = Verdict(accepted=True, correct=True, device=screen.device, shapes=out["shapes"],
                     geomean_speedup=out["geomean_speedup"], timed=True, timing=out["timing"],
                     details=out["details"])

@@ -66,7 +66,8 @@ def test_sweep_visits_the_whole_grid_once_and_reports_single_and_per_shape_bests
     result = json.loads((out / "result.json").read_text())
     assert run["mutator"] == "grid" and run["command"] == "sweep" and run["budget"] is None
     assert result["mutator"] == "grid" and result["command"] == "sweep"
-    assert result["stop_reason"].startswith("search space exhausted")
+    assert result["stop_reason"] == "search space covered: all 66 distinct launches measured"
+    assert result["space"] == {"launches": 66, "measured": 66, "covered": True}
     with Archive(out / "archive.sqlite") as a:
         rows = a.all()
     points = [(r["params"]["values"]["silu_and_mul:BLOCK"], r["params"]["values"][WARPS_KEY])

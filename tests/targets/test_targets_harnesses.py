@@ -25,7 +25,9 @@ YAMLS = {"lmdeploy": TARGETS / "lmdeploy.yaml", "sglang": TARGETS / "sglang.yaml
 CUDA_ONLY = {("lmdeploy", "rms_norm"), ("lmdeploy", "silu_and_mul")}
 # fp8 outputs: right under the interpreter only with the referee's fp8 cast stand-in (likewise).
 CUDA_ONLY |= {("sglang", "act_quant")}
-OPS = [(name, op.name) for name, path in YAMLS.items() for op in load_target(path).operators]
+# Every operator, and every harness variant of one (`OP@VARIANT`).
+OPS = [(name, n) for name, path in YAMLS.items() for op in load_target(path).operators
+       for n in [op.name, *(f"{op.name}@{v}" for v in op.variants)]]
 
 
 def _op(target_name, op_name):
@@ -147,7 +149,8 @@ def _checkout(target_name):
 
 
 # The CUDA_ONLY ones need the referee's interpreter stand-ins: test_targets_harness_check.py runs them.
-@pytest.mark.parametrize("target_name, op_name", [o for o in OPS if o not in CUDA_ONLY])
+@pytest.mark.parametrize("target_name, op_name",
+                         [(t, o) for t, o in OPS if (t, o.split("@")[0]) not in CUDA_ONLY])
 def test_real_kernel_files_load_and_match_on_cpu(target_name, op_name):
     root = _checkout(target_name)
     if torch.cuda.is_available():

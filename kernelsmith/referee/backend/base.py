@@ -26,6 +26,14 @@ class Backend:
     def init_context(self) -> None:
         """Create this process's device context (before any candidate code runs)."""
 
+    def free_memory(self) -> int | None:
+        """Bytes of device memory free now, across every process on the device (None: this backend
+        has no device memory of its own to measure)."""
+        return None
+
+    def release(self) -> None:
+        """Give the device memory this process caches but does not use back to the device."""
+
     def time_calls(self, fns: list[Callable[[int], object]], reps: int, order_seed: int) -> list[list[float]]:
         """Device milliseconds per call of each fn(rep), interleaved rep by rep: [fn][rep]. A fn with
         a `prepare(rep)` attribute gets it called first, outside the timed window."""

@@ -61,6 +61,16 @@ class CudaBackend(Backend):
         """torch.cuda.synchronize()."""
         torch.cuda.synchronize()
 
+    def free_memory(self) -> int:
+        """torch.cuda.mem_get_info's free bytes: what no process on the device holds."""
+        return int(torch.cuda.mem_get_info()[0])
+
+    def release(self) -> None:
+        """Blocks this process's allocator keeps but does not use, and those it shared with another
+        process that has let them go (a shared region replaced by a larger one), back to the device."""
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
+
     # -- device measurements ------------------------------------------------------------------
     # Taken in the worker before any candidate code runs (or handed over by the parent from an
     # earlier worker's start): a file such as cache_dir()/device.json can be rewritten by any
@@ -121,7 +131,11 @@ class CudaBackend(Backend):
         return best
 
     def _measure_bandwidth(self) -> float:
-        n = 1 << 30
+        # 1 GiB each way (far beyond any L2), less on a device with little memory free: the worker
+        # must start there, and the referee then says which shape does not fit (memory.py).
+        n, free = 1 << 30, self.free_memory()
+        while n > 64 << 20 and 4 * n > free:
+            n //= 2
         src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
         dst = torch.empty_like(src)
         ms = self._best_ms(lambda: dst.copy_(src))

@@ -5,7 +5,8 @@ Upstream kernel files ask Triton's active driver for the backend at import
 torch for device properties on every call (SM count, capability); the interpreter has neither. It
 also has known gaps (triton 3.9, checked): its fp32 -> fp8 cast drops the mantissa carry (31.5
 becomes 16.0) and rounds ties away from even; a list grid `[n]` crashes it; a module-level alias
-of a `tl` function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs. Each stand-in
+of a `tl` function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs; a float argument
+stays a Python float (`eps.to(tl.float32)` fails); libdevice math is missing (libdevice.py). Each stand-in
 here answers as one named GPU would (an H200 by default), records its use in `USED`, and the
 interpreter backend names the ones used in the verdict's `device`.
 """
@@ -218,7 +219,7 @@ def patch_fp8_casts() -> bool:
     return True
 
 
-def _alias_scopes(fn) -> list[dict]:
+def alias_scopes(fn) -> list[dict]:
     """The globals of a kernel and of the jit functions it can see (where `tl` aliases live)."""
     scopes, seen = [], set()
     todo = [getattr(fn, "__globals__", None)]
@@ -235,6 +236,18 @@ def _alias_scopes(fn) -> list[dict]:
     return scopes
 
 
+def bound_to_interpreter(member):
+    """A Triton builtin called with the interpreter's semantic, as the interpreter binds `tl`'s own."""
+    from triton.runtime import interpreter
+
+    semantic = getattr(interpreter, "interpreter_semantic", None)
+
+    def call(*args, **kwargs):
+        kwargs.pop("_semantic", None)
+        return member(*args, **kwargs, _semantic=semantic)
+    return call
+
+
 def patch_tl_aliases() -> bool:
     """While a kernel runs, module-level aliases of `tl` builtins (`fast_exp = tl.math.exp`) call
     the interpreter's version, as `tl.math.exp` itself does."""
@@ -245,17 +258,11 @@ def patch_tl_aliases() -> bool:
     if getattr(cls.__call__, "__ks_standin__", False):
         return False
     original = cls.__call__
-    semantic = getattr(interpreter, "interpreter_semantic", None)
-
-    def bound(member):
-        def call(*args, **kwargs):
-            kwargs.pop("_semantic", None)
-            return member(*args, **kwargs, _semantic=semantic)
-        return call
+    bound = bound_to_interpreter
 
     def __call__(self, *args, **kwargs):  # noqa: N807 - replaces __call__
         changed = []
-        for scope in _alias_scopes(self.fn):
+        for scope in alias_scopes(self.fn):
             for name, value in list(scope.items()):
                 if not isinstance(value, type) and tl.core.is_builtin(value):
                     changed.append((scope, name, value))
@@ -270,4 +277,28 @@ def patch_tl_aliases() -> bool:
 
     __call__.__ks_standin__ = True
     cls.__call__ = __call__
+    return True
+
+
+def patch_float_args() -> bool:
+    """A float kernel argument reaches the kernel as an fp32 scalar, as compiled Triton passes it
+    (its signature types a Python float `fp32`); the interpreter passes the Python float itself, on
+    which `eps.to(tl.float32)` fails and whose arithmetic with fp16 blocks stays fp16."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    if getattr(interpreter._implicit_cvt, "__ks_standin__", False):
+        return False
+    original = interpreter._implicit_cvt
+
+    def _implicit_cvt(arg):
+        if type(arg) is float:
+            _used("float arguments")
+            handle = interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32)
+            return tl.tensor(handle, tl.float32)
+        return original(arg)
+
+    _implicit_cvt.__ks_standin__ = True
+    interpreter._implicit_cvt = _implicit_cvt
     return True

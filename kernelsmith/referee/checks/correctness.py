@@ -11,6 +11,11 @@ import torch
 INT_SENTINEL = -0x5A5A5A5A  # written into integer outputs before a call; clamped to the dtype
 _FP8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
         if hasattr(torch, n)}
+# Large outputs are compared in slices, so their temporaries stay bounded on the device (memory.py
+# plans no room for them): elements compared with the reference at once (float32 copies of 256 MiB),
+# and bytes compared bit for bit at once.
+COMPARE_CHUNK = 1 << 26
+EQUAL_CHUNK = 1 << 28
 
 
 def derive_seed(run_seed: int, candidate_id: int, *parts) -> int:
@@ -133,9 +138,11 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.numel() == 0:
         return True
     av, bv = _flat(a), _flat(b).to(a.device)
-    if av.dtype == torch.bool:
-        return bool(torch.equal(av, bv))
-    return bool(torch.equal(av.view(torch.uint8), bv.view(torch.uint8)))
+    if av.dtype != torch.bool:
+        av, bv = av.view(torch.uint8), bv.view(torch.uint8)
+    # In slices: on CUDA torch.equal makes a bool tensor of its inputs' length.
+    return all(bool(torch.equal(av[i:i + EQUAL_CHUNK], bv[i:i + EQUAL_CHUNK]))
+               for i in range(0, av.numel(), EQUAL_CHUNK))
 
 
 def as_tuple(value) -> tuple:
@@ -198,22 +205,30 @@ def compare(out, expected: torch.Tensor, tol: tuple[float, float], name: str,
         expected = expected.to(out.dtype)
     if out.numel() == 0:
         return Check(None)
-    o, e = common_view(out, expected)
-    diff = (o - e).abs()
-    finite = torch.isfinite(diff)
-    kept = torch.where(finite, diff, diff.new_zeros(()))  # errors >= 0: zeros change no max or sum
     atol, rtol = tol
+    flat_out, flat_expected = out.detach().reshape(-1), expected.detach().reshape(-1)
+    parts = []
+    # In chunks: in one piece the float32 temporaries of a multi-gigabyte output (a paged KV cache)
+    # would take several times its size on the device at once.
+    for at in range(0, flat_out.numel(), COMPARE_CHUNK):
+        o, e = common_view(flat_out[at:at + COMPARE_CHUNK], flat_expected[at:at + COMPARE_CHUNK])
+        diff = (o - e).abs()
+        finite = torch.isfinite(diff)
+        kept = torch.where(finite, diff, diff.new_zeros(()))  # errors >= 0: zeros change no max or sum
+        far = ~torch.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)
+        unwritten = torch.isnan(o) & ~torch.isnan(e)
+        parts.append(torch.stack([kept.max().double(), kept.sum().double(), finite.sum().double(),
+                                  unwritten.sum().double(), far.sum().double()]))
     # Every statistic on the device, then one copy to the host: one wait for the device, not five.
-    stats = torch.stack([kept.max().double(), kept.sum().double(), finite.sum().double(),
-                         (torch.isnan(o) & ~torch.isnan(e)).sum().double(),
-                         (~torch.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)).sum().double()])
+    stats = torch.stack(parts)
+    stats = torch.cat([stats[:, :1].max(0).values, stats[:, 1:].sum(0)])
     max_err, total, n_finite, n_nan, bad = stats.tolist()
     mean_err = total / n_finite if n_finite else 0.0
     if n_nan:
-        return Check("unwritten_output", f"{name}: {int(n_nan)} of {o.numel()} elements are NaN where the "
+        return Check("unwritten_output", f"{name}: {int(n_nan)} of {out.numel()} elements are NaN where the "
                      "reference is finite (left unwritten, or read uninitialised memory)", max_err, mean_err)
     if bad:
-        return Check("incorrect", f"{name}: {int(bad)} of {o.numel()} elements outside atol={atol:g}, "
+        return Check("incorrect", f"{name}: {int(bad)} of {out.numel()} elements outside atol={atol:g}, "
                      f"rtol={rtol:g} (max abs err {max_err:.3g})", max_err, mean_err)
     return Check(None, "", max_err, mean_err)
 

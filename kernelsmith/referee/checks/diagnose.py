@@ -2,17 +2,31 @@
 
 The base (the unmodified upstream file) is trusted, so a rejection of the base is never a verdict
 on code: it names the failing check, the shape and the likely fix, for `evaluate`, `optimize`
-and `harness check`.
+and `harness check`. A shape that needs more device memory than is free (memory.py) is neither:
+the message names the shape, its need and the memory free.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import traceback
 
 NOT_A_CANDIDATE = "the harness or the environment, not a candidate"
+INTERPRETER_GAP = "the Triton interpreter cannot run this"
+_GAP_LINE = re.compile(r"^kernel [^\n]*" + re.escape(INTERPRETER_GAP) + r"[^\n]*$", re.M)
+_OUTPUTS_LINE = re.compile(r"OutputsError: ([^\n]+)")
 
 # (violation, text pattern or None, likely fix): the first row whose violation and pattern match.
 FIXES: list[tuple[str, str | None, str]] = [
+    ("crash", re.escape(INTERPRETER_GAP),
+     "the kernel fails inside the Triton interpreter at the line named (an operation it lacks, or a "
+     "value it handles unlike compiled Triton): run it on a GPU (--device cuda); if the line is yours "
+     "to change, check what it does with the inputs make_inputs builds"),
+    ("crash", r"OutputsError",
+     "OUTPUTS names a position where the entry returns no tensor: name only the positions of tensors "
+     "(the skeleton of `kernelsmith harness new` lists what the entry returns), or return what to "
+     "compare from a `call(entry, inputs)` hook"),
     ("crash", r"NotImplementedError.*reference|reference.*NotImplementedError|TODO: write the reference",
      "the harness's `reference` is not written yet (the skeleton's TODO): compute the expected "
      "output(s) independently of the kernel, in float32 if you like"),
@@ -72,7 +86,12 @@ FIXES: list[tuple[str, str | None, str]] = [
      "the base's kernels do not compile here: check triton's version, or use --device cuda"),
     ("no_kernel_launch", None,
      "the base launches no kernel on this shape: pick shapes that take the kernel path"),
+    ("out_of_memory", None,
+     "the base's process ran out of host memory: raise $KERNELSMITH_CANDIDATE_MEMORY or use smaller "
+     "shapes"),
 ]
+DEVICE_SHORT_FIX = ("a device with more free memory (other processes on it hold some), or a smaller "
+                    "shape in SHAPES (this one alone needs more than is free)")
 GENERIC = ("the base does something the referee forbids candidates (see the message): check the "
            "harness's inputs and the environment")
 
@@ -85,21 +104,82 @@ def likely_fix(reason: str | None, text: str = "") -> str:
     return GENERIC
 
 
+def _triton_file(filename: str) -> bool:
+    """Whether a traceback frame is Triton's own code (the interpreter, triton.language)."""
+    import triton  # imported already: an InterpreterError came from it
+
+    return os.path.realpath(filename).startswith(os.path.dirname(os.path.realpath(triton.__file__)) + os.sep)
+
+
+def interpreter_failure(exc: BaseException) -> str | None:
+    """For an exception raised inside a kernel the Triton interpreter ran, one line naming the
+    kernel's file:line and function, the error, and that the interpreter cannot run it; else None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        inner = e.__cause__ or e.__context__
+        if type(e).__name__ == "InterpreterError" and type(e).__module__.startswith("triton") and inner:
+            frames = [f for f in traceback.extract_tb(inner.__traceback__) if not _triton_file(f.filename)]
+            if frames:
+                f = frames[-1]
+                what = f"{type(inner).__name__}: {inner}".strip()[:300]
+                return f"kernel {f.filename}:{f.lineno} in {f.name}: {what}: {INTERPRETER_GAP}"
+        e = inner
+    return None
+
+
+def interpreter_gap_line(text: str) -> str | None:
+    """The line `interpreter_failure` wrote into an error text (the last one), or None."""
+    found = _GAP_LINE.findall(text or "")
+    return found[-1].strip() if found else None
+
+
+def key_line(text: str) -> str | None:
+    """The line of an error text that says why the base failed, where one does: a kernel line the
+    interpreter cannot run, or the harness's OUTPUTS naming a position that holds no tensor."""
+    found = _OUTPUTS_LINE.findall(text or "")
+    return interpreter_gap_line(text) or (found[-1].strip() if found else None)
+
+
 def _shape_text(shape) -> str:
     if isinstance(shape, dict):
         return ",".join(f"{k}={v}" for k, v in shape.items())
     return "(before any shape: loading the file or the harness)"
 
 
+def memory_short(short: dict) -> str:
+    """Several lines: a shape of the base does not fit the device's free memory."""
+    from kernelsmith.referee.memory import format_bytes
+
+    need = short.get("need_bytes")
+    lines = ["the referee cannot run the base on one of its shapes: it needs more device memory than "
+             "is free (a limit of this device, not a fault of the harness or of the base).",
+             "  check: out_of_memory",
+             f"  shape: {_shape_text(short.get('shape'))}",
+             f"  what: {short.get('what')} needs "
+             f"{format_bytes(need) if need is not None else 'more than is free'} of device memory; "
+             f"{format_bytes(short.get('free_bytes'))} is free"]
+    if short.get("input_set_bytes") is not None:
+        lines.append(f"  one input set: {format_bytes(short['input_set_bytes'])}; its outputs: "
+                     f"{format_bytes(short.get('output_bytes'))}")
+    lines.append(f"  likely fix: {DEVICE_SHORT_FIX}")
+    return "\n".join(lines)
+
+
 def base_failure(verdict) -> str:
-    """Several lines: the base failed, so the harness or the environment is at fault, and how."""
+    """Several lines: the base failed, so the harness or the environment is at fault, and how (or
+    a shape needs more device memory than is free: `memory_short`)."""
     data = verdict.to_json() if hasattr(verdict, "to_json") else dict(verdict or {})
     details = data.get("details") or {}
+    if isinstance(details.get("memory_short"), dict):
+        return memory_short(details["memory_short"])
     messages = details.get("messages") or []
     reason = data.get("reason") or (data.get("violations") or [None])[0]
     text = "\n".join([*messages, data.get("error") or ""])
     first = (messages[0] if messages else (data.get("error") or "").strip().splitlines()[-1:] or [""])
     first = first if isinstance(first, str) else (first[0] if first else "")
+    first = key_line(text) or first
     lines = [f"the referee rejects the base itself: {NOT_A_CANDIDATE}.",
              f"  check: {reason}",
              f"  shape: {_shape_text(details.get('failed_shape'))}"]

@@ -12,9 +12,10 @@ deep-copied), and each cached tensor carries a fingerprint that `verify` re-chec
 evaluation that used it (a kernel writing out of bounds, say), so a tampered entry is dropped and
 the evaluation that tampered with it is rejected. Base outputs come from the trusted base only.
 
-Bounded by bytes (a fraction of the free device memory on CUDA, a fixed budget elsewhere), least
-recently used first out; an evicted entry is simply made again. Keys include the seed, so a
-harness whose tensor sizes depend on the seed is cached correctly.
+Bounded on a device whose free memory the worker measures by that memory (memory.py: before each
+step on a shape, room is made for it, evicting other shapes' entries first), elsewhere by a byte
+budget, least recently used first out; an evicted entry is simply made again. Keys include the
+seed, so a harness whose tensor sizes depend on the seed is cached correctly.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.memory import DeviceMemoryShort, ShapeBytes, device_oom, region_growth, tensor_bytes
 
 CPU_BUDGET_BYTES = 256 << 20
-CUDA_FREE_FRACTION = 0.25  # of the device memory free when the worker starts
+FINGERPRINT_ROWS = 1 << 20  # rows of 64 words a fingerprint sums at once (their int64 copy: 512 MiB)
 
 
 def listed_seed(run_seed: int, shape: dict, trial) -> int:
@@ -38,12 +40,10 @@ def listed_seed(run_seed: int, shape: dict, trial) -> int:
     return C.derive_seed(run_seed, "listed", json.dumps(shape, sort_keys=True), trial)
 
 
-def default_budget(device: str) -> int:
-    """Bytes the cache may hold in this worker."""
-    if device == "cuda" and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        return int(free * CUDA_FREE_FRACTION)
-    return CPU_BUDGET_BYTES
+def default_budget(device: str) -> int | None:
+    """Bytes the cache may hold in this worker: no fixed budget on CUDA, where the free device
+    memory the worker measures bounds it (memory.py)."""
+    return None if device == "cuda" else CPU_BUDGET_BYTES
 
 
 def fresh_copy(inputs: dict) -> dict:
@@ -89,8 +89,11 @@ def _checksum(t: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.cat([tag, ints.to(torch.int64), tail])
     block = ints[:n].view(-1, 64)
-    rows = block.sum(1, dtype=torch.int64)
-    cols = block.sum(0, dtype=torch.int64)
+    # In slices of rows: a sum to int64 copies its input to int64 first, twice a multi-gigabyte
+    # tensor's size on the device at once (integer sums: the same numbers in any slicing).
+    slices = [block[i:i + FINGERPRINT_ROWS] for i in range(0, block.size(0), FINGERPRINT_ROWS)]
+    rows = torch.cat([b.sum(1, dtype=torch.int64) for b in slices])
+    cols = torch.stack([b.sum(0, dtype=torch.int64) for b in slices]).sum(0)
     weights = torch.arange(rows.numel(), device=rows.device, dtype=torch.int64) % 8191 + 1
     # The total from the column sums and the last words (not a third pass over all of them).
     total = cols.sum() + ints[n:].sum(dtype=torch.int64)
@@ -130,35 +133,54 @@ class Entry:
     base_outs: tuple | None = None
     base_checks: list | None = None  # the base outputs' Checks against the reference (None: no yardstick)
     base_precision: list | None = None  # precision_downgrade's answer for each base output (lazily)
-    prints: list = field(default_factory=list)  # (tensor, fingerprint) of everything cached
+    shape: dict | None = None
+    key: tuple | None = None  # its key in the cache
+    # part ("originals", "expected", "base_outs") -> (tensor, fingerprint) of each of its tensors
+    prints: dict = field(default_factory=dict)
 
     @property
     def base_err(self) -> list | None:
         """The base outputs' mean errors against the reference (None: no yardstick)."""
         return None if self.base_checks is None else [c.mean_abs_err for c in self.base_checks]
 
-    def seal(self, value) -> None:
-        """Fingerprint the tensors of `value` (now part of this entry)."""
-        tensors = _tensors(value)
-        self.prints += list(zip(tensors, fingerprints(tensors), strict=True))
+    def seal(self, part: str) -> None:
+        """Fingerprint the tensors of `part` (now part of this entry)."""
+        tensors = _tensors(getattr(self, part))
+        self.prints[part] = list(zip(tensors, fingerprints(tensors), strict=True))
+
+    def _sealed(self) -> list[tuple]:
+        return [p for part in self.prints.values() for p in part]
 
     @property
     def nbytes(self) -> int:
         """Bytes this entry holds on its device."""
-        return _nbytes([t for t, _ in self.prints])
+        return _nbytes([t for t, _ in self._sealed()])
+
+    def sizes(self, returned: bool) -> ShapeBytes:
+        """Its shape's sizes as memory.py plans with them (`returned`: the entry returns its outputs)."""
+        outs = max(tensor_bytes(self.expected or ()), tensor_bytes(self.base_outs or ()))
+        return ShapeBytes(tensor_bytes(self.originals), outs, returned)
+
+    def drop_outputs(self) -> int:
+        """Forget the reference and base outputs (made again when next asked for); bytes freed."""
+        freed = _nbytes([t for part in ("expected", "base_outs") for t, _ in self.prints.pop(part, [])])
+        self.expected = self.base_outs = self.base_checks = self.base_precision = None
+        return freed
 
     def intact(self) -> bool:
         """Whether every cached tensor still has the bits it was sealed with."""
-        return fingerprints([t for t, _ in self.prints]) == [fp for _, fp in self.prints]
+        sealed = self._sealed()
+        return fingerprints([t for t, _ in sealed]) == [fp for _, fp in sealed]
 
 
 class InputCache:
-    """LRU of `Entry` by (shape key, seed), bounded by `budget` bytes."""
+    """LRU of `Entry` by (shape key, seed), bounded by `budget` bytes (None: by memory.py alone)."""
 
-    def __init__(self, budget: int):
-        self.budget = int(budget)
+    def __init__(self, budget: int | None):
+        self.budget = None if budget is None else int(budget)
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.used: dict[tuple, Entry] = {}  # entries used since `begin` (verified at the end)
+        self.tampered: list[str] = []  # shapes of used entries found changed when dropped early
         self.stats = self._zero()
 
     @staticmethod
@@ -168,7 +190,7 @@ class InputCache:
     def begin(self) -> dict:
         """Start counting for one evaluation; returns the (live) counters."""
         self.stats = self._zero()
-        self.used = {}
+        self.used, self.tampered = {}, []
         return self.stats
 
     def report(self) -> dict:
@@ -180,9 +202,14 @@ class InputCache:
         """Bytes held by all entries."""
         return sum(e.nbytes for e in self.entries.values())
 
+    @staticmethod
+    def key(shape: dict, seed: int) -> tuple[str, int]:
+        """The cache key of (shape, seed)."""
+        return json.dumps(shape, sort_keys=True), int(seed)
+
     def get(self, shape: dict, seed: int, make: Callable[[], dict]) -> Entry:
         """The entry for (shape, seed), made with `make()` (the harness's make_inputs) on a miss."""
-        key = (json.dumps(shape, sort_keys=True), int(seed))
+        key = self.key(shape, seed)
         entry = self.entries.get(key)
         if entry is not None:
             self.stats["hits"] += 1
@@ -190,8 +217,8 @@ class InputCache:
         else:
             self.stats["misses"] += 1
             self.stats["make_inputs"] += 1
-            entry = Entry(originals=make())
-            entry.seal(entry.originals)
+            entry = Entry(originals=make(), shape=shape, key=key)
+            entry.seal("originals")
             self.entries[key] = entry
             self._fit(key)
         self.used[key] = entry
@@ -202,7 +229,7 @@ class InputCache:
         if entry.expected is None:
             self.stats["reference"] += 1
             entry.expected = tuple(reference(fresh_copy(entry.originals)))
-            entry.seal(entry.expected)
+            entry.seal("expected")
             self._refit(entry)
         return entry.expected
 
@@ -213,13 +240,14 @@ class InputCache:
             self.stats["base"] += 1
             entry.base_outs = tuple(run_base(fresh_copy(entry.originals)))
             entry.base_checks = check(entry.base_outs)
-            entry.seal(entry.base_outs)
+            entry.seal("base_outs")
             self._refit(entry)
         return entry.base_outs, entry.base_err
 
     def verify(self) -> list[str]:
-        """Check the entries used since `begin`; drops and names those whose bits changed."""
-        bad = []
+        """Check the entries used since `begin`; drops and names those whose bits changed (with
+        those found changed when they were dropped earlier)."""
+        bad, self.tampered = self.tampered, []
         for key, entry in self.used.items():
             if not entry.intact():
                 bad.append(key[0])
@@ -227,6 +255,33 @@ class InputCache:
                     del self.entries[key]
         self.used = {}
         return bad
+
+    def _checked(self, key: tuple) -> None:
+        """Verify now an entry used since `begin` that is about to lose tensors, so that nothing but
+        the cache keeps them alive until the end of the evaluation."""
+        entry = self.used.pop(key, None)
+        if entry is not None and not entry.intact():
+            self.tampered.append(key[0])
+
+    def evict(self, key: tuple) -> int:
+        """Drop the entry at `key` (made again when next asked for); bytes freed."""
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            return 0
+        self._checked(key)
+        self.stats["evictions"] += 1
+        return entry.nbytes
+
+    def drop_outputs(self, key: tuple) -> int:
+        """Drop the reference and base outputs of the entry at `key` (made again when next asked
+        for); bytes freed."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return 0
+        if key in self.used:
+            self._checked(key)
+            self.used[key] = entry  # its inputs stay in use
+        return entry.drop_outputs()
 
     def _refit(self, entry: Entry) -> None:
         for key, e in self.entries.items():
@@ -236,14 +291,15 @@ class InputCache:
 
     def _fit(self, keep: tuple) -> None:
         """Evict least recently used entries until within budget (`keep` last; alone too big: dropped)."""
+        if self.budget is None:
+            return
         total = self.bytes()
         for key in list(self.entries):
             if total <= self.budget:
                 return
             if key == keep:
                 continue
-            total -= self.entries.pop(key).nbytes
-            self.stats["evictions"] += 1
+            total -= self.evict(key)
         if total > self.budget and keep in self.entries:
             self.entries.pop(keep)  # the caller still holds it for this use; made again next time
             self.stats["evictions"] += 1
@@ -253,14 +309,67 @@ class ListedInputs:
     """The Session's access to its cache (`self.inputs`) for the listed shapes (a mixin: it uses the
     Session's harness, device, reference, base and call)."""
 
-    def listed(self, shape: dict, seed: int, trial: int):
-        """The cache entry of a listed shape's trial for run seed `seed` (made on a miss)."""
+    def listed(self, shape: dict, seed: int, trial, keep=()):
+        """The cache entry of a listed shape's trial for run seed `seed` (made on a miss, with room
+        made for it beside the cache entries `keep`, which the caller still needs)."""
         s = listed_seed(seed, shape, trial)
-        return self.inputs.get(shape, s, lambda: self.harness.make_inputs(shape, self.dev, s))
+        planner = getattr(self, "memory", None)
+        if planner is None or self.inputs.key(shape, s) in self.inputs.entries:
+            return self.inputs.get(shape, s, lambda: self.harness.make_inputs(shape, self.dev, s))
+        sizes = planner.sizes_of(shape)
+        need = sizes.make() + region_growth(getattr(self, "oracle", None), 0, sizes.inputs) if sizes else None
+        entry = self.with_room(shape, need, keep, "making its inputs",
+                               lambda: self.inputs.get(shape, s, lambda: self.harness.make_inputs(
+                                   shape, self.dev, s)))
+        self._note_sizes(entry)
+        return entry
+
+    def with_room(self, shape: dict, need: int | None, keep, what: str, step: Callable[[], object],
+                  keep_outputs: bool = True):
+        """`step()` on `shape` with room made for `need` bytes beside the cache entries `keep`, their
+        outputs too unless `keep_outputs` is False (memory.py; `need` None: unknown before the
+        shape's first entry). A step the device still runs out of memory in is tried once more with
+        every other cache entry dropped; failing again, it is DeviceMemoryShort."""
+        planner = getattr(self, "memory", None)
+        if planner is None:
+            return step()
+        if need is not None:
+            planner.make_room(shape, need, keep, keep_outputs, what)
+        try:
+            return step()
+        except Exception as e:  # noqa: BLE001 - only the device's out-of-memory error is handled here
+            if not device_oom(str(e)):
+                raise
+        planner.evict_all(shape, keep, what)
+        try:
+            return step()
+        except Exception as e:  # noqa: BLE001
+            if not device_oom(str(e)):
+                raise
+        raise DeviceMemoryShort(shape, need, planner.room() or 0, what, planner.sizes_of(shape)) from None
+
+    def _note_sizes(self, entry) -> None:
+        planner = getattr(self, "memory", None)
+        if planner is not None and entry.shape is not None:
+            planner.note_sizes(entry.shape, entry.sizes(self.harness.outputs is None))
+
+    def _outputs_room(self, entry, what: str, step: Callable[[], object]):
+        """`step()`, which makes outputs of `entry`, with room made for one call on its shape."""
+        if entry.shape is None or getattr(self, "memory", None) is None:
+            return step()
+        sizes = self.memory.sizes_of(entry.shape)
+        grow = region_growth(getattr(self, "oracle", None), sizes.inputs, sizes.reply) if sizes else 0
+        need = sizes.call() + grow if sizes else None
+        out = self.with_room(entry.shape, need, [entry.key], what, step)
+        self._note_sizes(entry)
+        return out
 
     def listed_expected(self, entry) -> tuple:
         """The reference outputs of a cache entry (computed once per entry)."""
-        return self.inputs.expected(entry, lambda inputs: C.as_tuple(self.reference(**inputs)))
+        if entry.expected is not None:
+            return entry.expected
+        return self._outputs_room(entry, "the reference", lambda: self.inputs.expected(
+            entry, lambda inputs: C.as_tuple(self.reference(**inputs))))
 
     def listed_base(self, entry) -> tuple[tuple, list | None]:
         """The trusted base's outputs on a cache entry and their mean error against the reference."""
@@ -281,7 +390,10 @@ class ListedInputs:
         def run_base(inputs):
             return self.call(self.base_fn, inputs, float("nan"), None)
 
-        return self.inputs.base(entry, run_base, check)
+        if entry.base_outs is not None:
+            return entry.base_outs, entry.base_err
+        return self._outputs_room(entry, "the base's outputs",
+                                  lambda: self.inputs.base(entry, run_base, check))
 
     def known_checks(self, entry, outs: tuple) -> list | None:
         """For each output bit for bit the base's on `entry` (same dtype, shape and device), the
@@ -311,5 +423,13 @@ class ListedInputs:
 
     def timing_sets(self, shape: dict, seed: int, count: int) -> list[tuple[dict, tuple]]:
         """(original inputs, reference outputs) of the first `count` trials: what timing runs on."""
-        entries = [self.listed(shape, seed, t) for t in range(count)]
+        entries = self.timing_entries(shape, seed, count)
         return [(e.originals, self.listed_expected(e)) for e in entries]
+
+    def timing_entries(self, shape: dict, seed: int, count: int) -> list:
+        """The cache entries of the first `count` trials, each made beside the others."""
+        entries, keep = [], []
+        for t in range(count):
+            entries.append(self.listed(shape, seed, t, keep=keep))
+            keep.append(self.inputs.key(shape, listed_seed(seed, shape, t)))
+        return entries

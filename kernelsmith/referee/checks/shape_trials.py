@@ -13,9 +13,11 @@ import torch
 
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.correctness import unwritten_hint
-from kernelsmith.referee.checks.input_cache import ListedInputs, fresh_copy
+from kernelsmith.referee.checks.diagnose import interpreter_failure
+from kernelsmith.referee.checks.input_cache import ListedInputs, fresh_copy, listed_seed
 from kernelsmith.referee.checks.record import Record
-from kernelsmith.referee.checks.trials import in_arena
+from kernelsmith.referee.checks.trials import fitting_draw, into_arena
+from kernelsmith.referee.memory import region_growth
 
 TRIALS = 3
 
@@ -61,7 +63,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return (exc.name if exc.name in ("crash", "compile_error", "out_of_memory") else "crash"), exc.text
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     lines = text.strip().splitlines()
-    text = "\n".join(lines[-40:])
+    gap = interpreter_failure(exc)  # a kernel line the interpreter cannot run: said last
+    text = "\n".join(lines[-40:] + ([gap] if gap else []))
     try:
         from triton.compiler.errors import CompilationError
     except ImportError:  # pragma: no cover
@@ -89,7 +92,7 @@ class ShapeTrials(ListedInputs):
         if len(outs) != len(expected) or (like is not None and len(like) != len(outs)):
             n = len(expected) if like is None else len(like)
             raise Rejected("incorrect", f"{where}: {len(outs)} outputs, expected {n}")
-        names = self.harness.outputs or [f"output {i}" for i in range(len(outs))]
+        names = self.harness.output_labels(len(outs))
         checks = []
         for i, (name, o, e) in enumerate(zip(names, outs, expected, strict=False)):
             b = like[i] if like is not None and isinstance(like[i], torch.Tensor) else None
@@ -126,15 +129,17 @@ class ShapeTrials(ListedInputs):
             entry = self.listed(shape, seed, t)
             # `originals` and `expected` are the cache's own: read here, never handed to the candidate.
             originals, expected = entry.originals, self.listed_expected(entry)
+            self.room_for_trial(shape, entry)
             inputs = fresh_copy(originals)
             if t == 1 and arena:
                 # Same storage, new values: a result cached by data_ptr shows up as stale output.
-                # Sizes may follow the seed: redraws (cached like any trial) look for inputs that fit.
-                taken, inputs = in_arena(
-                    arena, inputs, lambda k: fresh_copy(self.listed(shape, seed, f"1.{k}").originals))
+                # Sizes may follow the seed: redraws look for inputs that fit (arena_draw).
+                taken = self.arena_draw(shape, seed, arena, inputs)
                 if taken:
                     entry = self.listed(shape, seed, f"1.{taken}")
                     originals, expected = entry.originals, self.listed_expected(entry)
+                    inputs = fresh_copy(originals)
+                inputs = into_arena(arena, inputs)
             sizes = _nbytes(expected)
             outs = self.call(fn, inputs, float("nan"), rec, sizes, pristine=originals)
             # The interface is the base's: its outputs on this entry (cached, made by the base only).
@@ -182,6 +187,26 @@ class ShapeTrials(ListedInputs):
             if t == 0:
                 arena = C.tensors_of(inputs)
         return {"shape": shape, "max_abs_err": max_err, "bitwise_identical": identical}
+
+    def arena_draw(self, shape: dict, seed: int, arena: dict, inputs: dict) -> int:
+        """Which redraw of trial 1 fits trial 0's storage `arena` (trials.fitting_draw), found once
+        per shape and seed: the redraws not taken are not cached (on a paged cache whose size
+        follows the seed most of 64 are not), only the one taken, as trial "1.k"."""
+        draws = self.__dict__.setdefault("_arena_draws", {})
+        key = (json.dumps(shape, sort_keys=True), int(seed))
+        if key not in draws:
+            draws[key] = fitting_draw(arena, inputs, lambda k: self.harness.make_inputs(
+                shape, self.dev, listed_seed(seed, shape, f"1.{k}")))
+        return draws[key]
+
+    def room_for_trial(self, shape: dict, entry) -> None:
+        """Room on the device for one correctness trial's calls on `shape` (memory.py)."""
+        planner = getattr(self, "memory", None)
+        sizes = planner.sizes_of(shape) if planner is not None else None
+        if sizes is None:
+            return
+        planner.make_room(shape, sizes.call() + region_growth(self.link, sizes.inputs, sizes.reply),
+                          [entry.key], what="a correctness trial")
 
     def _tol(self, t: torch.Tensor) -> tuple[float, float]:
         return self.harness.tolerance_for(str(t.dtype).replace("torch.", ""))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from kernelsmith.pysource import parse
+from kernelsmith.pysource import entry_def, entry_parts, parse
 
 # (violation, description) by dotted-name prefix of a referenced name or attribute chain.
 _NAME_RULES: list[tuple[str, str, str]] = [
@@ -216,8 +216,18 @@ def static_violations(code: str, base_code: str) -> list[tuple[str, str]]:
 
 
 def defines(code: str, name: str) -> bool:
-    """Whether module-level code defines `name` (def, class, assignment or import)."""
+    """Whether module-level code defines `name` (def, class, assignment or import); for a dotted
+    entry (`Class.method`, `Function.apply`), its first name, and where that is a class of this
+    module, the def the entry runs."""
     tree = parse(code)
+    if "." in name:
+        first = entry_parts(name)[0]
+        own = any(isinstance(n, ast.ClassDef) and n.name == first for n in tree.body)
+        return _defines(tree, first) and (not own or entry_def(tree, name) is not None)
+    return _defines(tree, name)
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True

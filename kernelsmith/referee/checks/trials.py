@@ -9,30 +9,36 @@ import torch
 from kernelsmith.referee.checks import correctness as C
 
 
-def in_arena(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> tuple[int, dict]:
-    """(draw taken: 0 for `inputs`, else k, its inputs moved into the previous trial's storage
-    `arena` where shapes allow).
+def _fitting(arena: dict, cand: dict) -> dict:
+    """The arena's tensors whose shape, dtype and strides `cand`'s tensor of that name has."""
+    return {n: b for n, b in arena.items() if isinstance(cand.get(n), torch.Tensor)
+            and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
+
+
+def fitting_draw(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> int:
+    """Which draw fits the previous trial's storage `arena` best: 0 for `inputs`, else k.
 
     Same storage, new values: a result cached by address shows up as stale output. Sizes may
     follow the seed (a paged cache whose block count follows random lengths): redraws
-    (`redraw(k)`, up to `tries`, within `budget_s`) look for inputs that fit the arena whole;
-    failing that, only the tensors whose shape, dtype and strides match are moved.
+    (`redraw(k)`, up to `tries`, within `budget_s`) look for inputs that fit the arena whole.
     """
-    def fitting(cand):
-        return {n: b for n, b in arena.items() if isinstance(cand.get(n), torch.Tensor)
-                and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
-
-    fits, taken = fitting(inputs), 0
+    fits, taken = len(_fitting(arena, inputs)), 0
     start = time.monotonic()
     for k in range(1, tries):
-        if len(fits) == len(arena) or time.monotonic() - start > budget_s:
+        if fits == len(arena) or time.monotonic() - start > budget_s:
             break
-        other = redraw(k)
-        if len(fitting(other)) > len(fits):
-            inputs, fits, taken = other, fitting(other), k
+        n = len(_fitting(arena, redraw(k)))
+        if n > fits:
+            fits, taken = n, k
+    return taken
+
+
+def into_arena(arena: dict, inputs: dict) -> dict:
+    """`inputs` with the values of each tensor that fits moved into the arena's storage."""
+    fits = _fitting(arena, inputs)
     for name, buf in fits.items():
         buf.copy_(inputs[name])
-    return taken, {**inputs, **fits}
+    return {**inputs, **fits}
 
 
 class FreshOutputs:

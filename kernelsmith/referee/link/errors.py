@@ -29,3 +29,8 @@ class CandidateError(Exception):
 class InfrastructureError(RuntimeError):
     """The referee's own machinery failed (the runner template died, a runner could not be
     forked): not the candidate's doing, so the parent judges the candidate again on a new worker."""
+
+
+class BaseRunFailed(RuntimeError):
+    """At a worker's start the base, or the harness's make_inputs or reference, failed on a listed
+    shape: the task loaded, so the parent reports the base failing (a crash), not a load error."""

@@ -132,6 +132,18 @@ class JudgeRegions:
         self.regions[which] = made
         return made
 
+    def growth(self, which: str, need: int) -> int:
+        """Device bytes `ensure(which, need)` would allocate (0 where the region holds `need`)."""
+        r = self.regions[which]
+        if not self.enabled or need <= 0 or (r is not None and r.capacity >= need):
+            return 0
+        cap = max(need, int(r.capacity * GROWTH) if r is not None else 0)
+        return (cap + ROUND - 1) // ROUND * ROUND
+
+    def nbytes(self) -> int:
+        """Bytes the regions and the pins hold."""
+        return sum(r.capacity for r in self.regions.values() if r is not None) + self.pins.bytes
+
     def targets_for(self, blobs: list, reply_bytes: int, body: dict, skip=()) -> tuple[list, list[int]]:
         """Per blob of a request: `to_peer`'s buffer where it goes there (grown to fit all), else
         None; `from_peer` kept at `reply_bytes` or more; regions made now described in `body`,

@@ -22,6 +22,7 @@ from kernelsmith.harness.model import load_harness
 from kernelsmith.loader import load_operator_module
 from kernelsmith.referee.backend import get_backend, standins
 from kernelsmith.referee.checks import correctness as C
+from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.link.channel import Channel
 from kernelsmith.referee.link.errors import PeerGone
 from kernelsmith.referee.proc.compile_cache import CompileCaches
@@ -45,9 +46,9 @@ class OracleSession:
         self.harness = load_harness(spec["harness"])
         with self.caches.base():
             self.base_mod = load_operator_module(root, file, tag="base", stubs=stubs)
-        # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks).
-        bind = self.harness.bind
-        self.base_fn = bind(self.base_mod) if bind is not None else getattr(self.base_mod, entry, None)
+        # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks), call the
+        # entry itself (`call`) and pick what is compared (target/entry.py).
+        self.base_fn = self.harness.callable_of(self.base_mod, entry)
         if not callable(self.base_fn):
             raise RuntimeError(f"{file} defines no function {entry!r}")
 
@@ -60,7 +61,8 @@ class OracleSession:
     def facts(self) -> dict:
         """The harness as plain data (oracle_link.harness_from_facts checks every field)."""
         h = self.harness
-        return {"shapes": h.shapes, "cpu_shapes": h.cpu_shapes, "outputs": h.outputs, "inplace": h.inplace,
+        return {"shapes": h.shapes, "cpu_shapes": h.cpu_shapes, "outputs": h.outputs,
+                "positions": h.positions, "call": h.call is not None, "inplace": h.inplace,
                 "tolerance": h.tolerance, "vary": h.vary, "nondeterministic": h.nondeterministic,
                 "library_base": h.library_base, "bytes_moved": h.bytes_moved is not None,
                 "flops": h.flops is not None,
@@ -81,10 +83,7 @@ class OracleSession:
     def release(self) -> None:
         """Give freed device memory back: what the oracle made now lives in the judge's cache, and
         its own caching allocator would otherwise hold as much again on the device."""
-        if self.dev is not None and str(self.dev).startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
+        self.backend.release()
 
     def time_base(self, originals: list[dict], seed: int) -> dict:
         """Check (b)'s own base time on copies of `originals` (the judge has stopped the runner)."""
@@ -134,8 +133,10 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
                 chan.peer_regions = None
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
-        except BaseException:  # noqa: BLE001 - harness or base code failed: the judge decides what it means
-            reply, out = {"ok": False, "error": traceback.format_exc()[-6000:]}, None
+        except BaseException as e:  # noqa: BLE001 - harness or base code failed: the judge decides what it means
+            gap = interpreter_failure(e)  # a kernel line the interpreter cannot run: said last
+            text = traceback.format_exc()[-6000:] + (f"\n{gap}" if gap else "")
+            reply, out = {"ok": False, "error": text}, None
         try:
             chan.send(reply, out)
         except Exception as e:  # noqa: BLE001 - a value that cannot travel (an arbitrary object, ...)

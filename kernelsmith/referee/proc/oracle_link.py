@@ -24,7 +24,8 @@ from kernelsmith.referee.link.errors import PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import room_for
 from kernelsmith.referee.proc.judge import ChildLink, make_non_dumpable
 
-STAND_INS = frozenset({"active driver", "device properties", "fp8 cast", "list grids", "tl aliases"})
+STAND_INS = frozenset({"active driver", "device properties", "float arguments", "fp8 cast", "libdevice math",
+                       "list grids", "tl aliases"})
 
 
 class OracleFailed(RuntimeError):
@@ -83,7 +84,8 @@ def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
     its functions as requests to `link`."""
     if not isinstance(data, dict):
         raise MalformedFacts("not an object")
-    base = HarnessFacts.from_json({k: data.get(k) for k in ("shapes", "cpu_shapes", "outputs", "vary")}
+    base = HarnessFacts.from_json({k: data[k] for k in ("shapes", "cpu_shapes", "outputs", "positions",
+                                                        "call", "vary") if k in data}
                                   | {"reference_source": None, "inputs": []}, path)
     inplace = data.get("inplace")
     if not (isinstance(inplace, list) and len(inplace) <= 256
@@ -105,7 +107,8 @@ def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
         inplace=list(inplace), tolerance=_tolerance(data.get("tolerance")), vary=base.vary,
         nondeterministic=flags["nondeterministic"], make_inputs=link.make_inputs, reference=link.reference,
         bytes_moved=link.bytes_moved if flags["bytes_moved"] else None,
-        flops=link.flops if flags["flops"] else None, bind=None, library_base=flags["library_base"])
+        flops=link.flops if flags["flops"] else None, bind=None, library_base=flags["library_base"],
+        positions=base.positions)
 
 
 class OracleLink(ChildLink):

@@ -92,7 +92,7 @@ class RunnerSession:
         self.threads_before: set[int] = set()
 
     def _entry_fn(self, mod):
-        return self.harness.bind(mod) if self.harness.bind is not None else getattr(mod, self.entry, None)
+        return self.harness.callable_of(mod, self.entry)
 
     def trusted(self, fn) -> bool:
         """Whether `fn` is the base or its A/A copy (compiled in the runner's private cache)."""
@@ -235,9 +235,15 @@ class RunnerSession:
         from kernelsmith.referee.timing.ab import time_loop
 
         fn = self.named(msg["fn"])
-        r = time_loop(self, fn, sets, int(msg["si"]), int(msg["cid"]), int(msg["seed"]), msg["mode"],
-                      bool(msg["host"]))
-        return r
+        copies = msg.get("copies")
+        try:
+            return time_loop(self, fn, sets, int(msg["si"]), int(msg["cid"]), int(msg["seed"]), msg["mode"],
+                             bool(msg["host"]), int(copies) if copies is not None else None)
+        finally:
+            # Its copies of the sets are garbage now: the device memory goes back for the oracle's
+            # timing of the base and the judge's next steps (memory.py).
+            sets.clear()
+            self.backend.release()
 
     def audit(self, sets: list[dict]) -> list:
         """The candidate on every set back to back, then one synchronize: its outputs per set."""
@@ -293,6 +299,8 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
                 out = values
             elif op == "regions_off":
                 chan.peer_regions = None
+            elif op == "release":  # the judge makes room on the device (memory.py)
+                session.backend.release()
             elif op == "integrity":
                 reply["found"] = session.integrity(msg)
             elif op == "settle":

@@ -32,7 +32,7 @@ def main() -> int:
     session = None
     # Imported before the fork (no device is touched), so the runner does not import torch again.
     from kernelsmith.referee import session as _session  # noqa: F401
-    from kernelsmith.referee.link.errors import InfrastructureError
+    from kernelsmith.referee.link.errors import BaseRunFailed, InfrastructureError
     from kernelsmith.referee.proc import runner as _runner  # noqa: F401
     from kernelsmith.referee.proc.judge import RunnerTemplate
     from kernelsmith.referee.proc.oracle_link import OracleLink
@@ -70,11 +70,14 @@ def main() -> int:
                 reply = {"ok": True, "verdict": session.evaluate(
                     code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
                     fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"),
-                    contender_shapes=msg.get("contender_shapes"), rendered=bool(msg.get("rendered")))}
+                    contender_shapes=msg.get("contender_shapes"), promote_at=msg.get("promote_at"),
+                    rendered=bool(msg.get("rendered")))}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except InfrastructureError as e:  # the parent judges the candidate again on a new worker
             reply = {"ok": False, "error": str(e)[:4000], "infrastructure": True}
+        except BaseRunFailed:  # the task loaded; the base or the harness failed on a listed shape
+            reply = {"ok": False, "error": traceback.format_exc()[-4000:], "stage": "run"}
         except Exception:  # noqa: BLE001 - reported to the parent, which decides what it means
             reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
         if fd is None:

@@ -203,10 +203,11 @@ def timed_output_ok(session, outs: tuple, expected: tuple) -> bool:
 
 
 def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, mode: str,
-              host: bool = True) -> dict:
+              host: bool = True, copies: int | None = None) -> dict:
     """The interleaved loop on copies of `originals` (INPUT_SETS input sets): raw per-call times of
     base, candidate (and A/A), host times, and the last timed candidate call's outputs
-    (`last_outs`, on set `last_set`). Runs where the candidate is loaded (the runner)."""
+    (`last_outs`, on set `last_set`). Runs where the candidate is loaded (the runner). `copies`:
+    copies of the sets (rotation.py; default one per function, fewer where memory is short)."""
     cfg = FULL if mode == "full" else SCREEN
     h, backend = session.harness, session.backend
     last: dict = {}
@@ -214,21 +215,32 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
     originals_fns = [session.base_fn, fn] + ([session.aa_fn()] if mode == "full" else [])
     # Each function uses every function's copy of the tensors in turn (rotation.py): where a buffer
     # sat moved an identical call by up to ~1.1% on the H200, on every take.
-    rotation = Rotation(originals, len(originals_fns))
+    rotation = Rotation(originals, len(originals_fns), copies)
+    shared = rotation.copies < len(originals_fns)
+
+    def outputs(ret, inputs) -> tuple:
+        return C.as_tuple(ret) if h.outputs is None else tuple(inputs[n] for n in h.outputs)
 
     def runner(j, keep):
         f = originals_fns[j]
 
         def run(_rep):
+            c = rotation.next_copy(j)
             k, inputs = rotation.inputs(j)
             ret = f(**inputs)
             if keep:
-                last["ret"], last["set"], last["inputs"] = ret, k, inputs
-        if inplace:
+                last.clear()
+                last.update(ret=ret, set=k, inputs=inputs, copy=c)
+        if inplace or shared:
             def prepare(_rep):
-                # Outside the timed window (backend.time_calls): every timed call starts from the
-                # trial's own in-place buffers, so a kernel that skips work on an already-filled
-                # cache gains nothing, and the last call's output can be checked.
+                # Outside the timed window (backend.time_calls). Where calls share copies, the
+                # candidate's last output is cloned before another call writes its copy.
+                if shared and not keep and "outs" not in last and last.get("copy") == rotation.next_copy(j):
+                    last["outs"] = tuple(o.clone() if isinstance(o, torch.Tensor) else o
+                                         for o in outputs(last["ret"], last["inputs"]))
+                # Every timed call starts from the trial's own in-place buffers, so a kernel that
+                # skips work on an already-filled cache gains nothing, and the last call's output
+                # can be checked.
                 k, dst = rotation.peek(j)
                 for name in inplace:
                     dst[name].copy_(originals[k][name])
@@ -264,11 +276,10 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
     # The output of the last timed candidate call (in-place outputs too: their buffers were
     # restored before that call), for the caller to check against the reference.
     if "set" in last:
-        k = last["set"]
-        result["last_set"] = k
-        outs = C.as_tuple(last["ret"]) if h.outputs is None else tuple(last["inputs"][n] for n in h.outputs)
+        result["last_set"] = last["set"]
         # Cloned before the host timing below: its buffers are other functions' in turn.
-        result["last_outs"] = tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
+        result["last_outs"] = last.get("outs") or tuple(
+            o.clone() if isinstance(o, torch.Tensor) else o for o in outputs(last["ret"], last["inputs"]))
     if cfg["host_calls"] and host:
         hb, hc = [], []
         for _ in range(3):

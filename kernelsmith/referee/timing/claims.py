@@ -28,8 +28,9 @@ import torch
 
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.input_cache import fresh_copy
-from kernelsmith.referee.link.errors import RunnerFailed
+from kernelsmith.referee.link.errors import CandidateError, RunnerFailed
 from kernelsmith.referee.link.shared_region import room_for
+from kernelsmith.referee.memory import DeviceMemoryShort, device_oom, region_growth
 
 if TYPE_CHECKING:
     from kernelsmith.referee.timing.ab import ShapeTiming
@@ -194,7 +195,7 @@ class JudgeTiming:
         from kernelsmith.referee.timing.ab import ShapeTiming
 
         for _ in range(BASE_TAKES):
-            r = self._claims(fn, shape, si, cid, seed, mode, host)
+            r = self._claims_in_memory(fn, shape, si, cid, seed, mode, host)
             if r.get("forged"):
                 return ShapeTiming.refused(*r["forged"])
             why = base_disagrees(r["base"], r["judge_base_ms"])
@@ -210,7 +211,49 @@ class JudgeTiming:
                 return ShapeTiming.refused(*why)
         return ShapeTiming.of(r)
 
-    def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool) -> dict:
+    def _claims_in_memory(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
+                          host: bool) -> dict:
+        """`_claims` with as many copies of the input sets as the free device memory allows
+        (memory.py); a request the device runs out of memory in is made again with one copy fewer."""
+        from kernelsmith.referee.timing.ab import INPUT_SETS
+
+        planner = getattr(self, "memory", None)
+        entries = self.timing_entries(shape, seed, INPUT_SETS)
+        self.listed_expected(entries[0])  # the outputs' size is part of the need
+        n_fns = 3 if mode == "full" else 2
+        if planner is None:
+            return self._claims(fn, shape, si, cid, seed, mode, host, entries, None)
+        copies = planner.timing_copies(shape, seed, lambda c: self.timing_need(shape, seed, c, entries),
+                                       n_fns, keep=[e.key for e in entries])
+        while True:
+            try:
+                return self._claims(fn, shape, si, cid, seed, mode, host, entries, copies)
+            except CandidateError as e:
+                if not device_oom(e.text):
+                    raise
+                fewer = planner.fewer_after_oom(shape, seed, copies)
+                if fewer is None:
+                    need = self.timing_need(shape, seed, 1, entries)
+                    raise DeviceMemoryShort(shape, need, planner.room() or 0, "timing with one copy of its "
+                                            "input sets", planner.sizes_of(shape)) from None
+                copies = fewer
+
+    def timing_need(self, shape: dict, seed: int, copies: int, entries: list) -> int:
+        """Device bytes a timing of `shape` with `copies` copies needs beyond the cache: the runner's
+        side, or the oracle's timing of the base where this worker has not timed it yet, and the
+        judge's regions they grow."""
+        from kernelsmith.referee.timing.ab import INPUT_SETS
+
+        sizes = self.memory.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
+        sets = INPUT_SETS * sizes.inputs
+        need = sizes.timing(copies, INPUT_SETS) + region_growth(self.link, sets, sizes.outputs)
+        if (json.dumps(shape, sort_keys=True), seed) not in self.own_base:
+            grow = region_growth(getattr(self, "oracle", None), sets)
+            need = max(need, sizes.base_timing(INPUT_SETS) + grow)
+        return need
+
+    def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool,
+                entries: list, copies: int | None) -> dict:
         """One timing request to the runner and checks (a) and the output's; the claims with the
         judge's own base (`judge_base_ms`, `judge_host_ms`), or {"forged": [violation, why]}."""
         from kernelsmith.referee.timing.ab import (
@@ -221,12 +264,12 @@ class JudgeTiming:
             timed_output_ok,
         )
 
-        made = self.timing_sets(shape, seed, INPUT_SETS)
-        originals = [o for o, _ in made]
+        originals = [e.originals for e in entries]
+        first = self.listed_expected(entries[0])
         start = time.perf_counter()
         reply, out = self.link.request({"op": "time", "fn": fn.name, "si": si, "cid": cid, "seed": seed,
-                                        "mode": mode, "host": host}, originals,
-                                       reply_bytes=room_for(made[0][1]),
+                                        "mode": mode, "host": host, "copies": copies}, originals,
+                                       reply_bytes=room_for(first),
                                        pin=[t for o in originals for t in C.tensors_of(o).values()])
         wall_ms = (time.perf_counter() - start) * 1e3
         r = claimed_times(reply, mode, (seed, cid, si))
@@ -242,13 +285,27 @@ class JudgeTiming:
         last, k = (out or {}).get("last") if isinstance(out, dict) else None, reply.get("last_set")
         if not (isinstance(last, tuple) and isinstance(k, int) and 0 <= k < INPUT_SETS):
             raise RunnerFailed("protocol", "the runner did not return its last timed output")
-        r["timed_output_ok"] = timed_output_ok(self, last, made[k][1])
+        r["timed_output_ok"] = timed_output_ok(self, last, self.listed_expected(entries[k]))
         key = (json.dumps(shape, sort_keys=True), seed)
         if key not in self.own_base:  # the base does not change: measured once per shape and seed
-            self.own_base[key] = self.own_base_ms(originals, seed)
+            self.own_base[key] = self._own_base_in_memory(shape, entries, seed)
         r["judge_base_ms"], r["judge_host_ms"] = self.own_base[key]
         r["originals"] = originals
         return r
+
+    def _own_base_in_memory(self, shape: dict, entries: list, seed: int) -> tuple[float, float]:
+        """`own_base_ms` on the timing sets, with room made for the oracle's copies (memory.py)."""
+        from kernelsmith.referee.timing.ab import INPUT_SETS
+
+        originals = [e.originals for e in entries]
+        planner = getattr(self, "memory", None)
+        if planner is None:
+            return self.own_base_ms(originals, seed)
+        sizes = planner.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
+        need = sizes.base_timing(INPUT_SETS) + region_growth(getattr(self, "oracle", None),
+                                                             INPUT_SETS * sizes.inputs)
+        return self.with_room(shape, need, [e.key for e in entries], "the judge's own timing of the base",
+                              lambda: self.own_base_ms(originals, seed), keep_outputs=False)
 
     def disagreement_facts(self, r: dict, seed: int) -> str:
         """What tells a lying runner from a disturbed device, for the refusal's message: the runner's

@@ -25,6 +25,10 @@ of its timing is staged, in the spirit of successive halving:
    number no decision reads (its per-shape screen still serves tables and the params studies).
    On SGLang fused_rmsnorm most launch configs lose the 1-token shape by 5-15%; in params runs
    there such full measurements took 1-6 of the 8-17 referee GPU-seconds a params run spent.
+   Unless it is far ahead: an all-shape screen geomean at `promote_at` or above (the search's
+   PROMOTE_MARGIN over its best full measurement, search/rules.py) is promoted to the full
+   measurement all the same (`details.promoted`), so a search whose fast configs all lose a shape
+   has a measured best from its first candidates.
 
 The depth reached is the verdict's `timing.mode` and `details.timing_depth`. A candidate stopped
 after the subset keeps its measured shapes (their per-shape speedups) and the subset geomean in
@@ -91,13 +95,14 @@ def subset_bar(contender_at: float, best_shapes: list[float | None] | None, subs
 
 def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, sizes: list[float],
                contender_at: float | None, mark: Callable[[str], None] = lambda name: None,
-               best_shapes: list[float | None] | None = None) -> str:
+               best_shapes: list[float | None] | None = None, promote_at: float | None = None) -> str:
     """Time a candidate in stages with `timer(mode, indices, host)` (timing.time_candidate bound
     to a session and candidate, filling `out`); returns the depth reached.
 
     `sizes`: one size per listed shape, to choose the representative subset. `mark(phase)` is
     called after each stage (the verdict's phase clock). `best_shapes`: the best's speedup on
-    each listed shape (None where unknown), which scales the bar to the subset.
+    each listed shape (None where unknown), which scales the bar to the subset. `promote_at`: the
+    all-shape screen geomean from which a lost shape no longer skips the full measurement.
     """
     n = len(sizes)
     subset = representative(sizes) if contender_at is not None and n > SUBSET_SIZE else list(range(n))
@@ -130,7 +135,9 @@ def run_staged(timer: Callable[[str, list[int] | None, bool], bool], out: dict, 
     lost = lost_shapes(out["shapes"])
     if lost:
         out["details"]["screen_lost_shapes"] = lost
-        return _depth(out, "screen")
+        if promote_at is None or g is None or g < promote_at:
+            return _depth(out, "screen")
+        out["details"]["promoted"] = True
     out["details"]["screen_geomean"] = g
     timer("full", None, False)
     mark("full_timing")

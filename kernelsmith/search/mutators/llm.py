@@ -20,7 +20,7 @@ import random
 import threading
 import time
 
-from kernelsmith.pysource import parse
+from kernelsmith.pysource import entry_def, parse
 from kernelsmith.search.edits import EditError, parse_proposal
 from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.llm_settings import LLMSettings
@@ -32,6 +32,8 @@ MIN_REQUEST_S = 1.0  # with less of the run's time left no request starts (it co
 
 def _defines(code: str, name: str) -> bool:
     tree = parse(code)
+    if "." in name:  # `Class.method`, `Function.apply`: the class and the def it runs
+        return entry_def(tree, name) is not None
     # A class counts too: a KernelBench task's entry is the ModelNew class.
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
                for n in tree.body)

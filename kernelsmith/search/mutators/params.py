@@ -14,7 +14,9 @@ fixed `--seed` and the same visible rows give the same proposals and `--resume` 
   refined one bucket at a time by asking that bucket's study.
 On a space whose launch sets can be counted (twins.py) and are few enough that the start-up's
 proposals are NEAR_SHARE of them, the start-up walks the untried launch sets nearest the fastest
-config so far (nearby.py) instead of TPE's random draws, which clamps bias toward degenerate sets.
+config so far (nearby.py) instead of TPE's random draws, which clamps bias toward degenerate sets;
+on one of at most rules.ENUMERATE_LAUNCHES sets the walk goes on until every set is proposed (the
+space enumerated in the model's order).
 Never a config tried before, nor one launching the same kernels with the same arguments on every
 listed shape as a config proposed before (a twin, twins.py): the global study is told the twin's
 outcome for it instead. `GridMutator` is the plain sweep of the same space (one point per launch),
@@ -30,7 +32,7 @@ import random
 from statistics import fmean
 
 from kernelsmith.launch.buckets import buckets
-from kernelsmith.launch.tunables import discover, relevant, render, values_of
+from kernelsmith.launch.tunables import discover, relevant, render, sources_of, values_of
 from kernelsmith.search.archive import code_hash
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import format_edits, make_edits
@@ -38,6 +40,7 @@ from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.nearby import coordinates, distance
 from kernelsmith.search.mutators.space import SPACE_MUTATORS, ConfigSpace, shape_sizes
 from kernelsmith.search.mutators.studies import Observation, Study, load_optuna
+from kernelsmith.search.rules import enumerates
 
 __all__ = ["GridMutator", "ParamsMutator", "buckets", "shape_sizes"]
 
@@ -140,7 +143,7 @@ class ParamsMutator(ConfigSpace):
             p = self._bucket_ask(parent, rng, known)
             if p is not None:
                 return p
-        if self.near_made < self.n_startup and (p := self._near(rng, known)) is not None:
+        if (p := self._near(rng, known)) is not None:
             self.near_made += 1
             return p
         return self._global_ask(rng, known)
@@ -164,11 +167,15 @@ class ParamsMutator(ConfigSpace):
 
     def _near(self, rng: random.Random, known: set[str]) -> Proposal | None:
         """A config of the untried launch set nearest the incumbent's (the fastest single config so
-        far, else the base); ties in a seeded random order. None where launch sets are not counted
-        or too many for the start-up to be NEAR_SHARE of them."""
+        far, else the base); ties in a seeded random order. None where launch sets are not counted,
+        and, on a space too large to enumerate (rules.enumerates), once the start-up is over or
+        where it would not be NEAR_SHARE of the sets."""
         found = self.twins.space_groups()  # computed once per process (the run's layout needed it)
         sets = found[0] if found is not None else {}
-        if not sets or len(sets) * NEAR_SHARE > self.n_startup:
+        if not sets:
+            return None
+        startup = self.near_made < self.n_startup and len(sets) * NEAR_SHARE <= self.n_startup
+        if not (startup or enumerates(len(sets) + found[1])):
             return None
         ranked = [r for r in self.records.values() if r.state == "ok" and not r.params.get("table")]
         best = max(ranked, key=lambda r: r.score or 1.0, default=None)
@@ -253,7 +260,7 @@ class ParamsMutator(ConfigSpace):
         """Retune the tunables of another mutator's code (an llm rewrite) with a study of its own."""
         code = parent.get("code") or ""
         try:
-            tunables = relevant(discover(code), code, self.task.operator.entry)
+            tunables = relevant(discover(code, sources_of(self.task)), code, self.task.operator.entry)
         except SyntaxError:
             return None
         own = values_of(tunables)

@@ -17,11 +17,13 @@ from kernelsmith.launch.buckets import buckets, cells, lookup
 from kernelsmith.launch.sizekeys import SizeKey, grid_key, resolve, size_key
 from kernelsmith.launch.tunables import (
     MAX_NUMEL,
-    discover,
+    entry_knobs,
     has_loops,
-    relevant,
+    label,
     render,
     render_table,
+    sources_of,
+    space_points,
     values_of,
 )
 from kernelsmith.launch.twins import LaunchTwins
@@ -94,7 +96,8 @@ class ConfigSpace:
         self.task = task
         self.base_code = task.base_code
         self.budget_hint = budget_hint
-        self.tunables = relevant(discover(self.base_code), self.base_code, task.operator.entry)
+        # Launch values the finder could not follow to where they are chosen, in words (said at start).
+        self.tunables, self.unfollowed = entry_knobs(self.base_code, task.operator.entry, sources_of(task))
         self.by_key = {t.key: t for t in self.tunables}
         self.base_values = values_of(self.tunables)
         self.loops = has_loops(self.base_code)
@@ -241,6 +244,29 @@ class ConfigSpace:
         return int(all(v in self._working.get(k, {v}) for k, v in others))
 
     # -- the space ------------------------------------------------------------------------------
+    def launch_count(self) -> int:
+        """The space's distinct launches on the listed shapes (twins.py: a config without a launch
+        signature counts as its own), or, where they cannot be counted, its knob combinations."""
+        counted = self.twins.space_count()
+        return counted[0] if counted is not None else space_points(self.tunables)
+
+    def coverage(self) -> tuple[int, int] | None:
+        """(launch sets judged or proposed since the last sync, the space's launch sets), where every
+        config of the space has a launch signature; None where they are not all counted."""
+        found = self.twins.space_groups()
+        if found is None or found[1]:
+            return None
+        sets = found[0]
+        done = 0
+        for sig in sets:
+            first = self.twins.first.get(sig)
+            # A row id without its verdict yet is still pending; a proposal not yet synced (None) is
+            # in flight or judged, as the loop knows (it asks once nothing is in flight).
+            rec = self.records.get(first[1]) if first is not None and first[1] is not None else None
+            if first is not None and (rec is None or rec.state != "running"):
+                done += 1
+        return done, len(sets)
+
     def allowed(self, key: str) -> list[int]:
         """A knob's values within its learned edges (its base value always)."""
         t = self.by_key[key]
@@ -275,7 +301,8 @@ class ConfigSpace:
 
     def describe(self, params: dict) -> str:
         """The edit in words (the archive's `prompt` column for params candidates)."""
-        changes = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in (params.get("changed") or {}).items())
+        changes = ", ".join(f"{k}: {self._show(k, a)} -> {self._show(k, b)}"
+                            for k, (a, b) in (params.get("changed") or {}).items())
         what = f"{self.name} mutator, {params.get('op')}: " + (changes or "configuration")
         if params.get("table"):
             by = self.key.expr if self.key is not None else "largest tensor size"
@@ -283,6 +310,17 @@ class ConfigSpace:
             if params["table"].get("limits2") and self.key2 is not None:
                 what += f", then by {self.key2.expr} with limits {params['table']['limits2']}"
         return what
+
+    def _show(self, key: str, value) -> str:
+        t = self.by_key.get(key.split("@")[0])
+        return t.show(value) if t is not None else str(value)
+
+    def describe_space(self) -> str:
+        """The knobs in words, and the launch values that could not be followed (printed at start)."""
+        knobs = [t for t in self.tunables if len(t.domain) > 1]
+        names = ", ".join(label(t) for t in knobs)
+        said = f"{len(knobs)} knob{'s' * (len(knobs) != 1)} ({names})" if knobs else "no knobs"
+        return said + "".join(f"; not followed: {n}" for n in self.unfollowed)
 
     def shape_configs(self, rec: Record) -> list[dict[str, int]] | None:
         """The config each harness shape ran with (a table's rows by the shape's size)."""

@@ -37,7 +37,8 @@ def scale_rows(x, weight, out=None):
 
 def _warp_budget(device) -> int:
     """Warps the device can hold per program (a device query: nothing the code text can tell)."""
-    return 32 if device.type == "cuda" else 16
+    props = torch.cuda.get_device_properties(device)
+    return props.max_threads_per_multi_processor // props.warp_size
 
 
 def scale_rows_queried(x, weight):

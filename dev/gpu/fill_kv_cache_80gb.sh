@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# LMDeploy fill_kv_cache with its batch 512 x history 2048 (bf16) shape on an 80 GB card (issue 42):
+# `kernelsmith evaluate` of the base (full timing), then `optimize --mutator params --minutes 1`,
+# printing the referee's memory decisions (details.memory: fewer rotation copies, evicted shapes,
+# regenerated data; details.memory_short where a shape did not fit) and the peak device memory in use
+# over all processes (nvidia-smi, sampled every 200 ms). About 4 minutes of GPU time.
+#   bash dev/gpu/fill_kv_cache_80gb.sh
+# Run from the tree on the GPU machine (Python 3.12, torch, triton, no pip): needs .carry/lmdeploy
+# (dev/gpu/carry_checkouts.sh) and .carry/wheels (optuna: dev/gpu/carry_wheels.sh) carried in.
+# Look for: "evaluate: exit 0" with the base ACCEPTED and timed on every shape, the batch=512 shape
+# among them; optimize's base row accepted and evaluations > 1; the decisions (which shape, what was
+# done) and a peak below the card's memory. KS_DEVICE_MEMORY=70G caps what the referee plans with
+# ($KERNELSMITH_DEVICE_MEMORY), e.g. to act as an 80 GB card on a larger one.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+D="$OUT/fill-kv-80gb"
+rm -rf "$D"
+mkdir -p "$D"
+export PYTHONPATH="$PWD:$PWD/.carry/wheels" KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
+export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+[ -n "${KS_DEVICE_MEMORY:-}" ] && export KERNELSMITH_DEVICE_MEMORY="$KS_DEVICE_MEMORY"
+CO="$PWD/.carry/lmdeploy"
+[ -d "$CO/lmdeploy/pytorch/kernels/cuda" ] || { echo "no LMDeploy kernels at $CO (carry .carry/lmdeploy)"; exit 1; }
+grep -q '"batch": 512, "q_per_seq": 1, "max_history": 2048' targets/lmdeploy/fill_kv_cache.py \
+  || { echo "the harness lacks the batch 512 x history 2048 shape"; exit 1; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
+SMI=""
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$D/used_mib.txt" &
+  SMI=$!
+fi
+
+t0=$SECONDS
+timeout 110 python3 -P -m kernelsmith evaluate lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+  --json > "$D/evaluate.json" 2> "$D/evaluate.err"
+echo "evaluate: exit $? in $((SECONDS - t0)) s"
+tail -n 12 "$D/evaluate.err"
+
+t0=$SECONDS
+timeout 150 python3 -P -m kernelsmith optimize lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+  --mutator params --minutes 1 --seed 0 --out "$D/run" --no-progress > "$D/optimize.log" 2>&1
+echo "optimize: exit $? in $((SECONDS - t0)) s"
+tail -n 8 "$D/optimize.log"
+
+[ -n "$SMI" ] && kill "$SMI" 2> /dev/null
+python3 - "$D" <<'PY'
+import collections, json, sqlite3, sys
+from pathlib import Path
+
+d = Path(sys.argv[1])
+GIB = 1 << 30
+
+
+def gib(n):
+    return "-" if n is None else f"{n / GIB:.2f} GiB"
+
+
+def shape_text(s):
+    return ",".join(f"{k}={v}" for k, v in (s or {}).items() if k in ("batch", "q_per_seq", "max_history", "dtype"))
+
+
+def decisions(memory):
+    for where in ("boot_decisions", "decisions"):
+        for x in memory.get(where) or []:
+            extra = {k: x[k] for k in ("copies", "of", "bytes") if k in x}
+            if x.get("shapes"):
+                extra["evicted"] = [shape_text(s) for s in x["shapes"]]
+            print(f"    [{where[:4]}] {shape_text(x.get('shape'))}: {x.get('action')} at {x.get('step')}: need "
+                  f"{gib(x.get('need_bytes'))}, free {gib(x.get('free_bytes'))} {extra}")
+
+
+try:
+    text = (d / "evaluate.json").read_text()
+    v = json.loads(text[:text.rindex("}") + 1])
+except (OSError, ValueError) as e:
+    v = None
+    print(f"evaluate: no verdict ({e})")
+if v:
+    mem = (v.get("details") or {}).get("memory") or {}
+    print(f"evaluate: accepted {v['accepted']} violations {v['violations']} on {v['device'].get('name')}")
+    for s in v["shapes"]:
+        print(f"  {shape_text(s['shape'])}: base {s.get('baseline_ms')} ms, speedup {s.get('speedup')}")
+    print(f"  memory: least free {gib(mem.get('least_free_bytes'))}, judge holds {gib(mem.get('held_bytes'))}")
+    for s in mem.get("shapes") or []:
+        print(f"    {shape_text(s['shape'])}: input set {gib(s['input_set_bytes'])}, outputs {gib(s['output_bytes'])}")
+    decisions(mem)
+    if (v.get("details") or {}).get("memory_short"):
+        print("  memory_short:", v["details"]["memory_short"])
+
+run = d / "run"
+try:
+    res = json.loads((run / "result.json").read_text())
+    print(f"optimize: evaluations {res.get('evaluations')}, winner geomean {res.get('geomean_speedup')}, "
+          f"wall {res.get('wall_s')} s")
+except OSError:
+    print("optimize: no result.json")
+db = run / "archive.sqlite"
+if db.exists():
+    rows = sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute(
+        "select id, mutator, accepted, reason, verdict from candidates order by id").fetchall()
+    base = [r for r in rows if r[1] == "base"]
+    if base:
+        print(f"  base row: accepted {bool(base[0][2])} reason {base[0][3]}")
+    actions = collections.Counter()
+    least = None
+    for cid, _, _, reason, verdict in rows:
+        mem = (json.loads(verdict or "{}").get("details") or {}).get("memory") or {}
+        for x in mem.get("decisions") or []:
+            actions[(shape_text(x.get("shape")), x.get("action"), x.get("copies"))] += 1
+        if mem.get("least_free_bytes") is not None:
+            least = mem["least_free_bytes"] if least is None else min(least, mem["least_free_bytes"])
+        if reason == "out_of_memory":
+            print(f"  candidate {cid}: out_of_memory {(json.loads(verdict).get('details') or {}).get('memory_short')}")
+    print(f"  {len(rows)} rows; least free measured {gib(least)}; decisions over the run:")
+    for (shape, action, copies), n in sorted(actions.items()):
+        print(f"    {shape}: {action}{'' if copies is None else f' ({copies} copies)'} x{n}")
+
+used = d / "used_mib.txt"
+if used.exists():
+    vals = [int(x) for x in used.read_text().split() if x.strip().isdigit()]
+    if vals:
+        print(f"peak device memory in use (all processes): {max(vals) / 1024:.2f} GiB over {len(vals)} samples")
+PY
