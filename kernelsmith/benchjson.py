@@ -12,6 +12,8 @@ import platform
 import statistics
 from datetime import datetime, timezone
 
+from kernelsmith.runspec import RunSpec
+
 BENCHMARK_FORMAT_VERSION = "4.0.0"
 
 
@@ -55,10 +57,10 @@ def _shape_id(shape: dict) -> str:
     return "-".join(f"{k}={v}" for k, v in shape.items())
 
 
-def benchmark_json(run: dict, result: dict, verdict_shapes: list[dict]) -> dict:
+def benchmark_json(run: RunSpec, result: dict, verdict_shapes: list[dict]) -> dict:
     """pytest-benchmark's document for a run: base and winner per shape (empty without timing)."""
     benches = []
-    op = result.get("op") or run.get("op")
+    op = result.get("op") or run.op
     for s in verdict_shapes if result.get("timed") else []:
         if s.get("baseline_ms") is None or s.get("candidate_ms") is None:
             continue
@@ -113,11 +115,11 @@ def benchmark_json(run: dict, result: dict, verdict_shapes: list[dict]) -> dict:
             "triton": device.get("triton"),
         },
         "commit_info": {
-            "id": result.get("base_sha") or run.get("base_sha"),
+            "id": result.get("base_sha") or run.base_sha,
             "time": None,
             "author_time": None,
             "dirty": False,
-            "project": result.get("repo") or run.get("repo"),
+            "project": result.get("repo") or run.repo,
             "branch": None,
         },
         "benchmarks": benches,

@@ -18,6 +18,7 @@ from kernelsmith.mdtext import safe_text
 from kernelsmith.referee.verdict import aa_bias_factor
 from kernelsmith.reproduce import checkout_placeholder, join, local_path, target_arg
 from kernelsmith.rundir import RunDir, load_run, write_json, write_text
+from kernelsmith.runspec import RunSpec
 from kernelsmith.search.candidate import candidates
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ NO_TIMING = "No timing was done (no CUDA device: correctness and integrity only)
 
 
 def marker(
-    run: dict, result: dict | None, run_id: str, base_code: str | None, prior: str | None = None
+    run: RunSpec, result: dict | None, run_id: str, base_code: str | None, prior: str | None = None
 ) -> str:
     """The hidden HTML comment identifying target/op, the operator source hash and the run."""
     source = (result or {}).get("source_sha256") or (
@@ -36,7 +37,7 @@ def marker(
     if source is None:  # re-rendered without archive or result hash: keep what the last report said
         m = re.search(r"<!-- kernelsmith:op=\S+ source=([0-9a-f]{64}) ", prior or "")
         source = m.group(1) if m else "unknown"
-    return f"<!-- kernelsmith:op={Path(run['target']).stem}/{run['op']} source={source} run={run_id} -->"
+    return f"<!-- kernelsmith:op={Path(run.target).stem}/{run.op} source={source} run={run_id} -->"
 
 
 def _f(x, fmt: str, none: str = "n/a") -> str:
@@ -158,51 +159,38 @@ def search_stats(rows, result: dict) -> str:
     return "\n".join(lines)
 
 
-def repro(run: dict, rd_path: Path) -> str:
+def repro(run: RunSpec, rd_path: Path) -> str:
     """Commands that reproduce the run and re-check the winner, as they work when pasted from the
     project's folder: the target by name (or repository-relative path), the `--checkout` the run
     used as a placeholder (a folder of the machine that ran it), no absolute path of that machine."""
-    target = target_arg(run["target"])
+    target = target_arg(run.target)
     where = []
     if _checkout_given(run):
-        where = ["--checkout", checkout_placeholder(run.get("repo"))]
-    cmd = [
-        "kernelsmith",
-        "optimize",
-        target,
-        run["op"],
-        *where,
-        "--seed",
-        str(run.get("seed", 0)),
-        "--mutator",
-        run.get("mutator", "all"),
-        "--device",
-        run.get("device", "auto"),
-    ]
-    if run.get("command") == "sweep":  # the grid: no mutator or budget to choose
+        where = ["--checkout", checkout_placeholder(run.repo)]
+    cmd = ["kernelsmith", "optimize", target, run.op, *where,
+           "--seed", str(run.seed), "--mutator", run.mutator, "--device", run.device]
+    if run.command == "sweep":  # the grid: no mutator or budget to choose
         i = cmd.index("--mutator")
         cmd[1], cmd[i:i + 2] = "sweep", []
-    if run.get("budget") is not None:
-        cmd += ["--budget", str(run["budget"])]
-    if run.get("minutes") is not None:
-        cmd += ["--minutes", str(run["minutes"])]
+    if run.budget is not None:
+        cmd += ["--budget", str(run.budget)]
+    if run.minutes is not None:
+        cmd += ["--minutes", str(run.minutes)]
     rd = local_path(rd_path)
     rd = "<run dir>" if Path(rd).is_absolute() else rd
-    winner = f"{rd}/winner/{Path(run['file']).name}"
-    check = ["kernelsmith", "evaluate", target, run["op"], *where, "--candidate", winner]
+    winner = f"{rd}/winner/{Path(run.file).name}"
+    check = ["kernelsmith", "evaluate", target, run.op, *where, "--candidate", winner]
     return "```sh\n" + join(cmd) + "\n" + join(check) + "\n```"
 
 
-def _checkout_given(run: dict) -> bool:
+def _checkout_given(run: RunSpec) -> bool:
     """Whether the run was given `--checkout` (run.json says so; older runs: a checkout outside
     the cache folder, where only a given folder lies)."""
-    if "checkout_given" in run:
-        return bool(run["checkout_given"])
-    if not run.get("checkout"):
-        return False
+    if run.checkout_given is not None:
+        return run.checkout_given
     from kernelsmith.paths import cache_dir
 
-    return cache_dir().resolve() not in Path(run["checkout"]).resolve().parents
+    return cache_dir().resolve() not in Path(run.checkout).resolve().parents
 
 
 def slower_shapes(shapes: list[dict]) -> list[str]:
@@ -251,19 +239,19 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
     run, result = rd.run, rd.result or {}
     base_row = next((r for r in rows if r["mutator"] == "base"), None)
     base_code = base_row["code"] if base_row else None
-    timed = bool(result.get("timed", run.get("device") == "cuda"))
+    timed = bool(result.get("timed", run.device == "cuda"))
     winner = result.get("winner")
     g = result.get("geomean_speedup")
     prior = (rd.path / "report.md").read_text() if (rd.path / "report.md").is_file() else None
     out = [marker(run, result, rd.path.name, base_code, prior)]
     if winner and timed:
         out.append(
-            f"## kernelsmith: `{run['op']}` is {g:.2f}x faster (geomean over {len(result['shapes'])} shapes)"
+            f"## kernelsmith: `{run.op}` is {g:.2f}x faster (geomean over {len(result['shapes'])} shapes)"
         )
     elif winner:
-        out.append(f"## kernelsmith: `{run['op']}`: an accepted candidate (correctness and integrity only)")
+        out.append(f"## kernelsmith: `{run.op}`: an accepted candidate (correctness and integrity only)")
     else:
-        out.append(f"## kernelsmith: `{run['op']}`: no faster candidate found")
+        out.append(f"## kernelsmith: `{run.op}`: no faster candidate found")
     out.append("")
     if not winner and result.get("no_winner_reason"):
         out += [f"**No winner:** {result['no_winner_reason']}.", ""]
@@ -271,9 +259,9 @@ def render_report(rd: RunDir, rows: list[dict]) -> str:
         out += [f"**{NO_TIMING}** No speedup is claimed.", ""]
     if (result.get("sandbox") or {}).get("enabled") is False:
         out += [f"**Warning: {result['sandbox'].get('note')}.**", ""]
-    out.append(f"Repository `{run.get('repo')}`, file `{run['file']}`, base `{run.get('base_sha')}`.")
-    if run.get("base_release") or result.get("base_release"):
-        out.append(f"The base is the release `{run.get('base_release') or result.get('base_release')}` (its "
+    out.append(f"Repository `{run.repo}`, file `{run.file}`, base `{run.base_sha}`.")
+    if run.base_release or result.get("base_release"):
+        out.append(f"The base is the release `{run.base_release or result.get('base_release')}` (its "
                    "published package's files in a one-commit repository), not an upstream commit.")
     if winner:
         out.append(
@@ -362,7 +350,7 @@ def render_all(rd: RunDir) -> list[Path]:
     write_text(report, text)
     png = render_chart(
         rd.path / "speedup.png",
-        {**result, "op": result.get("op") or rd.run["op"], "repo": result.get("repo") or rd.run.get("repo")},
+        {**result, "op": result.get("op") or rd.run.op, "repo": result.get("repo") or rd.run.repo},
         rows,
     )
     winner_id = (result.get("winner") or {}).get("id")

@@ -6,21 +6,21 @@ import errno
 import json
 import os
 import platform
-import sys
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.runspec import RunSpec
 
 
 @dataclass
 class RunDir:
-    """A run directory as read back: its JSON files and the winning code."""
+    """A run directory as read back: its settings, its JSON files and the winning code."""
 
     path: Path
-    run: dict
+    run: RunSpec
     result: dict | None
     verify: dict | None
     winner_code: str | None
@@ -44,15 +44,10 @@ def _read_json(path: Path) -> dict | None:
 
 
 def load_run(run_dir: str | os.PathLike) -> RunDir:
-    """Read a run directory; ConfigError when it has no run.json."""
+    """Read a run directory; ConfigError when its run.json is missing or not a run.json."""
     path = Path(run_dir).resolve()
-    run = _read_json(path / "run.json")
-    if run is None:
-        raise ConfigError(path / "run.json", "not found: not a kernelsmith run directory")
-    for key in ("target", "op", "file"):
-        if key not in run:
-            raise ConfigError(path / "run.json", "missing required field", key)
-    winner = path / "winner" / Path(run["file"]).name
+    run = RunSpec.load(path)
+    winner = path / "winner" / Path(run.file).name
     return RunDir(
         path=path,
         run=run,
@@ -105,69 +100,3 @@ def versions() -> dict:
         except ImportError:
             pass
     return out
-
-
-def run_json(
-    task,
-    *,
-    seed: int,
-    budget: int | None,
-    minutes: float | None,
-    mutator: str,
-    device: str,
-    gpus: list,
-    argv: list[str] | None,
-) -> dict:
-    """The run.json record of a new run (docs/design.md, Run directory, lists the keys)."""
-    return {
-        "target": str(task.target.path),
-        "op": task.operator.name,
-        "repo": task.target.repo,
-        "file": task.operator.file,
-        "checkout": str(task.root),
-        "base_sha": task.base_sha,
-        "base_release": getattr(task, "base_release", None),
-        "seed": seed,
-        "budget": budget,
-        "minutes": minutes,
-        "mutator": mutator,
-        "device": device,
-        "gpus": gpus,
-        "argv": list(argv if argv is not None else sys.argv),
-        "versions": versions(),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-# run.json fields a resume reads as numbers or lists: (allowed types, what they must be).
-_FIELDS = {
-    "seed": ((int,), "an integer"),
-    "budget": ((int, type(None)), "an integer or null"),
-    "minutes": ((int, float, type(None)), "a number or null"),
-    "islands": ((int, type(None)), "an integer or null"),
-    "exploit": ((int, float, type(None)), "a number or null"),
-    "stagnation": ((int, type(None)), "an integer or null"),
-    "pipeline": ((int, type(None)), "an integer or null"),
-    "batch": ((int, type(None)), "an integer or null"),
-    "mutator": ((str,), "a string"),
-    "device": ((str,), "a string"),
-    "checkout": ((str,), "a string"),
-    "base_sha": ((str,), "a string"),
-}
-
-
-def check_run_fields(run: dict, path: Path) -> None:
-    """ConfigError naming run.json and the field when a field a resume relies on is missing or of
-    the wrong type (JSON true is no integer; gpus is a list of device indices or nulls)."""
-    for key, (kinds, what) in _FIELDS.items():
-        if key in ("seed", "mutator", "device", "checkout", "base_sha") and key not in run:
-            raise ConfigError(path, "missing required field", key)
-        value = run.get(key)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            raise ConfigError(path, f"must be {what}, not {json.dumps(value)}; restore it or start a "
-                              "new run", key)
-    gpus = run.get("gpus")
-    if not isinstance(gpus, list) or not gpus or any(
-            g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 0) for g in gpus):
-        raise ConfigError(path, f"must be a list of device indices, not {json.dumps(gpus)}; restore it "
-                          "or start a new run", "gpus")

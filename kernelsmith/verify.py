@@ -22,9 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kernelsmith import safefs
-from kernelsmith.errors import KernelsmithError
+from kernelsmith.errors import ConfigError, KernelsmithError
 from kernelsmith.onboard.checkout import clean_worktree, run_setup, safe_env, venv_env
 from kernelsmith.paths import cache_dir
+from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.sandbox import summary as sandbox_summary
 from kernelsmith.sandbox.spawn import device_env
 from kernelsmith.scratch import remove_tree
@@ -195,38 +196,26 @@ def regressions(base: CommandResult, winner: CommandResult) -> list[str]:
     return []
 
 
-def _load_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise KernelsmithError(f"{path}: not found (is this a run directory?)") from None
-    except ValueError as e:
-        raise KernelsmithError(f"{path}: invalid JSON ({e})") from None
-
-
 def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has_cuda: bool | None = None,
                log=print) -> dict:
     """Verify one run directory; writes verify.json and the report section; returns verify.json."""
     from kernelsmith.onboard.config import load_target
 
     run_dir = Path(run_dir).resolve()
-    run = _load_json(run_dir / "run.json")
-    for key in ("target", "op", "file", "checkout", "base_sha"):
-        if not run.get(key):
-            raise KernelsmithError(f"{run_dir / 'run.json'}: missing {key!r}")
-    if not isinstance(run["checkout"], str) or not Path(run["checkout"]).is_dir():
-        raise KernelsmithError(f"{run_dir / 'run.json'}: checkout: {run['checkout']} no longer exists; "
-                               "restore that checkout (or clone the repository there again) and verify again")
+    run = RunSpec.load(run_dir)
+    if not Path(run.checkout).is_dir():
+        raise ConfigError(run_file(run_dir), f"{run.checkout} no longer exists; restore that checkout (or "
+                          "clone the repository there again) and verify again", "checkout")
     if has_cuda is None:
         import torch
 
         has_cuda = torch.cuda.is_available()
-    target = load_target(run["target"])
+    target = load_target(run.target)
     op = _find_operator(target, run)
     doc = {
         "status": "could-not-run", "regression": False, "reason": None, "run_dir": str(run_dir),
-        "target": str(target.path), "op": op.name, "file": op.file, "checkout": run["checkout"],
-        "base_sha": run["base_sha"], "device": "cuda" if has_cuda else "interpret",
+        "target": str(target.path), "op": op.name, "file": op.file, "checkout": run.checkout,
+        "base_sha": run.base_sha, "device": "cuda" if has_cuda else "interpret",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "newly_failing": [], "base": None, "winner": None, "sandbox": sandbox_summary(),
     }
@@ -241,18 +230,18 @@ def verify_run(run_dir: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, has
     return doc
 
 
-def _find_operator(target, run: dict):
+def _find_operator(target, run: RunSpec):
     """The run's operator: from the yaml, else from the repo's `.kernelsmith.yml` at the base."""
-    if target.has_operator(run["op"]):
-        return target.operator(run["op"])
+    if target.has_operator(run.op):
+        return target.operator(run.op)
     from kernelsmith.onboard.checkout import Checkout, is_commit
     from kernelsmith.onboard.scan import with_repo_operators
 
-    co = Checkout(Path(run["checkout"]), run["base_sha"], is_commit(run["base_sha"]))
-    return with_repo_operators(target, co).operator(run["op"])
+    co = Checkout(Path(run.checkout), run.base_sha, is_commit(run.base_sha))
+    return with_repo_operators(target, co).operator(run.op)
 
 
-def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, log) -> None:
+def _verify_in_worktree(doc, run: RunSpec, target, op, winner_file, timeout_s, has_cuda, log) -> None:
     """Base and winner, each in a worktree made fresh from the store: the winner is written into a
     tree no test has run in yet, so nothing the base's tests planted (a link at the operator's path,
     a rewritten `.git`) is followed, read back or handed to git."""
@@ -260,7 +249,7 @@ def _verify_in_worktree(doc, run, target, op, winner_file, timeout_s, has_cuda, 
     if not has_cuda:  # kernels run under the Triton interpreter on a CPU machine
         env = device_env(env, "interpret")
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=cache_dir()))
-    checkout, base_sha = Path(run["checkout"]), run["base_sha"]
+    checkout, base_sha = Path(run.checkout), run.base_sha
     try:
         try:
             winner_code = safefs.read_file(winner_file, limit=MAX_WINNER_BYTES)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelsmith.onboard.state import entry, op_key, record_run
+from kernelsmith.runspec import run_file
 
 from .. import dashboard, prs
 from ..actions import write_summary
@@ -75,7 +76,7 @@ def finish(ctx: Context, item: WorkItem, run_dir: Path) -> bool:
     ok, status, details = True, "", ""
     rebase = item.replay is not None
     try:
-        if not (run_dir / "run.json").is_file():
+        if not run_file(run_dir).is_file():  # its content is never read here: the run dir is evidence only
             raise PublishError(f"optimize wrote no run directory for {item.target}/{item.op}; "
                                "see the workflow log")
         # Trusted: the work item (target, op, repo) and the target yaml; the run dir is evidence only.

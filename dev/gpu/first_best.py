@@ -17,13 +17,14 @@ import json
 import sys
 from pathlib import Path
 
+from kernelsmith.runspec import RunSpec
 from kernelsmith.search.compare import win_curve
 from kernelsmith.search.efficiency import candidate_rows
 
 
 def summary(run_dir: Path) -> dict:
     """The run's first full measurement, first measured win, promotions and budget use."""
-    run = json.loads((run_dir / "run.json").read_text())
+    run = RunSpec.load(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
     rows = candidate_rows(run_dir)
     spent, first_full = 0.0, None
@@ -32,7 +33,7 @@ def summary(run_dir: Path) -> dict:
         if first_full is None and c.trusted_speedup:
             first_full = {"generation": c.generation, "candidates": n, "gpu_s": round(spent, 1),
                           "speedup": round(c.trusted_speedup, 3)}
-    wins = [(t, b) for t, b in win_curve(rows, run.get("seed") or 0) if b > 1.0]
+    wins = [(t, b) for t, b in win_curve(rows, run.seed) if b > 1.0]
     promoted = [c.id for c in rows if c.verdict and (c.verdict.details or {}).get("promoted")]
     search_s = (result.get("timeline") or {}).get("search_s")
     return {
@@ -42,7 +43,7 @@ def summary(run_dir: Path) -> dict:
         "first_win": {"gpu_s": round(wins[0][0], 1), "speedup": round(wins[0][1], 3)} if wins else None,
         "promoted": promoted,
         "stop_reason": result.get("stop_reason"),
-        "minutes": run.get("minutes"),
+        "minutes": run.minutes,
         "search_minutes": round(search_s / 60, 2) if search_s is not None else None,
         "space": result.get("space"),
     }

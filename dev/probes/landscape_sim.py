@@ -51,7 +51,7 @@ from kernelsmith.search.compare import sweep_reference  # noqa: E402
 from kernelsmith.search.efficiency import SWEEP_SHARE, gain_target  # noqa: E402
 from kernelsmith.search.loop import optimize  # noqa: E402
 from kernelsmith.search.mutators.space import ConfigSpace, Record  # noqa: E402
-from kernelsmith.search.run_config import SearchConfig  # noqa: E402
+from kernelsmith.search.run_config import SearchConfig, SearchHooks  # noqa: E402
 
 
 def load_landscape(archives: list[str]) -> dict[str, dict]:
@@ -231,12 +231,12 @@ def run_seed(args, seed: int, target_speedup: float, workdir: Path) -> tuple[int
     """(evaluations to the target or None, landscape referee seconds to it, evaluations in all)."""
     cfg = SearchConfig(target=args.target, op=args.op, checkout=args.checkout, out=str(workdir / f"s{seed}"),
                        budget=args.budget, mutator=args.mutator, device="cuda", gpus=[0], progress=False,
-                       precompile=False, seed=seed, pipeline=args.pipeline, stagnation=10**6,
-                       referee_factory=LandscapeReferee, argv=["kernelsmith", "optimize"],
+                       seed=seed, pipeline=args.pipeline, stagnation=10**6,
                        command="sweep" if args.mutator == "grid" else "optimize")
+    hooks = SearchHooks(referee_factory=LandscapeReferee, precompile=False, argv=["kernelsmith", "optimize"])
     LandscapeReferee.ARCHIVE = workdir / f"s{seed}" / "archive.sqlite"
     LandscapeReferee.NOISE = str(seed) if args.noise else None
-    result = optimize(cfg)
+    result = optimize(cfg, hooks)
     rows = [c for c in Archive(Path(result.run_dir) / "archive.sqlite").all() if c.mutator != "base"]
     spent = 0.0
     for n, c in enumerate((c for c in rows if c.verdict is not None), start=1):

@@ -12,12 +12,12 @@ window runs dry (result.json `evaluator[].idle_nothing_queued_s`). The run's tar
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from kernelsmith.onboard.task import load_task
+from kernelsmith.runspec import RunSpec
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import studies
@@ -33,11 +33,11 @@ def main() -> None:
     ap.add_argument("run", type=Path)
     ap.add_argument("--step", type=int, default=2, help="rows between replayed generations (the batch)")
     args = ap.parse_args()
-    run = json.loads((args.run / "run.json").read_text())
-    task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
+    run = RunSpec.load(args.run)
+    task = load_task(run.target, run.op, checkout=run.checkout, harness="facts")
     archive = Archive(args.run / "archive.sqlite")
     mutators = build_mutators("params", task, "cuda", 40, lambda _msg: None)
-    population = Population(SelectionConfig(islands=int(run["islands"]), exploit=float(run["exploit"])),
+    population = Population(SelectionConfig(islands=run.islands, exploit=float(run.exploit)),
                             task.base_code)
     asks = [0]
     real_ask = studies.Study.ask
@@ -61,8 +61,8 @@ def main() -> None:
         known = {r["code_hash"] for r in rows if r["code_hash"]}
         asks[0] = 0
         for slot in range(args.step):
-            rng = slot_rng(int(run["seed"]), 10_000 + n, slot)
-            parent, inspirations = population.sample(slot % int(run["islands"]), rng)
+            rng = slot_rng(run.seed, 10_000 + n, slot)
+            parent, inspirations = population.sample(slot % run.islands, rng)
             mutators[0].propose(parent, inspirations, rng, known)
         t.append(time.perf_counter())
         band = bands[n // 60]

@@ -10,6 +10,7 @@ from kernelsmith.errors import ConfigError
 from kernelsmith.export.dedup import DEFAULT_SIMILARITY, NearDuplicates
 from kernelsmith.export.records import rl_record, sft_record
 from kernelsmith.export.steps import DEFAULT_MIN_GAIN, best_per_trajectory, select_steps
+from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.sandbox import summary as sandbox_summary
 
 FORMATS = ("sft", "rl")
@@ -21,42 +22,34 @@ FASTER_RULE = (
 )
 
 
-def read_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
+def read_run(run_dir: str | Path) -> tuple[RunSpec, list[dict]]:
     """(run.json, archive rows) of a run directory; ConfigError naming what is missing."""
     from kernelsmith.search.archive import Archive
 
     path = Path(run_dir).resolve()
-    run_json, db = path / "run.json", path / "archive.sqlite"
-    if not run_json.is_file():
+    db = path / "archive.sqlite"
+    if not run_file(path).is_file():
         raise ConfigError(path, "not a run directory (no run.json)", "RUN_DIR")
     if not db.is_file():
         raise ConfigError(path, "no archive.sqlite in this run directory", "RUN_DIR")
-    try:
-        run = json.loads(run_json.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(run_json, f"invalid JSON: {e}") from None
-    for key in ("target", "op", "checkout"):
-        if not run.get(key):
-            raise ConfigError(run_json, "missing", key)
+    run = RunSpec.load(path)
     with Archive(db, read_only=True) as archive:
         rows = archive.all()
     return run, rows
 
 
-def task_for_run(run: dict, run_dir: Path, rows: list[dict]):
+def task_for_run(run: RunSpec, run_dir: Path, rows: list[dict]):
     """The run's Task (for prompts), with the base code as the archive recorded it."""
     from kernelsmith.onboard.config import load_target
     from kernelsmith.onboard.task import make_task
 
-    run_json = Path(run_dir) / "run.json"
-    target_path = Path(run["target"])
+    target_path = Path(run.target)
     if not target_path.is_file():
-        raise ConfigError(run_json, f"target yaml {target_path} no longer exists", "target")
-    if not Path(run["checkout"]).is_dir():
-        raise ConfigError(run_json, f"checkout {run['checkout']} no longer exists", "checkout")
+        raise ConfigError(run_file(run_dir), f"target yaml {target_path} no longer exists", "target")
+    if not Path(run.checkout).is_dir():
+        raise ConfigError(run_file(run_dir), f"checkout {run.checkout} no longer exists", "checkout")
     # The prompts show the harness's shapes and reference: its facts, from a sandboxed child.
-    task = make_task(load_target(target_path), run["op"], Path(run["checkout"]), run.get("base_sha", ""),
-                     harness="facts")
+    task = make_task(load_target(target_path), run.op, Path(run.checkout), run.base_sha, harness="facts")
     base = next((r for r in rows if r.get("mutator") == "base" and r.get("code")), None)
     if base is not None:
         task.base_code = base["code"]
@@ -88,8 +81,8 @@ def export_runs(run_dirs: list[str | Path], fmt: str, out: str | Path, *, min_ga
                 extra = len(steps) - len(best)
                 dropped["not_best_in_trajectory"] = dropped.get("not_best_in_trajectory", 0) + extra
             steps = best
-        source = {"run": str(run_dir), "target": run["target"], "op": run["op"], "repo": run.get("repo"),
-                  "base_sha": run.get("base_sha"), "mutator": run.get("mutator"), "device": run.get("device")}
+        source = {"run": str(run_dir), "target": run.target, "op": run.op, "repo": run.repo,
+                  "base_sha": run.base_sha, "mutator": run.mutator, "device": run.device}
         task = task_for_run(run, run_dir, rows) if steps else None
         run_records = []
         # Best gain first, so of near-duplicates the better step is the one kept.

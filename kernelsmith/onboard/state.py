@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.paths import cache_dir
+from kernelsmith.runspec import RunSpec
 
 STATE_VERSION = 1
 
@@ -140,10 +141,7 @@ def record_run_dir(run_dir: str | Path, *, verify_status: str | None = None,
                    path: str | Path | None = None) -> dict:
     """Record a finished run directory (run.json + result.json) in the state file and save it."""
     run_dir = Path(run_dir)
-    try:
-        run = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError) as e:
-        raise KernelsmithError(f"{run_dir}/run.json: cannot read ({e})") from None
+    run = RunSpec.load(run_dir)
     result = None
     if (run_dir / "result.json").exists():
         try:
@@ -152,13 +150,12 @@ def record_run_dir(run_dir: str | Path, *, verify_status: str | None = None,
             raise KernelsmithError(f"{run_dir}/result.json: invalid JSON ({e})") from None
     from kernelsmith.onboard.checkout import read_at_base
 
-    base_code = read_at_base(Path(run["checkout"]), run.get("base_sha", ""), run["file"])
-    digest = run.get("source_hash") or (source_hash(base_code) if base_code is not None else None)
-    if digest is None:
-        raise KernelsmithError(f"{run['checkout']}/{run['file']}: operator file missing at the base; "
+    base_code = read_at_base(Path(run.checkout), run.base_sha, run.file)
+    if base_code is None:
+        raise KernelsmithError(f"{run.checkout}/{run.file}: operator file missing at the base; "
                                "cannot record its source hash")
     state = load_state(path)
-    record_run(state, Path(run["target"]).stem, run["op"], source_hash=digest, result=result,
+    record_run(state, Path(run.target).stem, run.op, source_hash=source_hash(base_code), result=result,
                run_dir=run_dir.resolve(), verify_status=verify_status)
     save_state(state, path)
     return state

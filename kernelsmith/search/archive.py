@@ -28,6 +28,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
@@ -168,6 +169,27 @@ class _LockedConnection:
             self._conn.close()
 
 
+@dataclass(frozen=True)
+class NewRow:
+    """A candidate as `Archive.add` stores it: pending, or with the verdict it was rejected with at
+    once (a malformed proposal, a duplicate)."""
+
+    code: str | None  # None: a malformed proposal (the model's answer is in `response`)
+    mutator: str
+    parent_id: int | None = None
+    island: int = 0
+    generation: int = 0
+    diff: str | None = None
+    inspiration_ids: list[int] | None = None
+    prompt: str | None = None
+    response: str | None = None
+    params: dict | None = None  # the params mutator's configuration
+    status: str = "pending"  # or "evaluated", "duplicate"
+    verdict: dict | None = None  # Verdict.to_json()
+    feedback: str | None = None
+    duplicate_of: int | None = None
+
+
 class Archive:
     """A run's candidates in SQLite; rows come back decoded once, as Candidates (search/candidate.py)."""
 
@@ -219,55 +241,35 @@ class Archive:
         self._decoded[row["id"]] = (raw, c)
         return c
 
-    def add(
-        self,
-        code: str | None,
-        *,
-        mutator: str,
-        parent_id: int | None = None,
-        island: int = 0,
-        generation: int = 0,
-        diff: str | None = None,
-        inspiration_ids: list[int] | None = None,
-        prompt: str | None = None,
-        response: str | None = None,
-        params: dict | None = None,
-        status: str = "pending",
-        verdict: dict | None = None,
-        feedback: str | None = None,
-        duplicate_of: int | None = None,
-    ) -> int:
+    def add(self, row: NewRow) -> int:
         """Insert one candidate and return its id (status "pending" unless given a verdict)."""
-        verdict_text = json.dumps(verdict) if verdict is not None else None
-        accepted = int(bool(verdict and verdict.get("accepted")))
-        speedup = verdict.get("geomean_speedup") if verdict else None
-        reason = verdict.get("reason") if verdict else None
+        verdict = row.verdict
         cur = self._db.execute(
             "INSERT INTO candidates (parent_id, island, generation, mutator, code, diff, inspiration_ids,"
             " prompt, response, verdict, feedback, status, speedup, accepted, code_hash, created_at,"
             " evaluated_at, params, duplicate_of, reason, timing)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                parent_id,
-                island,
-                generation,
-                mutator,
-                code,
-                diff,
-                json.dumps(inspiration_ids or []),
-                prompt,
-                response,
-                verdict_text,
-                feedback,
-                status,
-                speedup,
-                accepted,
-                code_hash(code),
+                row.parent_id,
+                row.island,
+                row.generation,
+                row.mutator,
+                row.code,
+                row.diff,
+                json.dumps(row.inspiration_ids or []),
+                row.prompt,
+                row.response,
+                json.dumps(verdict) if verdict is not None else None,
+                row.feedback,
+                row.status,
+                verdict.get("geomean_speedup") if verdict else None,
+                int(bool(verdict and verdict.get("accepted"))),
+                code_hash(row.code),
                 now_iso(),
                 now_iso() if verdict is not None else None,
-                json.dumps(params) if params is not None else None,
-                duplicate_of,
-                reason,
+                json.dumps(row.params) if row.params is not None else None,
+                row.duplicate_of,
+                verdict.get("reason") if verdict else None,
                 "none" if verdict is not None else None,
             ),
         )

@@ -33,6 +33,8 @@ import json
 import sys
 from pathlib import Path
 
+from kernelsmith.errors import ConfigError
+from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.efficiency import (
     SWEEP_SHARE,
@@ -49,8 +51,8 @@ FRACTIONS = (0.5, 0.9, SWEEP_SHARE)
 CHECKPOINTS = (0.1, 0.25, 0.5, 0.75, 1.0)  # of the sweep's GPU-seconds
 
 
-def _load(run_dir: Path) -> tuple[dict, dict]:
-    run = json.loads((run_dir / "run.json").read_text())
+def _load(run_dir: Path) -> tuple[RunSpec, dict]:
+    run = RunSpec.load(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
     return run, result
 
@@ -123,9 +125,9 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
     loaded = [(Path(d), *_load(Path(d))) for d in run_dirs]
     rows = {str(d): candidate_rows(d) for d, _, _ in loaded}
     memos: dict[str, dict] = {str(d): {} for d, _, _ in loaded}  # judge() per row, once per run
-    curves = {str(d): (win_curve(rows[str(d)], run.get("seed") or 0, memos[str(d)]) if wins_only
+    curves = {str(d): (win_curve(rows[str(d)], run.seed, memos[str(d)]) if wins_only
                        else curve(rows[str(d)])) for d, run, _ in loaded}
-    sweeps = [(d, res) for d, run, res in loaded if run.get("command") == "sweep" and res.get("sweep")]
+    sweeps = [(d, res) for d, run, res in loaded if run.command == "sweep" and res.get("sweep")]
     source = "--reference"
     if reference == "final":
         if not sweeps or sweeps[0][1].get("geomean_speedup") is None:
@@ -142,11 +144,11 @@ def compare_runs(run_dirs: list[Path], reference: float | str | None = None, win
         pts, summary = curves[str(d)], run_summary(d)
         gpu_s = pts[-1][0] if pts else 0.0
         reached = {f"{int(f * 100)}%": time_to(pts, gain_target(reference, f)) for f in FRACTIONS}
-        within = time_to(ci_curve(rows[str(d)], run.get("seed") or 0, memos[str(d)]),
+        within = time_to(ci_curve(rows[str(d)], run.seed, memos[str(d)]),
                          gain_target(reference, SWEEP_SHARE))
         runs.append({
             "run": str(d),
-            "kind": "sweep" if run.get("command") == "sweep" else f"optimize --mutator {run.get('mutator')}",
+            "kind": "sweep" if run.command == "sweep" else f"optimize --mutator {run.mutator}",
             "gpus": summary["gpus"],
             "gpu_s": round(gpu_s, 2),
             "held_gpu_s": round(summary["gpus"] * (res.get("wall_s") or 0.0), 1),
@@ -262,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="count every full, non-noisy measurement, not only measured wins")
     args = p.parse_args(argv)
     missing = [str(r) for r in args.runs
-               if not (r / "result.json").is_file() or not (r / "run.json").is_file()]
+               if not (r / "result.json").is_file() or not run_file(r).is_file()]
     if missing:
         print(f"compare: not a finished run directory (no run.json/result.json): {', '.join(missing)}",
               file=sys.stderr)
         return 2
     try:
         data = compare_runs(args.runs, args.reference, wins_only=not args.any)
-    except ValueError as e:
+    except (ValueError, ConfigError) as e:  # ConfigError: a run.json that is not one
         print(f"compare: {e}", file=sys.stderr)
         return 2
     print(json.dumps(data, indent=2) if args.json else render(data))

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from kernelsmith.runspec import RunSpec
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
 
@@ -77,8 +78,7 @@ def phase_medians(rows: list[Candidate]) -> dict[str, dict[str, float]]:
 def run_summary(run_dir: Path) -> dict:
     """One run: geomean, % roofline of the winner, evaluations per GPU-minute and per wall minute."""
     result = json.loads((Path(run_dir) / "result.json").read_text())
-    run = json.loads((Path(run_dir) / "run.json").read_text())
-    n_gpus = max(1, len(run.get("gpus") or [None]))
+    n_gpus = len(RunSpec.load(run_dir).gpus)
     rows = candidate_rows(run_dir)
     pts = curve(rows)
     gpu_s = pts[-1][0] if pts else 0.0

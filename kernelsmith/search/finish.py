@@ -20,6 +20,7 @@ from pathlib import Path
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.referee.verdict import is_noisy
 from kernelsmith.rundir import write_json, write_text
+from kernelsmith.runspec import Replay
 from kernelsmith.search.archive import now_iso, rejected_counts
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.edits import unified_diff
@@ -44,12 +45,12 @@ def _finalists(search, rows: list[Candidate]) -> list[Candidate]:
     base_hash = search.archive.base()["code_hash"]
     accepted = [c for c in rows if c.accepted and not c.is_base and c["code_hash"] != base_hash]
     if not search.timed:
-        return list(reversed(accepted))[: search.config.final_k]
+        return list(reversed(accepted))[: search.hooks.final_k]
     full = [c for c in accepted if (c.trusted_speedup or 0) > 1.0]
     # Candidates whose search measurement already is a measured win go first: a faster one that
     # loses a shape would fail the same rule again on re-measurement and crowd out one that passes.
     # Judged fastest first, only until enough pass (a bootstrap costs a fraction of a second).
-    k = search.config.final_k
+    k = search.hooks.final_k
     passed, failed = [], []
     for c in sorted(full, key=lambda c: (-c.speedup, c.id)):
         if len(passed) == k:
@@ -161,12 +162,12 @@ def _shapes(verdict: dict | None) -> list[dict]:
     return out
 
 
-def _replay_summary(replay: dict, rows: list[Candidate]) -> dict:
+def _replay_summary(replay: Replay, rows: list[Candidate]) -> dict:
     """What became of a replayed winner: applied or not, and the referee's reason when rejected."""
     row = next((c for c in rows if c.mutator == "replay"), None)
     v = row.verdict_json if row is not None else {}
     return {
-        "source": replay.get("source"),
+        "source": replay.source,
         "candidate": row.id if row else None,
         "applied": bool(row and row.code is not None),
         "accepted": bool(row and row.accepted),
@@ -234,7 +235,7 @@ def finish(search, evaluator, started: float) -> SearchResult:
         "timed": search.timed,
         "run_id": path.name,
         "seed": search.seed,
-        "mutator": search.run["mutator"],
+        "mutator": search.run.mutator,
         "source_sha256": hashlib.sha256(task.base_code.encode()).hexdigest(),
         "stop_reason": search.stop_reason,
         # The launch space (rules.py): its distinct launches, how many were judged, whether all were.
@@ -258,9 +259,9 @@ def finish(search, evaluator, started: float) -> SearchResult:
     invocations = (archive.get_meta("invocations", []) or []) + [invocation]
     archive.set_meta("invocations", invocations)
     result["invocations"] = invocations
-    if search.run.get("replay"):
-        result["replay"] = _replay_summary(search.run["replay"], rows)
-    if search.run.get("command") == "sweep":
+    if search.run.replay is not None:
+        result["replay"] = _replay_summary(search.run.replay, rows)
+    if search.run.command == "sweep":
         from kernelsmith.search.sweep import summary
 
         result["command"] = "sweep"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.search.archive import Archive, code_hash
+from kernelsmith.search.archive import Archive, NewRow, code_hash
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.mutator_set import build_mutators
 from kernelsmith.search.mutators import Proposal
@@ -24,7 +24,7 @@ from kernelsmith.search.progress import Progress
 from kernelsmith.search.resolve import DEFAULT_BUDGET, resolve_run
 from kernelsmith.search.result import SearchResult
 from kernelsmith.search.rules import IMPROVEMENT, could_change_best, default_stagnation
-from kernelsmith.search.run_config import PIPELINE, SearchConfig
+from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks
 from kernelsmith.search.seeds import slot_rng
 from kernelsmith.search.selection import Population, SelectionConfig
 
@@ -38,9 +38,11 @@ STALL_S = 0.25
 class Search:
     """One run of the loop (see module docstring)."""
 
-    def __init__(self, config: SearchConfig):
-        self.config = config
-        self.task, self.path, self.run, self.device, self.gpus, self.lock = resolve_run(config)
+    def __init__(self, config: SearchConfig, hooks: SearchHooks = SearchHooks()):
+        self.config, self.hooks = config, hooks
+        resolved = resolve_run(config, hooks)
+        self.task, self.path, self.run, self.lock = resolved.task, resolved.path, resolved.run, resolved.lock
+        self.device, self.gpus = self.run.device, self.run.gpus
         try:
             self._setup(config)
         except BaseException:
@@ -49,24 +51,24 @@ class Search:
 
     def _setup(self, config: SearchConfig) -> None:
         """The archive, population, mutators and stop rule of the resolved run."""
-        self.seed = int(self.run["seed"])
-        self.budget = self.run.get("budget")
-        self.minutes = self.run.get("minutes")
+        self.seed = self.run.seed
+        self.budget = self.run.budget
+        self.minutes = self.run.minutes
         self.archive = Archive(self.path / "archive.sqlite")
         self.timed = self.device == "cuda"
         self.population = Population(
-            SelectionConfig(islands=int(self.run["islands"]), exploit=float(self.run["exploit"])),
+            SelectionConfig(islands=self.run.islands, exploit=float(self.run.exploit)),
             self.task.base_code,
         )
         # Proposals per generation, and generations in flight (run.json's: see resolve.py).
-        self.batch = config.batch or int(self.run.get("batch") or max(2, len(self.gpus)))
-        self.pipeline = int(self.run.get("pipeline") or PIPELINE)
+        self.batch = self.hooks.batch or self.run.batch or max(2, len(self.gpus))
+        self.pipeline = self.run.pipeline or PIPELINE
         self.progress = Progress(self.budget, live=config.progress, timed=self.timed)
         hint = self.budget or DEFAULT_BUDGET
-        self.command = self.run.get("command", "optimize")
+        self.command = self.run.command
         sweep = self.command == "sweep"
         self.mutators = build_mutators(
-            self.run["mutator"], self.task, self.device, hint, self.progress.note, self.run.get("replay"),
+            self.run.mutator, self.task, self.device, hint, self.progress.note, self.run.replay,
             sweep_seed=self.seed if sweep else None,
         )
         # Generation 1 is proposed while the base is judged (Search.search), blind to its verdict;
@@ -79,8 +81,8 @@ class Search:
         if sweep:
             self.stagnation = float("inf")
         else:
-            self.stagnation = self.run["stagnation"] or default_stagnation(self.launches, hint,
-                                                                           minutes=self.minutes)
+            self.stagnation = self.run.stagnation or default_stagnation(self.launches, hint,
+                                                                        minutes=self.minutes)
         self._wins: dict[int, bool] = {}  # candidate id -> measured win (a bootstrap each: memoised)
         self.stop_reason = None
         self.propose_s = 0.0  # this invocation's time in _propose (result.json "loop")
@@ -108,13 +110,13 @@ class Search:
         if p.code is None:
             v = Verdict.rejected("malformed_proposal", p.error or "the answer held no usable code")
             return self.archive.add(
-                None, status="evaluated", verdict=v.to_json(), feedback=v.feedback(), **common
+                NewRow(None, status="evaluated", verdict=v.to_json(), feedback=v.feedback(), **common)
             )
         diff = unified_diff(parent_code, p.code, self.task.operator.file)
         same = self.archive.find_code(p.code)
         if same is not None:
             v = Verdict.rejected("duplicate", f"identical to candidate #{same.id}")
-            return self.archive.add(
+            return self.archive.add(NewRow(
                 p.code,
                 diff=diff,
                 status="duplicate",
@@ -122,8 +124,8 @@ class Search:
                 feedback=v.feedback(),
                 duplicate_of=same.id,
                 **common,
-            )
-        return self.archive.add(p.code, diff=diff, **common)
+            ))
+        return self.archive.add(NewRow(p.code, diff=diff, **common))
 
     def settled(self, c: Candidate) -> None:
         """Report a candidate's verdict as it lands (the evaluator's on_verdict)."""
@@ -449,7 +451,7 @@ class Search:
                 self.archive.set_meta("wall_s", self.prior_wall + time.time() - started)
 
 
-def optimize(config: SearchConfig) -> SearchResult:
+def optimize(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> SearchResult:
     """Run or resume a search; returns its run directory and result.json's content (winner null
     when none). The reports are the caller's: report.py's write_reports (commands/run.py does both)."""
     from kernelsmith.referee.proc import warm
@@ -458,7 +460,7 @@ def optimize(config: SearchConfig) -> SearchResult:
 
     setup_start = time.time()
     try:
-        search = Search(config)
+        search = Search(config, hooks)
     except BaseException:
         warm.discard()  # fork servers started for referees this run will never make
         raise
@@ -474,16 +476,16 @@ def optimize(config: SearchConfig) -> SearchResult:
             "no CUDA device: the Triton interpreter checks correctness and integrity only; no timing is done"
         )
     precompiler = None
-    workers, factory = search.gpus, config.referee_factory
+    workers, factory = search.gpus, hooks.referee_factory
     if config.ray:  # one actor per worker; kernels compile on each actor's node (ray_pool.py)
         from kernelsmith.search.ray_pool import RayPool
 
         pool = RayPool(config.ray, search.task, search.device, search.seed, config.workers_per_node, factory,
-                       compile_limit=config.compile_limit or None, precompile=config.precompile,
-                       precompiler_factory=config.precompiler_factory)
+                       compile_limit=config.compile_limit or None, precompile=hooks.precompile,
+                       precompiler_factory=hooks.precompiler_factory)
         workers, factory = list(range(len(pool.actors))), pool.factory
         progress.note(f"Ray: {len(workers)} evaluation worker(s) on the cluster at {config.ray}")
-    elif search.timed and config.precompile:
+    elif search.timed and hooks.precompile:
         from kernelsmith.search.precompile import Precompiler
 
         # One compile process per candidate that can be in flight (`pipeline` generations of a
@@ -509,7 +511,7 @@ def optimize(config: SearchConfig) -> SearchResult:
     search.timeline["setup_s"] = round(started - setup_start, 2)
     try:
         if search.archive.base() is None:
-            search.archive.add(search.task.base_code, mutator="base")
+            search.archive.add(NewRow(search.task.base_code, mutator="base"))
         evaluator.note_best(search.archive.all())
         pending = search.archive.pending()
         in_flight_at_start = None
@@ -543,7 +545,7 @@ def optimize(config: SearchConfig) -> SearchResult:
         )
         search.search(evaluator, started, in_flight_at_start)
         progress.note(f"search stopped: {search.stop_reason}")
-        if search.run.get("command") == "sweep":
+        if search.run.command == "sweep":
             from kernelsmith.search.sweep import measure_table
 
             measure_table(search, evaluator)

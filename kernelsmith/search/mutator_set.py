@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.runspec import Replay
 from kernelsmith.search.mutators import Mutator, members
 
 
-def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: dict | None = None,
+def build_mutators(name: str, task, device: str, budget_hint: int, note, replay: Replay | None = None,
                    sweep_seed: int | None = None) -> list[Mutator]:
     """The mutators for --mutator (llm needs KERNELSMITH_LLM_* or OPENAI_* settings); `sweep_seed`:
-    the grid of `kernelsmith sweep`, every point once in that seed's order."""
+    the grid of `kernelsmith sweep`, every point once in that seed's order; "replay" needs the
+    `replay` a replay run's RunSpec holds (runspec.py refuses a replay run without one)."""
     from kernelsmith.search.mutators.llm import LLMMutator
     from kernelsmith.search.mutators.llm_settings import llm_settings
     from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
@@ -23,8 +25,6 @@ def build_mutators(name: str, task, device: str, budget_hint: int, note, replay:
     if name == "replay":
         from kernelsmith.search.mutators.replay import ReplayMutator
 
-        if not replay:
-            raise ConfigError("run.json", "mutator is replay but the run holds no diff to replay", "replay")
         return [ReplayMutator(task, replay)]
     if name == "grid":
         return [GridMutator(task, device=device, budget_hint=budget_hint)]

@@ -2,20 +2,30 @@
 
 A new run records in run.json what a `--resume` must keep (seed, mutator, device, GPUs, and the
 population's layout: islands, exploit share, stagnation; the generations in flight); a resumed run
-reads them back, and only
-the budget, the minutes, the exploit share and the stagnation may be given anew.
+reads them back (runspec.py), and only the budget, the minutes, the exploit share and the stagnation
+may be given anew.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelsmith.errors import ConfigError
-from kernelsmith.rundir import check_run_fields, default_run_dir, load_run, run_json, write_json
+from kernelsmith.rundir import default_run_dir, versions, write_json
+from kernelsmith.runspec import RunSpec, run_file
 from kernelsmith.search import runlock
 from kernelsmith.search.archive import Archive, check_resumable
 from kernelsmith.search.mutators import DEFAULT as DEFAULT_MUTATOR
+from kernelsmith.search.run_config import PIPELINE, SearchConfig, SearchHooks
+
+if TYPE_CHECKING:
+    from kernelsmith.onboard.task import Task
 
 DEFAULT_BUDGET = 40
 DEFAULT_EXPLOIT = 0.7
@@ -33,17 +43,27 @@ IN_FLIGHT_PER_PROCESS = 2
 BLIND_SHARE = 0.1
 
 
-def resolve_run(config):
-    """(task, run dir path, run.json dict, resolved device, gpus, its RunLock) for a new or resumed
-    run of a `SearchConfig`; a new run's run.json is written here. The run directory is locked
-    (runlock.py) before anything in it is read or written."""
+@dataclass
+class ResolvedRun:
+    """A run ready to search: its task, run directory, settings (run.json's, with what a resume
+    may change) and the lock held on the directory."""
+
+    task: Task
+    path: Path
+    run: RunSpec
+    lock: runlock.RunLock
+
+
+def resolve_run(config: SearchConfig, hooks: SearchHooks = SearchHooks()) -> ResolvedRun:
+    """The new or resumed run of a `SearchConfig`; a new run's run.json is written here. The run
+    directory is locked (runlock.py) before anything in it is read or written."""
     from kernelsmith.onboard.task import load_task
 
     out = Path(config.out) if config.out else None
     if config.resume:
         if out is None:
             raise ConfigError("--resume", "needs --out RUN_DIR (the run to continue)")
-        load_run(out)  # not a run directory: said before anything is made there
+        RunSpec.load(out)  # not a run directory: said before anything is made there
         lock = runlock.acquire(out, wait=config.wait)
         try:
             return _resume(config, out, lock)
@@ -62,7 +82,7 @@ def resolve_run(config):
         # imports it too, runs (this thread only waits on it), not before; so are the referees'
         # fork servers started (their own imports), once the device and GPUs are known.
         with ThreadPoolExecutor(1) as pool:
-            resolving = pool.submit(_local_device_and_gpus, config)
+            resolving = pool.submit(_local_device_and_gpus, config, hooks)
             task = load_task(config.target, config.op, checkout=config.checkout, targets=config.targets,
                              harness="facts")
             device, gpus = resolving.result()
@@ -74,15 +94,16 @@ def resolve_run(config):
     # Locked before the check below: two new runs into one directory cannot both pass it.
     lock = runlock.acquire(out, wait=config.wait)
     try:
-        return _new_run(config, task, device, gpus, out, lock)
+        return _new_run(config, hooks, task, device, gpus, out, lock)
     except BaseException:
         lock.release()
         raise
 
 
-def _new_run(config, task, device: str, gpus: list, out: Path, lock):
+def _new_run(config: SearchConfig, hooks: SearchHooks, task, device: str, gpus: list, out: Path,
+             lock) -> ResolvedRun:
     """The run.json of a new run in `out` (locked, holding no run), written."""
-    if (out / "archive.sqlite").exists() or (out / "run.json").exists():
+    if (out / "archive.sqlite").exists() or run_file(out).exists():
         raise ConfigError(out, "already holds a run; pass --resume to continue it, or another --out")
     budget = config.budget if config.budget is not None or config.minutes is not None else DEFAULT_BUDGET
     if config.command == "sweep":
@@ -92,64 +113,68 @@ def _new_run(config, task, device: str, gpus: list, out: Path, lock):
         from kernelsmith.search.mutators.replay import load_replay
 
         replay, budget = load_replay(config.replay), 1  # exactly one proposal: the old winner
-    run = run_json(
-        task,
+    # Generations in flight: what a generation may see depends on it, so it is part of the layout.
+    pipeline, batch = default_layout(config, device, gpus, _learned_points(config, task, device), hooks)
+    run = RunSpec(
+        target=str(task.target.path),
+        op=task.operator.name,
+        repo=task.target.repo,
+        file=task.operator.file,
+        checkout=str(task.root),
+        base_sha=task.base_sha,
+        base_release=getattr(task, "base_release", None),
         seed=0 if config.seed is None else config.seed,
         budget=budget,
         minutes=config.minutes,
-        mutator=config.mutator or DEFAULT_MUTATOR,
+        mutator="replay" if replay is not None else config.mutator or DEFAULT_MUTATOR,
         device=device,
         gpus=gpus,
-        argv=config.argv,
+        argv=list(hooks.argv if hooks.argv is not None else sys.argv),
+        versions=versions(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=config.command,
+        checkout_given=config.checkout is not None,  # report.md's Reproduce lines repeat it
+        islands=config.islands or _default_islands(budget),
+        exploit=DEFAULT_EXPLOIT if config.exploit is None else config.exploit,
+        stagnation=config.stagnation,  # None: from the budget
+        pipeline=config.pipeline or pipeline,
+        batch=batch,
+        replay=replay,  # kept whole so --resume needs no source
     )
-    run["command"] = config.command
-    run["checkout_given"] = config.checkout is not None  # report.md's Reproduce lines repeat it
-    # The population's layout and the stop rule, so a --resume without the same flags keeps them.
-    run["islands"] = config.islands or _default_islands(budget)
-    run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
-    run["stagnation"] = config.stagnation  # None: from the budget
-    # Generations in flight: what a generation may see depends on it, so it is part of the layout.
-    pipeline, batch = default_layout(config, device, gpus, _learned_points(config, task, device))
-    run["pipeline"], run["batch"] = config.pipeline or pipeline, config.batch or batch
-    if replay is not None:
-        run["mutator"], run["replay"] = "replay", replay  # kept whole so --resume needs no source
     # The archive before run.json: a run.json without an archive is a run whose archive was lost
     # (a resume refuses it), never one killed before its archive was made.
     Archive(out / "archive.sqlite").close()
-    write_json(out / "run.json", run)
-    return task, out.resolve(), run, device, gpus, lock
+    write_json(run_file(out), run.to_json())
+    return ResolvedRun(task, out.resolve(), run, lock)
 
 
-def _resume(config, out: Path, lock):
-    """The task and run.json of the run in `out` (locked), checked against the arguments given."""
+def _resume(config, out: Path, lock) -> ResolvedRun:
+    """The task and settings of the run in `out` (locked), checked against the arguments given."""
     from kernelsmith.onboard.task import load_task
 
-    rd = load_run(out)
-    run = rd.run
-    check_run_fields(run, out / "run.json")
+    run = RunSpec.load(out)
     check_resumable(out / "archive.sqlite")
-    if run.get("command", "optimize") != config.command:
-        raise ConfigError(out / "run.json", f"is a {run.get('command', 'optimize')} run; resume it with "
-                          f"that command, not {config.command}", "command")
-    _refuse_conflicts(config, run, out / "run.json")
+    if run.command != config.command:
+        raise ConfigError(run_file(out), f"is a {run.command} run; resume it with that command, not "
+                          f"{config.command}", "command")
+    _refuse_conflicts(config, run, run_file(out))
     # The harness is target code: only its facts, from a sandboxed child (harness/gather.py).
-    task = load_task(run["target"], run["op"], checkout=run["checkout"], harness="facts")
-    if task.base_sha != run["base_sha"]:
+    task = load_task(run.target, run.op, checkout=run.checkout, harness="facts")
+    if task.base_sha != run.base_sha:
         raise ConfigError(
-            out / "run.json",
-            f"checkout {run['checkout']} moved from base {run['base_sha']} "
-            f"to {task.base_sha}; start a new run",
+            run_file(out),
+            f"checkout {run.checkout} moved from base {run.base_sha} to {task.base_sha}; start a new run",
             "base_sha",
         )
-    if config.budget is not None:
-        run["budget"] = config.budget
-    if config.minutes is not None:
-        run["minutes"] = config.minutes
-    _resume_layout(run, config, out)
-    return task, rd.path, run, run["device"], run["gpus"], lock
+    run = dataclasses.replace(
+        run,
+        budget=run.budget if config.budget is None else config.budget,
+        minutes=run.minutes if config.minutes is None else config.minutes,
+    )
+    return ResolvedRun(task, out.resolve(), _resume_layout(run, config, out), lock)
 
 
-def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
+def _refuse_conflicts(config, run: RunSpec, path: Path) -> None:
     """A `--resume` continues the run as recorded: a TARGET, OP, --mutator or --seed that says
     otherwise is refused (ConfigError naming run.json and the field), never silently ignored."""
     from kernelsmith.onboard.config import resolve_target
@@ -158,21 +183,21 @@ def _refuse_conflicts(config, run: dict, run_json: Path) -> None:
         given = resolve_target(config.target, config.targets).resolve()
     except ConfigError:
         given = None
-    if given != Path(run["target"]).resolve():
-        raise ConfigError(run_json, f"the run is of target {run['target']}, not {config.target}; resume "
+    if given != Path(run.target).resolve():
+        raise ConfigError(path, f"the run is of target {run.target}, not {config.target}; resume "
                           "it with its own TARGET", "target")
-    if config.op != run["op"]:
-        raise ConfigError(run_json, f"the run is of operator {run['op']}, not {config.op}; resume it "
+    if config.op != run.op:
+        raise ConfigError(path, f"the run is of operator {run.op}, not {config.op}; resume it "
                           "with its own OP", "op")
-    if config.mutator is not None and config.mutator != run.get("mutator"):
-        raise ConfigError(run_json, f"the run uses mutator {run.get('mutator')}; resume it without "
-                          f"--mutator or with --mutator {run.get('mutator')}", "mutator")
-    if config.seed is not None and config.seed != run["seed"]:
-        raise ConfigError(run_json, f"the run has seed {run['seed']}; resume it without --seed or "
-                          f"with --seed {run['seed']}", "seed")
+    if config.mutator is not None and config.mutator != run.mutator:
+        raise ConfigError(path, f"the run uses mutator {run.mutator}; resume it without "
+                          f"--mutator or with --mutator {run.mutator}", "mutator")
+    if config.seed is not None and config.seed != run.seed:
+        raise ConfigError(path, f"the run has seed {run.seed}; resume it without --seed or "
+                          f"with --seed {run.seed}", "seed")
 
 
-def _local_device_and_gpus(config) -> tuple[str, list]:
+def _local_device_and_gpus(config: SearchConfig, hooks: SearchHooks) -> tuple[str, list]:
     """(device, GPUs) on this machine from --device and --gpus ('auto' -> cuda or interpret; one
     worker on the CPU for the interpreter); ConfigError naming the flag. Starts the referees' fork
     servers (referee/proc/warm.py) when the run's referees will be kernelsmith's own."""
@@ -190,39 +215,38 @@ def _local_device_and_gpus(config) -> tuple[str, list]:
         bad = [g for g in gpus if g >= count]
         if bad:
             raise ConfigError("--gpus", f"no device {bad[0]} (this machine shows {count})")
-    made_by = getattr(config, "referee_factory", None) or referee.Referee
+    made_by = hooks.referee_factory or referee.Referee
     if getattr(made_by, "ADOPTS_WARM", False):
         warm.warm(device, gpus)
     return device, gpus
 
 
-def default_layout(config, device: str, gpus: list, points: int | None = None) -> tuple[int, int]:
+def default_layout(config: SearchConfig, device: str, gpus: list, points: int | None = None,
+                   hooks: SearchHooks = SearchHooks()) -> tuple[int, int]:
     """(generations in flight, proposals per generation): default_pipeline's and one proposal per
     GPU, at least two; where that would keep more than BLIND_SHARE of the `points` a model learns in
     flight, fewer generations (not below PIPELINE), and where that is not enough, one proposal per
     GPU and as few generations as keep within it (at least one)."""
-    from kernelsmith.search.run_config import PIPELINE
-
-    batch = config.batch or max(2, len(gpus))
-    pipeline = default_pipeline(config, device, gpus)
+    batch = hooks.batch or max(2, len(gpus))
+    pipeline = default_pipeline(config, device, gpus, hooks)
     allowed = int(points * BLIND_SHARE) if points is not None else None
     if allowed is not None and not config.ray:  # a cluster's workers are many: its layout stays
         pipeline = max(PIPELINE, min(pipeline, allowed // batch))  # fewer generations first
         if pipeline * batch > allowed:
-            batch = config.batch or len(gpus)
+            batch = hooks.batch or len(gpus)
             pipeline = max(1, min(pipeline, allowed // batch))
     return pipeline, batch
 
 
-def default_pipeline(config, device: str, gpus: list) -> int:
+def default_pipeline(config: SearchConfig, device: str, gpus: list,
+                     hooks: SearchHooks = SearchHooks()) -> int:
     """Generations in flight: IN_FLIGHT_PER_PROCESS candidates per compile process (a timed run
     with compiling ahead on the CPU), else two (one evaluating, the next proposed)."""
     from kernelsmith.search.precompile import compile_processes, device_facts
-    from kernelsmith.search.run_config import PIPELINE
 
-    if device != "cuda" or config.ray or not config.precompile or device_facts() is None:
+    if device != "cuda" or config.ray or not hooks.precompile or device_facts() is None:
         return PIPELINE
-    batch = config.batch or max(2, len(gpus))
+    batch = hooks.batch or max(2, len(gpus))
     return max(PIPELINE, min(MAX_PIPELINE, IN_FLIGHT_PER_PROCESS * compile_processes(len(gpus)) // batch))
 
 
@@ -250,22 +274,25 @@ def _default_islands(budget: int | None) -> int:
     return max(1, min(4, (budget or DEFAULT_BUDGET) // 10))
 
 
-def _resume_layout(run: dict, config, out: Path) -> None:
-    """Islands, exploit share and stagnation of a resumed run: run.json's, unless a flag says
-    otherwise (exploit and stagnation may change; the island count may not)."""
-    recorded = run.get("islands")
-    if recorded is None:  # a run.json written before these were recorded: the flags, as then
-        run["islands"] = config.islands or _default_islands(run.get("budget"))
-    elif config.islands is not None and config.islands != recorded:
-        raise ConfigError(out / "run.json", f"the run has {recorded} islands; resume it without "
-                          f"--islands or with --islands {recorded}", "islands")
-    if config.exploit is not None or "exploit" not in run:
-        run["exploit"] = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
-    recorded = run.get("pipeline")
-    if recorded is None:  # written before it was recorded: two, as every run then had
-        run["pipeline"] = config.pipeline or 2
-    elif config.pipeline is not None and config.pipeline != recorded:
-        raise ConfigError(out / "run.json", f"the run keeps {recorded} generations in flight; resume it "
-                          f"without --pipeline or with --pipeline {recorded}", "pipeline")
-    if config.stagnation is not None or "stagnation" not in run:
-        run["stagnation"] = config.stagnation
+def _resume_layout(run: RunSpec, config, out: Path) -> RunSpec:
+    """`run` with the islands, exploit share, stagnation and pipeline of its resume: run.json's,
+    unless a flag says otherwise (exploit and stagnation may change; the island count and the
+    pipeline may not)."""
+    islands = run.islands
+    if islands is None:  # a run.json written before these were recorded: the flags, as then
+        islands = config.islands or _default_islands(run.budget)
+    elif config.islands is not None and config.islands != islands:
+        raise ConfigError(run_file(out), f"the run has {islands} islands; resume it without "
+                          f"--islands or with --islands {islands}", "islands")
+    exploit = run.exploit
+    if config.exploit is not None or exploit is None:
+        exploit = DEFAULT_EXPLOIT if config.exploit is None else config.exploit
+    pipeline = run.pipeline
+    if pipeline is None:  # written before it was recorded: two, as every run then had
+        pipeline = config.pipeline or 2
+    elif config.pipeline is not None and config.pipeline != pipeline:
+        raise ConfigError(run_file(out), f"the run keeps {pipeline} generations in flight; resume it "
+                          f"without --pipeline or with --pipeline {pipeline}", "pipeline")
+    stagnation = run.stagnation if config.stagnation is None else config.stagnation
+    return dataclasses.replace(run, islands=islands, exploit=exploit, pipeline=pipeline,
+                               stagnation=stagnation)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.referee.verdict import Verdict
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.edits import format_edit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,9 +45,9 @@ def add(archive, code, parent, mutator="params", v=None, status=None, response=N
         old = next(ln for ln in parent_code.splitlines() if key in ln)
         new = next(ln for ln in code.splitlines() if key in ln)
         response = format_edit(old + "\n", new + "\n")
-    cid = archive.add(code, mutator=mutator, parent_id=parent, response=response,
+    cid = archive.add(NewRow(code, mutator=mutator, parent_id=parent, response=response,
                       inspiration_ids=insp or [], status=status or "pending",
-                      prompt="[system]\n...\n\n[user]\n..." if mutator == "llm" else None)
+                      prompt="[system]\n...\n\n[user]\n..." if mutator == "llm" else None))
     if v is not None and status != "duplicate":
         archive.set_verdict(cid, v, Verdict.from_json(v).feedback())
     return cid
@@ -59,7 +59,7 @@ def write_run(path: Path, device: str, mutator: str) -> Path:
     (path / "run.json").write_text(json.dumps({
         "target": str(DEMO_YAML), "op": "rms_norm", "repo": "kernelsmith/demo", "file": OP_FILE,
         "checkout": str(CHECKOUT), "base_sha": "0" * 40, "seed": 0, "budget": 10, "minutes": None,
-        "mutator": mutator, "device": device, "gpus": [0] if device == "cuda" else [], "argv": [],
+        "mutator": mutator, "device": device, "gpus": [0] if device == "cuda" else [None], "argv": [],
         "versions": {}, "created_at": "2026-11-30T00:00:00+00:00"}))
     return path
 
@@ -69,7 +69,7 @@ def timed_run(tmp_path):
     """A GPU-style run: ids and what the rules must do with each are in `expect`."""
     run = write_run(tmp_path / "timed", "cuda", "all")
     with Archive(run / "archive.sqlite") as a:
-        base = a.add(BASE, mutator="base", status="evaluated", verdict=verdict(True, 1.0))
+        base = a.add(NewRow(BASE, mutator="base", status="evaluated", verdict=verdict(True, 1.0)))
         ids = {"base": base}
         ids["first"] = add(a, variant(4), base, v=verdict(True, 1.10))
         ids["first_rejected"] = add(a, variant(2, "\nBROKEN = 1\n"), base, mutator="llm",
@@ -80,11 +80,12 @@ def timed_run(tmp_path):
         ids["not_faster"] = add(a, variant(16), ids["first"], v=verdict(True, 1.11))
         ids["parent_rejected"] = add(a, variant(32), ids["first_rejected"], v=verdict(True, 1.5))
         ids["noisy"] = add(a, variant(8, "\nNOISY = 1\n"), ids["improve"], v=verdict(True, 1.6, noisy=True))
-        ids["duplicate"] = a.add(variant(8), mutator="params", parent_id=ids["first"], status="duplicate")
+        ids["duplicate"] = a.add(NewRow(variant(8), mutator="params", parent_id=ids["first"],
+                                        status="duplicate"))
         ids["same_as_first"] = add(a, variant(4).replace("\n\n\n", "\n\n\n# same kernel, new comment\n", 1),
                                    base, v=verdict(True, 1.09))
-        ids["malformed"] = a.add(None, mutator="llm", parent_id=ids["first"], response="I cannot help",
-                                 status="pending")
+        ids["malformed"] = a.add(NewRow(None, mutator="llm", parent_id=ids["first"], response="I cannot help",
+                                 status="pending"))
         a.set_verdict(ids["malformed"], verdict(False, reason="malformed_proposal"), "malformed")
         ids["slow_first"] = add(a, variant(2), base, v=verdict(True, 0.8))
     return run, ids
@@ -95,7 +96,7 @@ def interpreter_run(tmp_path):
     """A CPU run (no timing): only accepted first steps can be kept."""
     run = write_run(tmp_path / "cpu", "interpret", "params")
     with Archive(run / "archive.sqlite") as a:
-        base = a.add(BASE, mutator="base", status="evaluated", verdict=verdict(True))
+        base = a.add(NewRow(BASE, mutator="base", status="evaluated", verdict=verdict(True)))
         ids = {"base": base}
         ids["first"] = add(a, variant(4), base, v=verdict(True))
         ids["later"] = add(a, variant(8), ids["first"], v=verdict(True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from kernelsmith.search.archive import Archive, code_hash, rejected_counts
+from kernelsmith.search.archive import Archive, NewRow, code_hash, rejected_counts
 
 COLUMNS = {
     "id",
@@ -31,7 +31,7 @@ COLUMNS = {
 def test_schema_and_rows(tmp_path):
     path = tmp_path / "archive.sqlite"
     with Archive(path) as a:
-        base = a.add("x = 1\n", mutator="base")
+        base = a.add(NewRow("x = 1\n", mutator="base"))
         a.set_verdict(
             base,
             {
@@ -43,7 +43,7 @@ def test_schema_and_rows(tmp_path):
             },
             "ok",
         )
-        c = a.add(
+        c = a.add(NewRow(
             "x = 2\n",
             mutator="params",
             parent_id=base,
@@ -53,17 +53,17 @@ def test_schema_and_rows(tmp_path):
             prompt="p",
             response="r",
             params={"values": {"B": 2}},
-        )
+        ))
         assert a.get(c)["status"] == "pending" and [r["id"] for r in a.pending()] == [c]
         a.set_verdict(c, {"accepted": False, "reason": "incorrect", "geomean_speedup": None}, "bad")
-        m = a.add(
+        m = a.add(NewRow(
             None,
             mutator="llm",
             parent_id=base,
             status="evaluated",
             response="junk",
             verdict={"accepted": False, "reason": "malformed_proposal"},
-        )
+        ))
         row = a.get(c)
         assert row["inspiration_ids"] == [base] and row["params"] == {"values": {"B": 2}}
         assert a.get(base)["timing"] == "full" and a.get(base)["speedup"] == 1.0
@@ -78,7 +78,7 @@ def test_schema_and_rows(tmp_path):
 
 def test_duplicates_found_by_normalised_hash(tmp_path):
     with Archive(tmp_path / "a.sqlite") as a:
-        first = a.add("def f():\n    return 1\n", mutator="base")
+        first = a.add(NewRow("def f():\n    return 1\n", mutator="base"))
         assert a.find_code("def f():\n    return 1   \n\n")["id"] == first
         assert a.find_code("def f():\n    return 2\n") is None
         assert a.known_hashes() == {code_hash("def f():\n    return 1\n")}
@@ -86,7 +86,7 @@ def test_duplicates_found_by_normalised_hash(tmp_path):
 
 def test_screened_contender_stays_pending_for_its_full_measurement(tmp_path):
     with Archive(tmp_path / "a.sqlite") as a:
-        c = a.add("y = 1\n", mutator="params")
+        c = a.add(NewRow("y = 1\n", mutator="params"))
         a.set_verdict(
             c,
             {"accepted": True, "geomean_speedup": 1.3, "timed": True},
@@ -104,8 +104,9 @@ def test_a_row_read_again_unchanged_is_not_decoded_again_and_a_change_is_seen(tm
     decoded before; a verdict stored or a generation moved (by any thread, on this archive or
     another connection to the same file) is read as it now is."""
     with Archive(tmp_path / "archive.sqlite") as a:
-        base = a.add("x = 1\n", mutator="base")
-        c = a.add("x = 2\n", mutator="params", parent_id=base, generation=1, params={"values": {"B": 2}})
+        base = a.add(NewRow("x = 1\n", mutator="base"))
+        c = a.add(NewRow("x = 2\n", mutator="params", parent_id=base, generation=1,
+                         params={"values": {"B": 2}}))
         first = a.all()
         assert a.all()[1] is first[1] and a.get(c) is first[1]
         a.set_verdict(c, {"accepted": True, "geomean_speedup": 1.5, "timed": True}, "ok")

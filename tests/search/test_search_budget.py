@@ -21,7 +21,7 @@ from kernelsmith.search.archive import Archive
 from kernelsmith.search.candidate import Candidate
 from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.params import ParamsMutator
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 
 EVAL_S = 0.3  # what every candidate's evaluation takes (the referee's own seconds, slept)
 
@@ -84,7 +84,8 @@ def test_a_run_with_minutes_ends_early_once_its_space_is_covered_and_says_so(tmp
     _LaunchReferee.recorder, _LaunchReferee.folder, _LaunchReferee.seen = _Recorder(monkeypatch), tmp_path, {}
     result = optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / "run"), minutes=5,
                                    mutator="params", device="cuda", gpus=[0], progress=False,
-                                   targets=str(targets), precompile=False, referee_factory=_LaunchReferee))
+                                   targets=str(targets)),
+                      SearchHooks(referee_factory=_LaunchReferee, precompile=False))
     assert result["stop_reason"] == "search space covered: all 11 distinct launches measured"
     assert result["space"] == {"launches": 11, "measured": 11, "covered": True}
     assert result["timeline"]["search_s"] < 60
@@ -144,7 +145,8 @@ def test_a_small_space_is_enumerated_nearest_the_fastest_first(tmp_path, fake_gp
     _LaunchReferee.recorder, _LaunchReferee.folder, _LaunchReferee.seen = _Recorder(monkeypatch), tmp_path, {}
     result = optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / "run"), seed=1,
                                    mutator="params", device="cuda", gpus=[0], progress=False,
-                                   targets=str(targets), precompile=False, referee_factory=_LaunchReferee))
+                                   targets=str(targets)),
+                      SearchHooks(referee_factory=_LaunchReferee, precompile=False))
     task = load_task("clamp", "scale_rows", targets=str(targets))
     mutator = ParamsMutator(task, device="cuda")
     with Archive(tmp_path / "run" / "archive.sqlite") as a:

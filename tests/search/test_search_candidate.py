@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from kernelsmith.referee.verdict import Verdict, row_trusted_speedup
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.candidate import Candidate
 
 
@@ -27,9 +27,9 @@ def archive(tmp_path):
 
 
 def test_rows_come_back_as_candidates_with_typed_fields_and_their_columns(archive):
-    base = archive.add("base = 1\n", mutator="base")
-    cid = archive.add("x = 2\n", mutator="params", parent_id=base, island=1, generation=3, diff="d",
-                      params={"values": {"BLOCK": 64}})
+    base = archive.add(NewRow("base = 1\n", mutator="base"))
+    cid = archive.add(NewRow("x = 2\n", mutator="params", parent_id=base, island=1, generation=3, diff="d",
+                      params={"values": {"BLOCK": 64}}))
     c = archive.get(cid)
     assert isinstance(c, Candidate) and c.status == "pending" and c.verdict is None and c.depth is None
     assert (c.id, c.parent_id, c.code, c.diff, c.mutator, c.island, c.generation) == (
@@ -45,12 +45,12 @@ def test_rows_come_back_as_candidates_with_typed_fields_and_their_columns(archiv
 
 
 def test_the_trusted_speedup_rule_is_the_verdicts(archive):
-    base = archive.add("base = 1\n", mutator="base")
+    base = archive.add(NewRow("base = 1\n", mutator="base"))
     ids = {}
     for name, v, depth in [("full", _verdict(), "full"), ("noisy", _verdict(noisy=True), "full"),
                            ("screen", _verdict(aa=None, mode="screen"), "screen"),
                            ("rejected", _verdict(accepted=False), "full")]:
-        ids[name] = archive.add(f"{name} = 1\n", mutator="params", parent_id=base)
+        ids[name] = archive.add(NewRow(f"{name} = 1\n", mutator="params", parent_id=base))
         archive.set_verdict(ids[name], v, None, timing=depth)
     got = {name: archive.get(cid) for name, cid in ids.items()}
     assert got["full"].trusted_speedup == 1.4 and got["full"].verdict.trusted_speedup() == 1.4
@@ -66,7 +66,7 @@ def test_the_trusted_speedup_rule_is_the_verdicts(archive):
 
 
 def test_with_columns_keeps_fields_and_view_in_step_and_candidates_pickle(archive):
-    cid = archive.add("x = 2\n", mutator="llm")
+    cid = archive.add(NewRow("x = 2\n", mutator="llm"))
     archive.set_verdict(cid, _verdict(), None, timing="full")
     c = archive.get(cid)
     hidden = c.with_columns(status="pending", verdict=None, speedup=None, accepted=0, timing=None)
@@ -81,10 +81,12 @@ def test_with_columns_keeps_fields_and_view_in_step_and_candidates_pickle(archiv
 def test_only_code_kernelsmith_rendered_from_the_base_counts_as_rendered(archive):
     """The referee keeps its worker after a rendered candidate's honest failure: the params
     mutator's and the sweep's configs are; a model's rewrite is not, nor a params retune of it."""
-    base = archive.add("base = 1\n", mutator="base")
-    params = archive.add("x = 2\n", mutator="params", parent_id=base, params={"values": {"BLOCK": 64}})
-    grid = archive.add("x = 3\n", mutator="grid", parent_id=base, params={"values": {"BLOCK": 32}})
-    llm = archive.add("x = 4\n", mutator="llm", parent_id=base, params={"kind": "rewrite"})
-    retune = archive.add("x = 5\n", mutator="params", parent_id=llm, params={"on": llm, "values": {"B": 8}})
+    base = archive.add(NewRow("base = 1\n", mutator="base"))
+    params = archive.add(NewRow("x = 2\n", mutator="params", parent_id=base,
+                                params={"values": {"BLOCK": 64}}))
+    grid = archive.add(NewRow("x = 3\n", mutator="grid", parent_id=base, params={"values": {"BLOCK": 32}}))
+    llm = archive.add(NewRow("x = 4\n", mutator="llm", parent_id=base, params={"kind": "rewrite"}))
+    retune = archive.add(NewRow("x = 5\n", mutator="params", parent_id=llm,
+                                params={"on": llm, "values": {"B": 8}}))
     assert [archive.get(i).rendered for i in (base, params, grid, llm, retune)] == [
         False, True, True, False, False]

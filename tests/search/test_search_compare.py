@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.compare import compare_runs, main, render
 
 
@@ -22,11 +22,11 @@ def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str,
     timing "lossy" is a full measurement at that geomean that is 0.9x on one of its two shapes."""
     path.mkdir(parents=True)
     with Archive(path / "archive.sqlite") as a:
-        base = a.add("base", mutator="base")
+        base = a.add(NewRow("base", mutator="base"))
         a.set_verdict(base, {"accepted": True, "timed": True, "geomean_speedup": 1.0, "eval_s": 3.0,
                              "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
         for i, (seconds, g, timing) in enumerate(evals):
-            cid = a.add(f"code {i}", mutator=mutator, parent_id=base)
+            cid = a.add(NewRow(f"code {i}", mutator=mutator, parent_id=base))
             accepted = timing != "rejected"
             full = timing in ("full", "lossy")
             speeds = [g * g / 0.9, 0.9] if timing == "lossy" else [g, g]
@@ -35,8 +35,9 @@ def make_run(path: Path, evals: list[tuple[float, float, str]], *, command: str,
                        "shapes": shapes(speeds) if accepted else [],
                        "timing": {"aa_ratio": 1.0 if full else None, "noisy": False}}
             a.set_verdict(cid, verdict, "", timing={"rejected": "none", "lossy": "full"}.get(timing, timing))
-    (path / "run.json").write_text(json.dumps({"target": "t.yaml", "op": "op", "file": "f.py", "gpus": gpus,
-                                               "mutator": mutator, "command": command}))
+    run = {"target": "t.yaml", "op": "op", "file": "f.py", "checkout": "co", "base_sha": "0" * 40, "seed": 0,
+           "device": "cuda", "gpus": gpus, "mutator": mutator, "command": command}
+    (path / "run.json").write_text(json.dumps(run))
     result = {"op": "op", "mutator": mutator, "proposals": len(evals), "evaluations": len(evals),
               "wall_s": wall_s, "geomean_speedup": final, "shapes": [],
               "no_winner_reason": None if final else "none of the finalists is a measured win"}

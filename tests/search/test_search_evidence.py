@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from kernelsmith.cli import main
+from kernelsmith.search.archive import NewRow
 from kernelsmith.search.evidence import geomean_ci, judge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,10 +145,10 @@ def test_finalists_that_already_pass_the_rule_are_re_measured_first(tmp_path):
         "clean": verdict([shape(1.5, 0.01, 0), shape(1.5, 0.01, 1)]),
     }
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
+        bid = archive.add(NewRow("base", mutator="base"))
         ids = {}
         for name, v in verdicts.items():
-            ids[name] = archive.add(f"code {name}", mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(f"code {name}", mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], v, "", timing="full")
         remeasured = []
 
@@ -156,7 +157,7 @@ def test_finalists_that_already_pass_the_rule_are_re_measured_first(tmp_path):
             return row["verdict"]
 
         def search(k):
-            return SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=k), seed=0, timed=True,
+            return SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=k), seed=0, timed=True,
                                    progress=SimpleNamespace(note=lambda *a: None),
                                    task=SimpleNamespace(base_code="base"))
 
@@ -185,13 +186,13 @@ def test_a_noisy_final_measurement_is_taken_again_on_new_inputs(tmp_path):
     clean = verdict([shape(1.5, 0.01, 0), shape(1.5, 0.01, 1)])
     noisy = {**clean, "timing": {**clean["timing"], "noisy": True}}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
-        cid = archive.add("code", mutator="params", parent_id=bid)
+        bid = archive.add(NewRow("base", mutator="base"))
+        cid = archive.add(NewRow("code", mutator="params", parent_id=bid))
         archive.set_verdict(cid, clean, "", timing="full")
         seeds = []
 
         def search():
-            return SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=1), seed=0, timed=True,
+            return SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=1), seed=0, timed=True,
                                    progress=SimpleNamespace(note=lambda *a: None),
                                    task=SimpleNamespace(base_code="base"))
 
@@ -221,10 +222,10 @@ def test_finalists_far_below_a_re_measured_win_are_not_re_measured(tmp_path):
 
     speeds = {"fast": 11.2, "close": 11.2 * (FINAL_SKIP_BELOW + 0.01), "far": 9.3, "farther": 7.2}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add("base", mutator="base")
+        bid = archive.add(NewRow("base", mutator="base"))
         ids = {}
         for name, g in speeds.items():
-            ids[name] = archive.add(f"code {name}", mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(f"code {name}", mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], verdict([shape(g, 0.01, 0), shape(g, 0.01, 1)]), "", timing="full")
         remeasured, broken = [], set()
 
@@ -234,7 +235,7 @@ def test_finalists_far_below_a_re_measured_win_are_not_re_measured(tmp_path):
                 return {"accepted": False, "reason": "incorrect"}
             return row["verdict"]
 
-        search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=4), seed=0, timed=True,
+        search = SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=4), seed=0, timed=True,
                                  progress=SimpleNamespace(note=lambda *a: None),
                                  task=SimpleNamespace(base_code="base"))
         ev = SimpleNamespace(remeasure=remeasure)

@@ -27,7 +27,7 @@ from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
 from kernelsmith.search.mutators.space import ConfigSpace
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.sweep import SweepGrid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +206,8 @@ def test_the_sweep_evaluates_one_point_per_distinct_launch(tmp_path, fake_gpu, m
     _LaunchReferee.recorder, _LaunchReferee.folder, _LaunchReferee.seen = _Recorder(monkeypatch), tmp_path, {}
     result = optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / "sweep"),
                                    mutator="grid", command="sweep", device="cuda", gpus=[0], progress=False,
-                                   targets=str(targets), precompile=False, referee_factory=_LaunchReferee))
+                                   targets=str(targets)),
+                      SearchHooks(referee_factory=_LaunchReferee, precompile=False))
     warps = [1, 2, 4, 8, 16, 32]
     triples = {tuple(_oracle_warps(dict(zip((MOST, DIV, FLOOR), c, strict=True)), h) for h in HIDDEN)
                for c in itertools.product(warps, [2 << k for k in range(13)], warps)}
@@ -237,8 +238,8 @@ def test_a_resumed_params_run_proposes_what_one_run_did(tmp_path, fake_gpu, monk
     def run(name, budget, resume=False):
         return optimize(SearchConfig(target="clamp", op="scale_rows", out=str(tmp_path / name), budget=budget,
                                      mutator="params", device="cuda", gpus=[0], progress=False, seed=4,
-                                     stagnation=100, resume=resume, targets=str(targets), precompile=False,
-                                     referee_factory=_LaunchReferee))
+                                     stagnation=100, resume=resume, targets=str(targets)),
+                        SearchHooks(referee_factory=_LaunchReferee, precompile=False))
 
     run("whole", 10)
     run("split", 6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from stub_compiler import StubCompiler
 from kernelsmith.cli import main
 from kernelsmith.commands.run import optimize
 from kernelsmith.errors import ConfigError
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import compare
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.seeds import FINAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,13 @@ def fake_gpu(monkeypatch):
     model_referee.CALLS.clear()
 
 
-def _run(tmp_path, name="run", **kw):
+STAND_IN = SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False,
+                       argv=["kernelsmith", "optimize"])
+
+
+def _run(tmp_path, name="run", referee_factory=model_referee.ModelReferee, batch=None, **kw):
+    """A search of the demo's silu_and_mul judged by `referee_factory` (the model referee), then its
+    reports; `kw`: SearchConfig fields."""
     cfg = dict(
         target="demo",
         op="silu_and_mul",
@@ -75,12 +82,10 @@ def _run(tmp_path, name="run", **kw):
         gpus=[0],
         progress=False,
         targets=str(ROOT / "targets"),
-        precompile=False,
-        referee_factory=model_referee.ModelReferee,
-        argv=["kernelsmith", "optimize"],
     )
     cfg.update(kw)
-    return optimize(SearchConfig(**cfg))
+    hooks = dataclasses.replace(STAND_IN, referee_factory=referee_factory, batch=batch)
+    return optimize(SearchConfig(**cfg), hooks)
 
 
 def test_timed_run_directory(tmp_path, fake_gpu):
@@ -304,7 +309,7 @@ def test_closing_mid_evaluation_records_nothing_for_it(tmp_path, fake_gpu):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Hanging)
         ev.submit([archive.get(cid)])
         assert started.wait(5)
@@ -348,7 +353,7 @@ def test_a_compile_that_outlasts_the_time_budget_leaves_its_candidate_pending(tm
     Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         pc = SlowCompiler()
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
                        precompiler=pc)
@@ -379,10 +384,10 @@ def test_a_candidate_over_the_compile_limit_is_a_timeout_verdict(tmp_path, fake_
     Referee = _recording_referee(evaluated)
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
+        base = archive.add(NewRow(task.base_code, mutator="base"))
         code = task.base_code.replace("BLOCK = 64", "BLOCK = 8192")
-        cid = archive.add(code, mutator="params", parent_id=base,
-                          params={"values": {}, "changed": {"silu_and_mul:BLOCK": [64, 8192]}})
+        cid = archive.add(NewRow(code, mutator="params", parent_id=base,
+                          params={"values": {}, "changed": {"silu_and_mul:BLOCK": [64, 8192]}}))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Referee,
                        precompiler=OverLimit(), compile_limit=20.0)
         ev.wait(ev.submit([archive.get(cid)]))
@@ -600,15 +605,15 @@ def test_the_smallest_change_within_one_percent_of_the_fastest_wins(tmp_path, si
     }
     speeds = {"table": 2.0, "simple": simple_speed, "slow": 1.5}
     with Archive(tmp_path / "a.sqlite") as archive:
-        bid = archive.add(base, mutator="base")
+        bid = archive.add(NewRow(base, mutator="base"))
         archive.set_verdict(bid, {"accepted": True, "geomean_speedup": 1.0, "timed": True,
                                   "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
         ids = {}
         for name, code in codes.items():
-            ids[name] = archive.add(code, mutator="params", parent_id=bid)
+            ids[name] = archive.add(NewRow(code, mutator="params", parent_id=bid))
             archive.set_verdict(ids[name], {"accepted": True, "geomean_speedup": speeds[name], "timed": True,
                                             "timing": {"aa_ratio": 1.0, "noisy": False}}, "", timing="full")
-        search = SimpleNamespace(archive=archive, config=SimpleNamespace(final_k=3), seed=0, timed=True,
+        search = SimpleNamespace(archive=archive, hooks=SimpleNamespace(final_k=3), seed=0, timed=True,
                                  progress=SimpleNamespace(note=lambda *a: None),
                                  task=SimpleNamespace(base_code=base))
         # Re-measured as clear wins (the winner rule asks for the geomean's CI above 1.0).
@@ -632,20 +637,20 @@ def test_resume_without_the_flags_keeps_the_layout(tmp_path, fake_gpu):
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (run["islands"], run["exploit"], run["stagnation"]) == (3, 0.4, 30)
     base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), resume=True, budget=40,
-                progress=False, precompile=False, referee_factory=model_referee.ModelReferee)
-    search = Search(SearchConfig(**base))
+                progress=False)
+    search = Search(SearchConfig(**base), STAND_IN)
     try:
         assert search.population.n_islands == 3 and search.population.config.exploit == 0.4
         assert search.stagnation == 30
     finally:
         search.archive.close()
-    search = Search(SearchConfig(**base, exploit=0.9, stagnation=50))  # flags still change these
+    search = Search(SearchConfig(**base, exploit=0.9, stagnation=50), STAND_IN)  # flags still change these
     try:
         assert search.population.config.exploit == 0.9 and search.stagnation == 50
     finally:
         search.archive.close()
     with pytest.raises(ConfigError, match="3 islands"):
-        Search(SearchConfig(**base, islands=2))
+        Search(SearchConfig(**base, islands=2), STAND_IN)
     # A new run without the flags records the defaults (islands from its budget).
     _run(tmp_path, "fresh", budget=12)
     run = json.loads((tmp_path / "fresh" / "run.json").read_text())
@@ -658,9 +663,8 @@ def test_search_returns_result_and_leaves_reports_to_caller(tmp_path, fake_gpu):
     from kernelsmith.search.result import SearchResult
 
     cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=4, mutator="params",
-               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-               referee_factory=model_referee.ModelReferee, argv=["kernelsmith", "optimize"])
-    result = search(SearchConfig(**cfg))
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"))
+    result = search(SearchConfig(**cfg), STAND_IN)
     run_dir = tmp_path / "run"
     assert isinstance(result, SearchResult) and result.run_dir == run_dir and result.timed
     assert json.loads((run_dir / "result.json").read_text()) == result.data
@@ -704,9 +708,9 @@ def test_a_slow_compile_does_not_hold_back_candidates_already_compiled(tmp_path,
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
-        ids = [archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params",
-                           parent_id=base) for b in (128, 256, 512)]
+        base = archive.add(NewRow(task.base_code, mutator="base"))
+        ids = [archive.add(NewRow(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params",
+                           parent_id=base)) for b in (128, 256, 512)]
         pc = OneSlowBuild(slow=ids[0])
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=0, referee_factory=Recording,
                        precompiler=pc)

@@ -20,7 +20,7 @@ from kernelsmith.onboard.task import load_task
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.mutators.params import GridMutator, ParamsMutator
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.seeds import slot_rng
 
 BLOCK = "silu_and_mul:BLOCK"
@@ -95,9 +95,8 @@ def test_resume_replays_the_archive_into_the_sampler(tmp_path, fake_gpu):  # noq
             budget=16,
             progress=False,
             stagnation=100,
-            precompile=False,
-            referee_factory=model_referee.ModelReferee,
-        )
+        ),
+        SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False),
     )
     assert whole["proposals"] == resumed["proposals"] == 16
 

@@ -11,10 +11,10 @@ from stub_compiler import StubCompiler
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.search import precompile, resolve
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.loop import Search, optimize
 from kernelsmith.search.precompile import compile_processes
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"major": 9, "minor": 0, "multi_processor_count": 132, "name": "H200", "total_memory": 1 << 37}
@@ -33,12 +33,14 @@ def fake_gpu(monkeypatch):
     return model_referee
 
 
-def _config(tmp_path, referee, name="run", **kw):
+def _config(tmp_path, referee, name="run", referee_factory=None, precompile=False,
+            **kw) -> tuple[SearchConfig, SearchHooks]:
+    """(the config, the stand-ins) of a search with the model referee, for Search(*...) and optimize(*...)."""
     cfg = dict(target="demo", op="silu_and_mul", out=str(tmp_path / name), budget=8, mutator="params",
-               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-               referee_factory=referee.ModelReferee, argv=["kernelsmith", "optimize"])
+               device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"))
     cfg.update(kw)
-    return SearchConfig(**cfg)
+    return SearchConfig(**cfg), SearchHooks(referee_factory=referee_factory or referee.ModelReferee,
+                                            precompile=precompile, argv=["kernelsmith", "optimize"])
 
 
 def test_compile_processes_take_every_core_a_gpu_worker_and_the_loop_leave():
@@ -53,13 +55,13 @@ def test_default_pipeline_fills_the_compile_processes_only_where_they_run(tmp_pa
     monkeypatch.setattr(precompile, "device_facts", lambda: H200)
     # 13 compile processes, two candidates in flight each, 2 per generation: 13, capped at 12.
     assert resolve.default_pipeline(cfg, "cuda", [0]) == 12 == resolve.MAX_PIPELINE
-    assert resolve.default_pipeline(SearchConfig(target="d", op="o", batch=4), "cuda", [0]) == 6
+    assert resolve.default_pipeline(cfg, "cuda", [0], SearchHooks(batch=4)) == 6
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: 8)  # 5 compile processes
     assert resolve.default_pipeline(cfg, "cuda", [0]) == 5
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: 64)
     assert resolve.default_pipeline(cfg, "cuda", [0]) == resolve.MAX_PIPELINE
     assert resolve.default_pipeline(cfg, "interpret", [None]) == 2
-    assert resolve.default_pipeline(SearchConfig(target="d", op="o", precompile=False), "cuda", [0]) == 2
+    assert resolve.default_pipeline(cfg, "cuda", [0], SearchHooks(precompile=False)) == 2
     assert resolve.default_pipeline(SearchConfig(target="d", op="o", ray="auto"), "cuda", [0]) == 2
     monkeypatch.setattr(precompile, "device_facts", lambda: None)  # no GPU to compile ahead for
     assert resolve.default_pipeline(cfg, "cuda", [0]) == 2
@@ -83,8 +85,8 @@ def test_a_small_space_the_model_learns_keeps_a_tenth_of_it_in_flight(tmp_path, 
                                            ("sweep", "grid", "sweep", 12)):
         cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / name), mutator=mutator,
                            device="cuda", gpus=[0], targets=str(ROOT / "targets"), command=command)
-        run = resolve.resolve_run(cfg)[2]
-        assert run["pipeline"] == depth, (command, mutator)
+        run = resolve.resolve_run(cfg).run
+        assert run.pipeline == depth, (command, mutator)
         assert json.loads((tmp_path / name / "run.json").read_text())["pipeline"] == depth
 
 
@@ -104,7 +106,7 @@ def test_a_space_of_few_launch_sets_keeps_one_proposal_per_gpu_within_a_tenth_of
     assert resolve.default_layout(cfg, "cuda", [0], points=432) == (12, 2)
     assert resolve.default_layout(cfg, "cuda", [0], points=None) == (12, 2)  # a sweep learns nothing
     assert resolve.default_layout(cfg, "interpret", [None], points=11) == (1, 1)
-    assert resolve.default_layout(SearchConfig(target="d", op="o", batch=3), "cuda", [0], points=11) == (1, 3)
+    assert resolve.default_layout(cfg, "cuda", [0], points=11, hooks=SearchHooks(batch=3)) == (1, 3)
     assert resolve.default_layout(SearchConfig(target="d", op="o", ray="auto"), "cuda", [None],
                                   points=11) == (2, 2)  # a cluster's workers are many
 
@@ -127,11 +129,11 @@ def test_a_new_run_counts_the_distinct_launch_sets_of_its_space(tmp_path):
 
 
 def test_pipeline_is_recorded_kept_on_resume_and_hides_that_many_generations(tmp_path, fake_gpu):
-    result = optimize(_config(tmp_path, fake_gpu, pipeline=3))
+    result = optimize(*_config(tmp_path, fake_gpu, pipeline=3))
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["pipeline"] == 3 and result.data["proposals"] == 8
     base = dict(resume=True, budget=12)
-    search = Search(_config(tmp_path, fake_gpu, **base))
+    search = Search(*_config(tmp_path, fake_gpu, **base))
     try:
         assert search.pipeline == 3
         rows = search.archive.all()
@@ -144,11 +146,11 @@ def test_pipeline_is_recorded_kept_on_resume_and_hides_that_many_generations(tmp
     finally:
         search.archive.close()
     with pytest.raises(ConfigError, match="3 generations in flight"):
-        Search(_config(tmp_path, fake_gpu, pipeline=2, **base))
+        Search(*_config(tmp_path, fake_gpu, pipeline=2, **base))
     # A run.json written before the pipeline was recorded resumes with the two every run had then.
     run.pop("pipeline")
     (tmp_path / "run" / "run.json").write_text(json.dumps(run))
-    search = Search(_config(tmp_path, fake_gpu, **base))
+    search = Search(*_config(tmp_path, fake_gpu, **base))
     try:
         assert search.pipeline == 2
     finally:
@@ -168,7 +170,7 @@ def test_the_flag_reaches_the_run(tmp_path, fake_gpu):
 def test_the_referee_is_told_which_candidates_kernelsmith_rendered(tmp_path, fake_gpu):
     """The params mutator's candidates go to the referee as rendered (its worker survives their
     wrong answers); the base and the final re-measurement are judged as before."""
-    result = optimize(_config(tmp_path, fake_gpu, budget=6))
+    result = optimize(*_config(tmp_path, fake_gpu, budget=6))
     with Archive(result.run_dir / "archive.sqlite") as a:
         base = a.base().id
         rendered = {c.id for c in a.all() if c.rendered}
@@ -218,7 +220,7 @@ def test_the_first_generation_is_proposed_and_compiled_while_the_base_is_judged(
     orig = precompile.Precompiler.maybe
     precompile.Precompiler.maybe = classmethod(lambda cls, *a, **k: Compiles())
     try:
-        result = optimize(cfg)
+        result = optimize(*cfg)
     finally:
         precompile.Precompiler.maybe = orig
     assert result.data["proposals"] == 8
@@ -245,7 +247,7 @@ def test_a_base_rejected_while_generation_1_is_in_flight_stops_the_run(tmp_path,
             return super().evaluate(code, **kw)
 
     with pytest.raises(KernelsmithError, match="base"):
-        optimize(_config(tmp_path, fake_gpu, budget=8, referee_factory=RejectsBase))
+        optimize(*_config(tmp_path, fake_gpu, budget=8, referee_factory=RejectsBase))
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         rows = a.all()
     assert rows[0]["mutator"] == "base" and rows[0]["status"] == "evaluated" and not rows[0]["accepted"]
@@ -261,7 +263,7 @@ def test_no_base_overlap_where_a_model_proposes_or_nothing_pipelines(tmp_path, f
         name = "llm"
 
     def overlap(name, **kw):
-        search = Search(_config(tmp_path, fake_gpu, name=name, **kw))
+        search = Search(*_config(tmp_path, fake_gpu, name=name, **kw))
         try:
             return search.base_overlap
         finally:
@@ -278,14 +280,14 @@ def test_a_run_killed_before_the_bases_verdict_resumes_as_one_run(tmp_path, fake
     base and generation 1 in their own turns and then proposes what one uninterrupted run does."""
     from kernelsmith.search.archive import Archive
 
-    whole = optimize(_config(tmp_path, fake_gpu, name="whole", budget=10, pipeline=3))
-    search = Search(_config(tmp_path, fake_gpu, name="killed", budget=10, pipeline=3))
+    whole = optimize(*_config(tmp_path, fake_gpu, name="whole", budget=10, pipeline=3))
+    search = Search(*_config(tmp_path, fake_gpu, name="killed", budget=10, pipeline=3))
     try:  # what the killed run had done: the base recorded, generation 1 proposed, nothing judged
-        search.archive.add(search.task.base_code, mutator="base")
+        search.archive.add(NewRow(search.task.base_code, mutator="base"))
         assert search._propose(1, search.batch) == 2
     finally:
         search.archive.close()
-    resumed = optimize(_config(tmp_path, fake_gpu, name="killed", budget=10, resume=True))
+    resumed = optimize(*_config(tmp_path, fake_gpu, name="killed", budget=10, resume=True))
 
     def trail(name):  # the candidates, and the stagnation count (generation 1's proposals in it)
         with Archive(tmp_path / name / "archive.sqlite") as a:
@@ -306,9 +308,9 @@ def test_a_run_killed_with_generations_in_flight_resumes_as_one_run(tmp_path, fa
     from kernelsmith.search.archive import Archive
 
     kw = dict(pipeline=3, islands=2, stagnation=8)
-    whole = optimize(_config(tmp_path, fake_gpu, name="whole", budget=24, **kw))
-    optimize(_config(tmp_path, fake_gpu, name="killed", budget=2 * tallied, **kw))
-    search = Search(_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
+    whole = optimize(*_config(tmp_path, fake_gpu, name="whole", budget=24, **kw))
+    optimize(*_config(tmp_path, fake_gpu, name="killed", budget=2 * tallied, **kw))
+    search = Search(*_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
     try:  # what the killed run had done next: the window proposed, its first candidate judged
         assert all(search._propose(g, search.batch) == 2 for g in window)
         first = search.archive.where("generation=?", (window[0],))[0]
@@ -316,7 +318,7 @@ def test_a_run_killed_with_generations_in_flight_resumes_as_one_run(tmp_path, fa
         search.archive.set_verdict(first["id"], verdict.to_json(), "fb", timing=verdict.depth)
     finally:
         search.archive.close()
-    resumed = optimize(_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
+    resumed = optimize(*_config(tmp_path, fake_gpu, name="killed", budget=24, resume=True))
 
     def trail(name):
         with Archive(tmp_path / name / "archive.sqlite") as a:
@@ -331,8 +333,8 @@ def test_a_run_killed_with_generations_in_flight_resumes_as_one_run(tmp_path, fa
 def test_a_malformed_window_in_the_archive_is_ignored_not_a_crash(tmp_path, fake_gpu):
     """The archive sits in the run directory: meta `made` / `tally_best` that are not what the loop writes
     count for nothing (the resume falls back to judging pending rows first and the verdicts' best)."""
-    optimize(_config(tmp_path, fake_gpu, budget=4))
-    search = Search(_config(tmp_path, fake_gpu, budget=6, resume=True))
+    optimize(*_config(tmp_path, fake_gpu, budget=4))
+    search = Search(*_config(tmp_path, fake_gpu, budget=6, resume=True))
     try:
         search.archive.set_meta("made", {"x": 2, "3": "two", "4": 2, "5": -1})
         search.archive.set_meta("tally_best", ["not", "a", "number"])
@@ -342,7 +344,7 @@ def test_a_malformed_window_in_the_archive_is_ignored_not_a_crash(tmp_path, fake
         assert search._made() == {} and search.untallied() == [] and search._tallied_best() == search._best()
     finally:
         search.archive.close()
-    assert optimize(_config(tmp_path, fake_gpu, budget=6, resume=True)).data["proposals"] == 6
+    assert optimize(*_config(tmp_path, fake_gpu, budget=6, resume=True)).data["proposals"] == 6
 
 
 def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
@@ -383,7 +385,7 @@ def test_a_build_stuck_at_the_windows_front_moves_on_instead_of_idling_the_gpus(
     precompile.Precompiler.maybe = classmethod(lambda cls, *a, **k: OneStuckBuild())
     t0 = time.monotonic()
     try:
-        result = optimize(cfg)
+        result = optimize(*cfg)
     finally:
         precompile.Precompiler.maybe = orig
     assert not gave_up and built.is_set() and result.data["proposals"] == 12
@@ -418,9 +420,9 @@ def _wait_for_a_stuck_build(tmp_path, fake_gpu, precompiler, stall_s: float):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.add(task.base_code, mutator="base")
+        base = archive.add(NewRow(task.base_code, mutator="base"))
         code = task.base_code.replace("BLOCK = 64", "BLOCK = 128")
-        cid = archive.add(code, mutator="params", parent_id=base)
+        cid = archive.add(NewRow(code, mutator="params", parent_id=base))
         ev = evaluator.Evaluator(task, archive, device="cuda", gpus=[0], seed=0,
                                  referee_factory=fake_gpu.ModelReferee, precompiler=precompiler)
         try:
@@ -472,7 +474,7 @@ def test_a_budget_spent_before_the_bases_verdict_still_judges_the_base(tmp_path,
         def start(self):
             time.sleep(0.3)  # the worker boots past the budget below: the base is still queued
 
-    result = optimize(_config(tmp_path, fake_gpu, budget=None, minutes=1e-4, referee_factory=SlowBoot))
+    result = optimize(*_config(tmp_path, fake_gpu, budget=None, minutes=1e-4, referee_factory=SlowBoot))
     assert result.data["stop_reason"].startswith("time budget")
     from kernelsmith.search.archive import Archive
 
@@ -486,7 +488,7 @@ def test_the_stagnation_count_credits_each_generation_with_its_own_verdicts_only
     is tallied. It must not count for the earlier one (whether it is in yet is timing): a run killed
     and resumed then kept another stagnation count than the same run uninterrupted (a CI flake of
     test_a_run_killed_before_the_bases_verdict_resumes_as_one_run)."""
-    search = Search(_config(tmp_path, fake_gpu, pipeline=3))
+    search = Search(*_config(tmp_path, fake_gpu, pipeline=3))
     full = {"accepted": True, "timed": True, "timing": {"aa_ratio": 1.0, "noisy": False}}
 
     def win(speed):  # a full measurement that is a measured win (evidence.py)
@@ -497,14 +499,16 @@ def test_the_stagnation_count_credits_each_generation_with_its_own_verdicts_only
 
     try:
         a = search.archive
-        a.set_verdict(a.add(search.task.base_code, mutator="base"), {**full, "geomean_speedup": 1.0}, "")
+        base = a.add(NewRow(search.task.base_code, mutator="base"))
+        a.set_verdict(base, {**full, "geomean_speedup": 1.0}, "")
         for gen, speed in ((1, 1.2), (2, 1.5), (3, 1.4)):
-            cid = a.add(f"# generation {gen}\n" + search.task.base_code, mutator="params", generation=gen)
+            code = f"# generation {gen}\n" + search.task.base_code
+            cid = a.add(NewRow(code, mutator="params", generation=gen))
             a.set_verdict(cid, win(speed), "", timing="full")
         behind = {**full, "geomean_speedup": 0.8, "timing": {"mode": "screen"},
                   "details": {"timing_depth": "screen"}}
-        a.set_verdict(a.add("# behind\n" + search.task.base_code, mutator="params", generation=3), behind, "",
-                      timing="screen")
+        behind_id = a.add(NewRow("# behind\n" + search.task.base_code, mutator="params", generation=3))
+        a.set_verdict(behind_id, behind, "", timing="screen")
         # Generation 1 is tallied with generation 2's 1.5x already in: it improved on nothing to 1.2x.
         best, since = search._tally(1, 2, None, 7)
         assert (best, since) == (1.2, 0)

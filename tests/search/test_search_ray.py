@@ -24,7 +24,7 @@ from kernelsmith.commands.run import optimize  # noqa: E402
 from kernelsmith.onboard.task import load_task  # noqa: E402
 from kernelsmith.search import ray_pool  # noqa: E402
 from kernelsmith.search.archive import Archive  # noqa: E402
-from kernelsmith.search.run_config import SearchConfig  # noqa: E402
+from kernelsmith.search.run_config import SearchConfig, SearchHooks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -73,12 +73,15 @@ def cluster(tmp_path_factory):
             os.environ[k] = v
 
 
-def _config(c, out: Path, **kw) -> SearchConfig:
+def _config(c, out: Path, precompiler_factory=None, **kw) -> tuple[SearchConfig, SearchHooks]:
+    """(the config, the stand-ins) of a search on the cluster, for optimize(*...)."""
     cfg = dict(target="demo", op="silu_and_mul", out=str(out), budget=8, mutator="params",
                device="interpret", progress=False, targets=str(ROOT / "targets"), ray=c.address,
-               workers_per_node=1, referee_factory=SlowNodeReferee, argv=["kernelsmith", "optimize"])
+               workers_per_node=1)
     cfg.update(kw)
-    return SearchConfig(**cfg)
+    hooks = SearchHooks(referee_factory=SlowNodeReferee, precompiler_factory=precompiler_factory,
+                        argv=["kernelsmith", "optimize"])
+    return SearchConfig(**cfg), hooks
 
 
 def _starts(log: Path, since: set[str]) -> list[tuple[int, str]]:
@@ -87,7 +90,7 @@ def _starts(log: Path, since: set[str]) -> list[tuple[int, str]]:
 
 def test_evaluations_spread_over_both_nodes_and_reproducible(cluster, tmp_path):
     c, log = cluster
-    result = optimize(_config(c, tmp_path / "run"))
+    result = optimize(*_config(c, tmp_path / "run"))
     workers = result["evaluator"]
     alive = [n for n in ray.nodes() if n["Alive"]]
     nodes = {n["NodeID"] for n in alive}
@@ -101,7 +104,7 @@ def test_evaluations_spread_over_both_nodes_and_reproducible(cluster, tmp_path):
     # each stored verdict names the node whose referee produced it
     assert {r["verdict"]["details"]["node"] for r in rows} == nodes
     # --seed reproducibility: the same proposals again, whichever node evaluated what
-    optimize(_config(c, tmp_path / "again"))
+    optimize(*_config(c, tmp_path / "again"))
     with Archive(tmp_path / "again" / "archive.sqlite") as a:
         assert [r["code"] for r in a.all()] == [r["code"] for r in rows]
 
@@ -112,7 +115,7 @@ def test_the_compile_limit_holds_on_the_actors(cluster, tmp_path):
     c, log = cluster
     before = {p.name for p in log.iterdir()}
     out = tmp_path / "run"
-    optimize(_config(c, out, budget=6, compile_limit=20.0, precompiler_factory=SlowBuilds))
+    optimize(*_config(c, out, budget=6, compile_limit=20.0, precompiler_factory=SlowBuilds))
     with Archive(out / "archive.sqlite") as a:
         rows = a.all()
     assert not [r for r in rows if r["status"] == "pending"]
@@ -135,7 +138,7 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
     victim_id = victim.node_id
     out = tmp_path / "run"
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(optimize(_config(c, out, budget=10))))
+    t = threading.Thread(target=lambda: result.update(optimize(*_config(c, out, budget=10))))
     t.start()
     deadline = time.monotonic() + 60
     # Kill the node while it is evaluating a candidate: within the 1.5 s its first one sleeps (on a

@@ -13,7 +13,7 @@ import pytest
 from kernelsmith.cli import main
 from kernelsmith.errors import KernelsmithError
 from kernelsmith.onboard.task import load_task
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.evaluator import Evaluator, WorkerLost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +60,8 @@ def _losing_referee(lose_on: set, evaluated: list):
 
 
 def _rows(archive, task, n):
-    return [archive.get(archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {128 << i}"),
-                                    mutator="params")) for i in range(n)]
+    return [archive.get(archive.add(NewRow(task.base_code.replace("BLOCK = 64", f"BLOCK = {128 << i}"),
+                                    mutator="params"))) for i in range(n)]
 
 
 def test_a_lost_workers_candidate_is_evaluated_by_another(tmp_path):
@@ -173,7 +173,7 @@ def test_the_compile_limit_holds_on_a_ray_actor(tmp_path):
     made: list = []
     model_referee.CALLS.clear()
     with Archive(tmp_path / "a.sqlite") as archive:
-        base = archive.get(archive.add(task.base_code, mutator="base"))
+        base = archive.get(archive.add(NewRow(task.base_code, mutator="base")))
         rows = _rows(archive, task, 4)  # BLOCK 128, 256, 512, 1024: the last one builds too slowly
         ev = Evaluator(task, archive, device="interpret", gpus=[0], seed=0,
                        referee_factory=_gated_referee(made))

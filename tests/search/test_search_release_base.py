@@ -15,7 +15,7 @@ import kernelsmith.referee.backend as backend
 from kernelsmith.commands.run import optimize
 from kernelsmith.onboard.config import load_target
 from kernelsmith.onboard.release import release_checkout
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,9 +42,9 @@ def test_a_run_on_a_release_says_so_in_run_json_result_json_and_the_report(minis
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     out = tmp_path / "run"
     optimize(SearchConfig(target=str(target.path), op="silu_and_mul", out=str(out), budget=3,
-                          mutator="params", device="cuda", gpus=[0], progress=False, precompile=False,
-                          checkout=str(co.path), referee_factory=model_referee.ModelReferee,
-                          argv=["kernelsmith", "optimize"]))
+                          mutator="params", device="cuda", gpus=[0], progress=False, checkout=str(co.path)),
+             SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False,
+                         argv=["kernelsmith", "optimize"]))
     run = json.loads((out / "run.json").read_text())
     result = json.loads((out / "result.json").read_text())
     assert run["base_release"] == result["base_release"] == "miniserve==0.1.0"

@@ -16,14 +16,19 @@ from kernelsmith.commands.run import optimize
 from kernelsmith.referee.timing import staged as staging
 from kernelsmith.referee.timing.ab import conclude
 from kernelsmith.referee.verdict import Verdict, contender_bar, timing_depth
-from kernelsmith.search.archive import Archive
+from kernelsmith.search.archive import Archive, NewRow
 from kernelsmith.search.efficiency import candidate_rows, phase_medians
 from kernelsmith.search.prompt import status_line
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.selection import fitness
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = ROOT / "dev" / "probes"
+
+
+def _stand_in(referee) -> SearchHooks:
+    """A search judged by `referee` (a model of the staged referee), no CPU compile processes."""
+    return SearchHooks(referee_factory=referee, precompile=False, argv=["kernelsmith", "optimize"])
 
 
 class StagedModelReferee(model_referee.ModelReferee):
@@ -78,9 +83,8 @@ def fake_gpu(monkeypatch):
 def test_subset_screened_candidates_are_not_faster_and_never_finalists(tmp_path, fake_gpu):
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
-    result = optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    result = optimize(cfg, _stand_in(StagedModelReferee))
     with Archive(tmp_path / "run" / "archive.sqlite") as a:
         rows = [r for r in a.all() if r["mutator"] != "base" and r["status"] == "evaluated" and r["accepted"]]
         final = a.get_meta("final", {})
@@ -121,7 +125,7 @@ def test_the_final_remeasurement_refuses_the_search_seed(tmp_path, fake_gpu):
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5,
                        referee_factory=model_referee.ModelReferee)
         with pytest.raises(ValueError, match="seed other than the search's"):
@@ -141,7 +145,7 @@ def test_a_screened_contender_from_an_older_archive_gets_its_full_measurement_on
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        cid = archive.add(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params")
+        cid = archive.add(NewRow(task.base_code.replace("BLOCK = 64", "BLOCK = 128"), mutator="params"))
         screen = {"accepted": True, "correct": True, "timed": True, "geomean_speedup": 1.3, "eval_s": 4.0,
                   "timing": {"metric": "device", "aa_ratio": None, "noisy": None, "mode": "screen"}}
         archive.set_verdict(cid, screen, "fb", timing="screen", awaiting_full=True)
@@ -172,9 +176,8 @@ def test_after_a_measured_win_the_referee_gets_its_per_shape_speedups(tmp_path, 
 
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "run"), budget=24,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=Recording, argv=["kernelsmith", "optimize"])
-    optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    optimize(cfg, _stand_in(Recording))
     assert seen[0] == (1.0, None)  # no win yet: the base's bar, no per-shape speedups
     with_shapes = [(bar, shapes) for bar, shapes in seen if shapes]
     assert with_shapes
@@ -195,9 +198,8 @@ def test_run_table_counts_the_timing_depths_and_names_the_best(tmp_path, fake_gp
 
     cfg = SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "runs" / "a"), budget=16,
                        mutator="params", device="cuda", gpus=[0], progress=False,
-                       targets=str(ROOT / "targets"), precompile=False, stagnation=100,
-                       referee_factory=StagedModelReferee, argv=["kernelsmith", "optimize"])
-    optimize(cfg)
+                       targets=str(ROOT / "targets"), stagnation=100)
+    optimize(cfg, _stand_in(StagedModelReferee))
     out = subprocess.run([sys.executable, str(PROBES / "run_table.py"), str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -230,7 +232,7 @@ def test_while_the_best_win_is_fragile_near_ties_are_contenders(tmp_path, fake_g
 
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
-        ids = [archive.add(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params")
+        ids = [archive.add(NewRow(task.base_code.replace("BLOCK = 64", f"BLOCK = {b}"), mutator="params"))
                for b in (128, 256)]
         ev = Evaluator(task, archive, device="cuda", gpus=[0], seed=5, referee_factory=Recording)
         for cid, worst in zip(ids, (0.96, 0.99), strict=True):

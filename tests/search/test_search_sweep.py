@@ -18,7 +18,7 @@ from kernelsmith.commands.run import optimize
 from kernelsmith.onboard.task import load_task
 from kernelsmith.search.archive import Archive
 from kernelsmith.search.compare import compare_runs
-from kernelsmith.search.run_config import SearchConfig
+from kernelsmith.search.run_config import SearchConfig, SearchHooks
 from kernelsmith.search.sweep import SweepGrid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +39,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(referee, "Referee", model_referee.ModelReferee)
     monkeypatch.setattr(Precompiler, "maybe", staticmethod(lambda *a, **k: None))
     model_referee.CALLS.clear()
+
+
+STAND_IN = SearchHooks(referee_factory=model_referee.ModelReferee, precompile=False)
 
 
 def _sweep(out: Path, *extra: str) -> int:
@@ -115,8 +118,7 @@ def test_sweep_visits_the_whole_grid_once_and_reports_single_and_per_shape_bests
     # The comparison the GPU step prints: a params search against this sweep.
     params = optimize(SearchConfig(target="demo", op="silu_and_mul", out=str(tmp_path / "params"), budget=12,
                                    mutator="params", device="cuda", gpus=[0], progress=False,
-                                   targets=str(ROOT / "targets"), precompile=False,
-                                   referee_factory=model_referee.ModelReferee))
+                                   targets=str(ROOT / "targets")), STAND_IN)
     data = compare_runs([out, tmp_path / "params"])
     assert data["reference"] == pytest.approx(sweep["table_geomean"], abs=1e-4)
     assert f"the per-shape table it measured after its grid (#{sweep['table_id']}" in data["reference_source"]
@@ -127,14 +129,13 @@ def test_sweep_visits_the_whole_grid_once_and_reports_single_and_per_shape_bests
 
 def test_a_sweep_cut_short_resumes_where_it_stopped(tmp_path, fake_gpu):
     base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "s"), mutator="grid", command="sweep",
-                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-                referee_factory=model_referee.ModelReferee, seed=5)
-    first = optimize(SearchConfig(**base, minutes=1e-4))
+                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), seed=5)
+    first = optimize(SearchConfig(**base, minutes=1e-4), STAND_IN)
     assert first["stop_reason"].startswith("time budget") and not first["sweep"]["complete"]
     assert first["sweep"]["proposed"] < 65
     with pytest.raises(Exception, match="is a sweep run; resume it with that command"):
-        optimize(SearchConfig(**{**base, "command": "optimize"}, resume=True))
-    done = optimize(SearchConfig(**base, resume=True, minutes=10))
+        optimize(SearchConfig(**{**base, "command": "optimize"}, resume=True), STAND_IN)
+    done = optimize(SearchConfig(**base, resume=True, minutes=10), STAND_IN)
     assert done["sweep"]["complete"] and done["sweep"]["proposed"] == 65
     with Archive(tmp_path / "s" / "archive.sqlite") as a:
         codes = [r["code"] for r in a.all()]
@@ -150,8 +151,7 @@ def test_a_sweep_cut_short_by_time_measures_its_table_and_a_resume_owes_the_whol
     from kernelsmith.search.loop import Search
 
     base = dict(target="demo", op="silu_and_mul", out=str(tmp_path / "s"), mutator="grid", command="sweep",
-                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), precompile=False,
-                referee_factory=model_referee.ModelReferee, seed=0, minutes=10)
+                device="cuda", gpus=[0], progress=False, targets=str(ROOT / "targets"), seed=0, minutes=10)
     should_stop = Search._should_stop
 
     def time_up_after_40(self, evaluator, since):  # the time budget, spent after 40 proposals
@@ -160,7 +160,7 @@ def test_a_sweep_cut_short_by_time_measures_its_table_and_a_resume_owes_the_whol
         return should_stop(self, evaluator, since)
 
     monkeypatch.setattr(Search, "_should_stop", time_up_after_40)
-    first = optimize(SearchConfig(**base))
+    first = optimize(SearchConfig(**base), STAND_IN)
     sweep = first["sweep"]
     assert first["stop_reason"].startswith("time budget") and not sweep["complete"]
     assert sweep["per_shape_table_beats_single"]
@@ -184,7 +184,7 @@ def test_a_sweep_cut_short_by_time_measures_its_table_and_a_resume_owes_the_whol
         in data["reference_source"]
     # A resume completes the grid and still judges the whole grid's table (unless it is this one).
     monkeypatch.setattr(Search, "_should_stop", should_stop)
-    done = optimize(SearchConfig(**base, resume=True))
+    done = optimize(SearchConfig(**base, resume=True), STAND_IN)
     assert done["sweep"]["complete"] and done["sweep"]["proposed"] == 65
     with Archive(tmp_path / "s" / "archive.sqlite") as a:
         rows = a.all()

@@ -52,7 +52,7 @@ def make_run(tmp_path: Path, yaml_path: Path, checkout: Path, base_sha: str, win
     (run / "run.json").write_text(json.dumps({
         "target": str(yaml_path), "op": "rms_norm", "repo": "kernelsmith/demo", "file": OP_FILE,
         "checkout": str(checkout), "base_sha": base_sha, "seed": 0, "budget": 1, "minutes": None,
-        "mutator": "params", "device": "interpret", "gpus": [], "argv": [], "versions": {},
+        "mutator": "params", "device": "interpret", "gpus": [None], "argv": [], "versions": {},
         "created_at": "2026-01-01T00:00:00Z"}))
     (run / "result.json").write_text(json.dumps({"geomean_speedup": None, "timed": False, "accepted": 1,
                                                  "evaluations": 1, "winner": {"id": 1}}))

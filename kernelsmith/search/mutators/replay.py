@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.runspec import Replay
 from kernelsmith.search.mutators import Proposal
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -126,8 +127,8 @@ def reverse(hunks: list[Hunk]) -> list[Hunk]:
     return [Hunk(h.header, h.new_start, h.old_start, h.new, h.old) for h in hunks]
 
 
-def load_replay(source: str | Path) -> dict:
-    """{"source", "diff"} from a run directory (its winner/winner.diff) or a diff file."""
+def load_replay(source: str | Path) -> Replay:
+    """The diff to replay from a run directory (its winner/winner.diff) or a diff file."""
     path = Path(source).expanduser()
     if path.is_dir():
         diff_path = path / "winner" / "winner.diff"
@@ -144,7 +145,7 @@ def load_replay(source: str | Path) -> dict:
         raise ConfigError(diff_path, f"not a usable unified diff: {e}", "--replay") from None
     if not hunks:
         raise ConfigError(diff_path, "holds no @@ hunk: not a unified diff", "--replay")
-    return {"source": str(diff_path.resolve()), "diff": text}
+    return Replay(source=str(diff_path.resolve()), diff=text)
 
 
 class ReplayMutator:
@@ -152,9 +153,9 @@ class ReplayMutator:
 
     name = "replay"
 
-    def __init__(self, task, replay: dict):
+    def __init__(self, task, replay: Replay):
         self.task = task
-        self.source, self.diff = replay["source"], replay["diff"]
+        self.source, self.diff = replay.source, replay.diff
         self.base_id: int | None = None
         self.done = False
         path, _ = parse_diff(self.diff)
