@@ -157,7 +157,7 @@ def _step_timers() -> dict[str, float]:
 
     for owner, name in ((correctness, "compare"), (correctness, "same_bits"),
                         (correctness, "precision_downgrade"), (shape_trials, "fresh_copy"),
-                        (shape_trials, "in_arena"), (input_cache, "fingerprints")):
+                        (shape_trials, "into_arena"), (input_cache, "fingerprints")):
         setattr(owner, name, timed(name, getattr(owner, name)))
     for cls, name in ((judge.RunnerLink, "call"), (judge.RunnerLink, "request"),
                       (oracle_link.OracleLink, "request"),

@@ -24,8 +24,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from kernelsmith.errors import ConfigError
 from kernelsmith.sandbox.limits import parse_size
 
@@ -66,6 +64,8 @@ def shape_text(shape: dict) -> str:
 def tensor_bytes(value) -> int:
     """Bytes of the storages of the tensors in `value` (a dict, tuple or list of them, or one):
     what a copy of each allocates, and what crosses to another process."""
+    import torch  # here, not at the top: the referee's parent imports this module and never torch
+
     if isinstance(value, torch.Tensor):
         return value.untyped_storage().nbytes()
     if isinstance(value, dict):

@@ -102,3 +102,12 @@ def test_no_package_outweighs_the_rest(package):
 
     total = lines(ROOT / "kernelsmith") + lines(ROOT / "bot")
     assert lines(ROOT / "kernelsmith" / package) <= MAX_SHARE * total
+
+
+def test_the_referee_parent_side_imports_no_torch():
+    """The CLI and the referee's parent never import torch: the fork server times that import, and
+    commands that only read yamls or run directories stay quick."""
+    code = "import sys, kernelsmith.referee, kernelsmith.cli; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-P", "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout.strip() == "False"
