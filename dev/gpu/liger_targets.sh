@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Liger-Kernel's operators (targets/liger.yaml) on the GPU: for each, `evaluate` (the base, timed,
-# with its roofline share per shape), `sweep --minutes 0.3`, `optimize --minutes 0.3 --mutator
-# params` and `verify` of the optimize run (Liger's own tests on base and winner). Prints one line
+# with its roofline share per shape), `sweep` and `optimize` (LIGER_MINUTES each, default 0.3;
+# optimize's LIGER_MUTATOR, default params) and `verify` of the optimize run's winner, else the
+# sweep's (Liger's own tests on base and winner); LIGER_PHASES=search skips the evaluations. Prints one line
 # per step as it ends, then a table per operator. Runs from the tree (no pip there):
 #   bash dev/gpu/liger_targets.sh
 # Needs, carried in: .carry/liger (bash dev/gpu/carry_liger.sh here) and .carry/wheels (Optuna, for
@@ -24,6 +25,9 @@ export KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
 export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
 CO=${LIGER_CHECKOUT:-$PWD/.carry/liger}
 BUDGET_S=${LIGER_BUDGET_S:-320}
+MINUTES=${LIGER_MINUTES:-0.3}          # --minutes of each sweep and optimize
+MUTATOR=${LIGER_MUTATOR:-params}       # optimize's --mutator
+PHASES=${LIGER_PHASES:-"evaluate search"}  # "search" alone skips the timed evaluations
 KS="python3 -m kernelsmith"
 START=$SECONDS
 if [ ! -d "$CO/src/liger_kernel/ops" ]; then
@@ -61,19 +65,25 @@ lane() {  # phase lane-index: this lane's share of the operators
       if [ "$phase" = evaluate ]; then
         step "$op-evaluate" 150 $KS evaluate liger "$op" --checkout "$CO" --device cuda --json
       else
-        step "$op-sweep" 120 $KS sweep liger "$op" --checkout "$CO" --device cuda --minutes 0.3 \
+        step "$op-sweep" $((${MINUTES%.*} * 60 + 120)) $KS sweep liger "$op" --checkout "$CO" --device cuda --minutes "$MINUTES" \
           --out "$D/runs/$op-sweep" --no-progress
-        step "$op-optimize" 120 $KS optimize liger "$op" --checkout "$CO" --device cuda --minutes 0.3 \
-          --mutator params --out "$D/runs/$op-optimize" --no-progress
-        [ -f "$D/runs/$op-optimize/run.json" ] && \
-          step "$op-verify" 150 $KS verify "$D/runs/$op-optimize" --timeout 120 --json
+        step "$op-optimize" $((${MINUTES%.*} * 60 + 120)) $KS optimize liger "$op" --checkout "$CO" --device cuda --minutes "$MINUTES" \
+          --mutator "$MUTATOR" --out "$D/runs/$op-optimize" --no-progress
+        # verify the optimize run's winner, else the sweep's (Liger's own tests on base and winner)
+        for kind in optimize sweep; do
+          if [ -f "$D/runs/$op-$kind/run.json" ] && python3 -c "import json,sys
+sys.exit(0 if json.load(open('$D/runs/$op-$kind/result.json')).get('winner') else 1)" 2>/dev/null; then
+            step "$op-verify" 240 $KS verify "$D/runs/$op-$kind" --timeout 200 --json
+            break
+          fi
+        done
       fi
     fi
     i=$((i + 1))
   done
 }
 
-for phase in evaluate search; do
+for phase in $PHASES; do
   for li in "${!LANES[@]}"; do
     CUDA_VISIBLE_DEVICES=${LANES[$li]} lane "$phase" "$li" &
   done
@@ -112,7 +122,8 @@ for op in ops:
         if res is not None:
             print(f"  {kind}: geomean {res.get('geomean_speedup')} CI {res.get('geomean_ci95')} evaluations "
                   f"{res.get('evaluations')} stop: {res.get('stop_reason') or res.get('no_winner_reason')}")
-    ver = load(d / "runs" / f"{op}-optimize" / "verify.json")
-    if ver is not None:
-        print(f"  verify: {ver.get('status')} - {ver.get('reason')}")
+    for kind in ("optimize", "sweep"):
+        ver = load(d / "runs" / f"{op}-{kind}" / "verify.json")
+        if ver is not None:
+            print(f"  verify ({kind}): {ver.get('status')} - {ver.get('reason')}")
 PY
