@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from kernelsmith.referee.backend import libdevice, standins
+from kernelsmith.referee.backend import combine, libdevice, standins
 from kernelsmith.referee.backend.base import Backend
 
 
@@ -35,13 +35,13 @@ class InterpretBackend(Backend):
 
 def install_standins() -> None:
     """The active-driver and device-property stand-ins, fp8 casts, `tl` aliases, float arguments
-    (standins.py) and libdevice math (libdevice.py)."""
+    (standins.py), libdevice math (libdevice.py) and block combine functions (combine.py)."""
     def kernel_runs() -> bool:
         return libdevice.patch_kernel_runs(standins.alias_scopes, standins.bound_to_interpreter)
 
     for install in (standins.install_driver, standins.install_torch_cuda, standins.patch_fp8_casts,
                     standins.patch_tl_aliases, standins.patch_float_args, libdevice.patch_builder,
-                    kernel_runs):
+                    combine.patch_combine, kernel_runs):
         try:
             install()
         except (AttributeError, ImportError, TypeError):
