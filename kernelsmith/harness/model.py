@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,18 @@ def private_module_name(path: Path, prefix: str = "_ks_harness") -> str:
     return f"{prefix}_{digest}"
 
 
+def _folder_package(folder: Path) -> str:
+    """A private package over a harness's folder (made once per process), so a harness may import
+    the modules beside it relatively (`from ._shared import x`) and none of them takes a real
+    package's name (the referee pins those files with the harness: referee/proc/pinned.py)."""
+    name = private_module_name(folder, "_ks_harness_dir")
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(folder)]
+        sys.modules[name] = package
+    return name
+
+
 def _import_file(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -137,7 +150,7 @@ def load_harness(path: str | Path, variant: str | None = None) -> Harness:
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
-    module = _import_file(path, private_module_name(path))
+    module = _import_file(path, f"{_folder_package(path.parent)}.{private_module_name(path)}")
     outputs, positions = parse_outputs(getattr(module, "OUTPUTS", None), path)
     inplace = list(getattr(module, "INPLACE", None) or [])
     tolerance = getattr(module, "TOLERANCE", None) or {}

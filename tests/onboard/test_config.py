@@ -1,5 +1,7 @@
 """Target yaml and harness loading: every mistake is one clear error naming file and field."""
 
+import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -9,6 +11,8 @@ from kernelsmith.errors import ConfigError
 from kernelsmith.harness.model import load_harness
 from kernelsmith.harness.static import check_harness_static
 from kernelsmith.onboard.config import load_target, merge_repo_operators, resolve_target
+from kernelsmith.onboard.task import load_task
+from kernelsmith.referee.proc.pinned import task_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,6 +157,26 @@ def test_bad_harness_names_field(tmp_path, body, field):
     with pytest.raises(ConfigError) as e:
         load_harness(p)
     assert e.value.field == field and str(p) in str(e.value)
+
+
+def test_a_harness_imports_what_it_shares_from_beside_it(tmp_path):
+    """Relative imports resolve in a private package over the harness's folder: nothing takes a real
+    module's name, and the referee pins the shared module with the harness."""
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "_shared.py").write_text(
+        "SHAPES = [{'tokens': 3, 'hidden': 48, 'dtype': 'float32'}]\n"
+        "def make_inputs(shape, device, seed): return {'n': shape['tokens']}\n")
+    harness = tmp_path / "h" / "json.py"  # named like a real module: it must not shadow it
+    harness.write_text("from ._shared import SHAPES, make_inputs\ndef reference(**k): pass\n")
+    check_harness_static(harness)
+    h = load_harness(harness)
+    assert h.shapes == [{"tokens": 3, "hidden": 48, "dtype": "float32"}]
+    assert h.make_inputs(h.shapes[0], "cpu", 0) == {"n": 3}
+    assert json.dumps({}) == "{}" and "_shared" not in sys.modules and "json" not in h.module.__name__
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n  - {name: rms_norm, file: miniserve/kernels/"
+                                     "rms_norm.py, entry: rms_norm, harness: h/json.py}\n")
+    task = load_task(str(tmp_path / "t.yaml"), "rms_norm", checkout=str(ROOT / "examples" / "miniserve"))
+    assert {harness, tmp_path / "h" / "_shared.py"} <= set(task_files(task).files)
 
 
 def test_harness_syntax_error(tmp_path):

@@ -89,9 +89,10 @@ class PinnedFiles:
 
 
 def task_files(task) -> PinnedFiles:
-    """The base file (as the task read it), the Python files beside it, the harness (its variants are
-    data inside it) and the stubs."""
+    """The base file (as the task read it), the Python files beside it, the harness and the Python
+    files beside it (a harness may import them relatively: harness/model.py), and the stubs."""
     base = (task.root / task.operator.file).resolve()
-    paths = [base, *sorted(base.parent.glob("*.py")), Path(task.operator.harness)]
+    harness = Path(task.operator.harness)
+    paths = [base, *sorted(base.parent.glob("*.py")), harness, *sorted(harness.parent.glob("*.py"))]
     paths += [Path(p) for p in (task.target.stubs or {}).values()]
     return PinnedFiles(paths, {base: task.base_code.encode()} if task.base_code else None)
