@@ -17,11 +17,15 @@ import torch
 
 # Dense scores: memory grows with seq^2 (4096 tokens x 32 heads: two 1 GiB buffers in bf16).
 SHAPES = [
-    {"batch": 2, "heads": 16, "seq": 1024, "head_dim": 64, "kernel_size": 7, "dilation": 1, "dtype": "bfloat16"},
-    {"batch": 4, "heads": 16, "seq": 2048, "head_dim": 64, "kernel_size": 13, "dilation": 1, "dtype": "bfloat16"},
-    {"batch": 1, "heads": 32, "seq": 4096, "head_dim": 128, "kernel_size": 7, "dilation": 2, "dtype": "bfloat16"},
+    {"batch": 2, "heads": 16, "seq": 1024, "head_dim": 64, "kernel_size": 7, "dilation": 1,
+     "dtype": "bfloat16"},
+    {"batch": 4, "heads": 16, "seq": 2048, "head_dim": 64, "kernel_size": 13, "dilation": 1,
+     "dtype": "bfloat16"},
+    {"batch": 1, "heads": 32, "seq": 4096, "head_dim": 128, "kernel_size": 7, "dilation": 2,
+     "dtype": "bfloat16"},
     # A 56 x 56 feature map flattened (NAT-style vision models): seq not a power of two.
-    {"batch": 2, "heads": 12, "seq": 3136, "head_dim": 64, "kernel_size": 9, "dilation": 1, "dtype": "float16"},
+    {"batch": 2, "heads": 12, "seq": 3136, "head_dim": 64, "kernel_size": 9, "dilation": 1,
+     "dtype": "float16"},
 ]
 # The interpreter runs one program at a time: upstream's test sizes (seq 24: one 32 x 32 tile).
 CPU_SHAPES = [
@@ -38,8 +42,8 @@ def make_inputs(shape: dict, device: str, seed: int) -> dict:
     dtype = getattr(torch, shape["dtype"])
     size = (shape["batch"], shape["heads"], shape["seq"], shape["head_dim"])
     q, k, v = (torch.randn(size, generator=g, device=device).to(dtype) for _ in range(3))
-    return {"query": q, "key": k, "value": v, "kernel_size": shape["kernel_size"], "dilation": shape["dilation"],
-            "scale": None, "return_lse": False}
+    return {"query": q, "key": k, "value": v, "kernel_size": shape["kernel_size"],
+            "dilation": shape["dilation"], "scale": None, "return_lse": False}
 
 
 def neighbourhood(seq: int, kernel_size: int, dilation: int, device) -> torch.Tensor:
