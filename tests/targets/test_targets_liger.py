@@ -116,3 +116,21 @@ def test_real_kernel_files_match_on_cuda(op_name):
         for o, e in zip(outs, expected, strict=True):
             atol, rtol = h.tolerance_for(str(o.dtype).removeprefix("torch."))
             torch.testing.assert_close(o.float(), e.float(), atol=atol, rtol=rtol)
+
+
+def test_fused_moe_compares_the_pre_activations_the_backward_reads(tmp_path, monkeypatch):
+    """A forward whose output is right but whose saved pre-activations are not (zeros here, as a
+    candidate that skipped writing them could leave) is rejected: `call` returns them too."""
+    root = upstreamkit.require("liger")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    op = load_target(YAML).operator("fused_moe")
+    code = (root / op.file).read_text()
+    assert code.count("        ctx.save_for_backward(\n") == 1
+    skipped = code.replace("        ctx.save_for_backward(\n",
+                           "        pre_act = torch.zeros_like(pre_act)\n        ctx.save_for_backward(\n")
+    task = load_task(str(YAML), "fused_moe", checkout=str(root), harness=None)
+    with Referee(task, device="interpret", seed=0, timeout_s=300, prefork=False) as ref:
+        base = ref.evaluate(None, timing="none")
+        verdict = ref.evaluate(skipped, candidate_id=1, timing="none")
+    assert base.accepted, base.feedback()
+    assert not verdict.accepted and "output 1" in verdict.feedback(), verdict.feedback()
