@@ -17,6 +17,8 @@ given by keyword, by position (against the kernel's signature) or through a `**c
 Never a knob: a count (named `n_*`/`num_*`/`*_blocks`..., or a grid dimension itself) computed from
 the inputs in some branch, literal branches included (`max_num_blocks = 1` when decoding); a
 BLOCK-named value passed to a kernel parameter that is no `tl.constexpr` (it cannot size a tile);
+a value passed to a kernel parameter the kernel never reads (`num_warps` given by position to a
+parameter of that name is one: Triton takes launch options from keywords only);
 anything on a branch that never runs on CUDA (`if infer_device() == "xpu": ...`, `32 if
 device.type == "xpu" else ...`).
 Values bound elsewhere are followed (launch/follow.py): returned by a helper (`num_warps =
@@ -65,6 +67,12 @@ __all__ = ["Tunable", "Unfollowed", "find", "is_int", "jit_functions", "kernel_l
 _LIMIT = re.compile(r"^(MAX|MIN)_\w+$", re.I)
 
 
+def _unread_params(kernel: ast.FunctionDef) -> set[str]:
+    """The parameters of a kernel that its body never reads."""
+    read = {n.id for stmt in kernel.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return {a.arg for a in kernel.args.posonlyargs + kernel.args.args + kernel.args.kwonlyargs} - read
+
+
 class _Finder(Follower, ast.NodeVisitor):
     """Collects tunables of one parsed file; `offsets` turns (line, col) into byte offsets. With
     `sources`, values returned by helpers of other modules of the checkout are followed too."""
@@ -95,6 +103,7 @@ class _Finder(Follower, ast.NodeVisitor):
             for f in funcs
             if f.name in self.jit
         }
+        self.unread = {f.name: _unread_params(f) for f in funcs if f.name in self.jit}
         self.loops = kernel_loops(tree)
         self.scope: list[str] = []
         self.defs: dict[tuple[str | None, str], list[ast.expr]] = defaultdict(list)
@@ -214,7 +223,7 @@ class _Finder(Follower, ast.NodeVisitor):
                 break
             if i < len(params):
                 present.add(params[i])
-                self._argument(kernel, params[i], arg)
+                self._argument(kernel, params[i], arg, positional=True)
         for kw in node.keywords:
             if kw.arg is not None:
                 present.add(kw.arg)
@@ -248,9 +257,14 @@ class _Finder(Follower, ast.NodeVisitor):
                                   count=sub.id in dims)
         self.trace = None
 
-    def _argument(self, kernel: str, name: str, value) -> None:
+    def _argument(self, kernel: str, name: str, value, positional: bool = False) -> None:
         """A launch argument named like a launch choice: its literal, its name's values, or its expression."""
         if not _KNOB.match(name):
+            return
+        if name in self.unread.get(kernel, ()) and (positional or name not in TRITON_DEFAULTS):
+            # A kernel parameter its body never reads: the value changes nothing the kernel does.
+            # Triton takes launch options from keywords only, so `num_warps` given by position to a
+            # parameter of that name is such a parameter, not the launch's warps.
             return
         scope, kind = self.current(), kind_of(name)
         if kind == "block" and kernel in self.params and name in self.params[kernel]:

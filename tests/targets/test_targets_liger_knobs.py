@@ -91,3 +91,11 @@ def test_warps_from_calculate_settings_are_overridden_at_the_launch(op_name, lau
         out = render(code, tunables, {t.key: 16})
         (s, e), = t.sites
         assert out == code[: len(code.encode()[:s].decode())] + "16" + code[len(code.encode()[:e].decode()):]
+
+
+def test_fused_neighborhood_attention_offers_its_tiles_not_its_positional_warps_and_stages():
+    """Its `num_stages` and calculate_settings' `num_warps` go by position into kernel parameters of
+    those names that the kernels never read (Triton takes launch options from keywords only)."""
+    _, tunables, _ = _space("fused_neighborhood_attention")
+    assert sorted(t.key.split(":")[1] for t in tunables) == ["BLOCK_SIZE_K|floor", "BLOCK_SIZE_M|cap",
+                                                             "BLOCK_SIZE_N|cap"]
