@@ -234,3 +234,30 @@ def test_the_runners_regions_make_way_for_the_oracles_timing_of_the_base(tmp_pat
     assert all(s["speedup"] is not None for s in out["shapes"])
     again, _ = _slots_timed(tmp_path / "again", cap)
     assert again.memory.decisions == judge.memory.decisions  # the same cap: the same choices
+
+
+# -- a referee on a simulated device: the regions closed and made again through the real children -------
+SHARED_CAP = 30_000_000  # test_memory.CACHES: above the largest shape alone (21M is not), below it
+# beside both children's regions as the largest shape's calls grow them
+
+
+def test_a_shape_that_fits_alone_is_judged_with_the_idle_childs_regions_closed(tmp_path, monkeypatch):
+    from test_memory import CACHES
+    from tiny_project import tiny_task
+
+    from kernelsmith.referee import Referee
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = tiny_task(tmp_path / "t", "fill_slots", "fill_slots", CACHES)
+    with Referee(task, device="interpret", seed=3, timeout_s=300, device_memory_bytes=SHARED_CAP) as ref:
+        verdicts = [ref.evaluate(None, timing="none") for _ in range(2)]
+    for v in verdicts:
+        assert v.accepted, (v.violations, v.details.get("messages"))
+        memory = v.details["memory"]
+        dropped = {d["step"] for d in memory["decisions"] if d["action"] == "dropped_regions"}
+        # The oracle's during the runner's correctness trials, the runner's while the oracle makes
+        # the reference and the base's outputs again.
+        assert "a correctness trial" in dropped and dropped & {"the reference", "the base's outputs"}
+        assert set(memory["held"]) == {"cache", "runner_regions", "oracle_regions"}
+        assert sum(memory["held"].values()) == memory["held_bytes"] <= SHARED_CAP
+        assert v.details["channel"]["shared_bytes"] > 0  # the regions made again carried the tensors
