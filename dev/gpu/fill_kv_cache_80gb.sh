@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # LMDeploy fill_kv_cache with its batch 512 x history 2048 (bf16) shape on an 80 GB card (issue 42):
 # `kernelsmith evaluate` of the base (full timing), then `optimize --mutator params --minutes 1`,
-# printing the referee's memory decisions (details.memory: fewer rotation copies, evicted shapes,
-# regenerated data; details.memory_short where a shape did not fit) and the peak device memory in use
-# over all processes (nvidia-smi, sampled every 200 ms). About 4 minutes of GPU time.
+# printing the referee's memory decisions (details.memory: the idle child's shared regions closed,
+# fewer rotation copies, evicted shapes, regenerated data; details.memory_short where a shape did not
+# fit), what the judge holds by holder (cache, runner_regions, oracle_regions) and its allocator
+# (allocated vs reserved), and the peak device memory in use over all processes (nvidia-smi, sampled
+# every 200 ms). About 4 minutes of GPU time.
 #   bash dev/gpu/fill_kv_cache_80gb.sh
 # Run from the tree on the GPU machine (Python 3.12, torch, triton, no pip): needs .carry/lmdeploy
 # (dev/gpu/carry_checkouts.sh) and .carry/wheels (optuna: dev/gpu/carry_wheels.sh) carried in.
 # Look for: "evaluate: exit 0" with the base ACCEPTED and timed on every shape, the batch=512 shape
-# among them; optimize's base row accepted and evaluations > 1; the decisions (which shape, what was
-# done) and a peak below the card's memory. KS_DEVICE_MEMORY=70G caps what the referee plans with
+# among them (a base time, not None); optimize's base row accepted and evaluations > 1; for the
+# batch=512 shape a "dropped_regions at the judge's own timing of the base" decision (the runner's
+# regions, ~9.6 GB, closed while the oracle times) and no out_of_memory; the judge's allocator
+# reserved close to allocated (a gap of many GiB: memory cached in pools or fragmented); a peak below
+# the card's memory. KS_DEVICE_MEMORY=70G caps what the referee plans with
 # ($KERNELSMITH_DEVICE_MEMORY), e.g. to act as an 80 GB card on a larger one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -82,7 +87,10 @@ if v:
     print(f"evaluate: accepted {v['accepted']} violations {v['violations']} on {v['device'].get('name')}")
     for s in v["shapes"]:
         print(f"  {shape_text(s['shape'])}: base {s.get('baseline_ms')} ms, speedup {s.get('speedup')}")
-    print(f"  memory: least free {gib(mem.get('least_free_bytes'))}, judge holds {gib(mem.get('held_bytes'))}")
+    print(f"  memory: least free {gib(mem.get('least_free_bytes'))}, judge holds {gib(mem.get('held_bytes'))}: "
+          + ", ".join(f"{k} {gib(n)}" for k, n in (mem.get("held") or {}).items()))
+    alloc = mem.get("judge_allocator") or {}
+    print(f"  judge's allocator: allocated {gib(alloc.get('allocated'))}, reserved {gib(alloc.get('reserved'))}")
     for s in mem.get("shapes") or []:
         print(f"    {shape_text(s['shape'])}: input set {gib(s['input_set_bytes'])}, outputs {gib(s['output_bytes'])}")
     decisions(mem)

@@ -415,7 +415,8 @@ class Session(ShapeTrials, JudgeTiming):
                 "the referee's cached inputs or reference outputs changed during this evaluation "
                 "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
         out["details"]["input_cache"] = self.inputs.report()
-        out["details"]["memory"] = {**self.memory.report(), "boot_decisions": self.boot_memory}
+        out["details"]["memory"] = {**self.memory.report(), "boot_decisions": self.boot_memory,
+                                    "judge_allocator": self.backend.allocator_bytes()}
         # A runner that loaded this candidate's code judges nothing more: replaced now, its
         # successor booting until the next evaluation (details.runner: what waiting for it cost).
         out["details"]["runner"] = {"pid": self.link.pid, "fresh_wait_s": started_s,
