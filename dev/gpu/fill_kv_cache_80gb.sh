@@ -7,6 +7,8 @@
 # (allocated vs reserved), and the peak device memory in use over all processes (nvidia-smi, sampled
 # every 200 ms). About 4 minutes of GPU time.
 #   bash dev/gpu/fill_kv_cache_80gb.sh
+#   FKV_OP=fill_kv_cache@decode bash dev/gpu/fill_kv_cache_80gb.sh  (the decode variant: 2048 tokens of
+#   history in every one of its 512 sequences)
 # Run from the tree on the GPU machine (Python 3.12, torch, triton, no pip): needs .carry/lmdeploy
 # (dev/gpu/carry_checkouts.sh) and .carry/wheels (optuna: dev/gpu/carry_wheels.sh) carried in.
 # Look for: "evaluate: exit 0" with the base ACCEPTED and timed on every shape, the batch=512 shape
@@ -26,6 +28,7 @@ export PYTHONPATH="$PWD:$PWD/.carry/wheels" KERNELSMITH_TARGETS="$PWD/targets" P
 export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
 [ -n "${KS_DEVICE_MEMORY:-}" ] && export KERNELSMITH_DEVICE_MEMORY="$KS_DEVICE_MEMORY"
 CO="$PWD/.carry/lmdeploy"
+OP=${FKV_OP:-fill_kv_cache}
 [ -d "$CO/lmdeploy/pytorch/kernels/cuda" ] || { echo "no LMDeploy kernels at $CO (carry .carry/lmdeploy)"; exit 1; }
 grep -q '"batch": 512, "q_per_seq": 1, "max_history": 2048' targets/lmdeploy/fill_kv_cache.py \
   || { echo "the harness lacks the batch 512 x history 2048 shape"; exit 1; }
@@ -38,13 +41,13 @@ if command -v nvidia-smi > /dev/null; then
 fi
 
 t0=$SECONDS
-timeout 110 python3 -P -m kernelsmith evaluate lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+timeout 110 python3 -P -m kernelsmith evaluate lmdeploy "$OP" --checkout "$CO" --device cuda \
   --json > "$D/evaluate.json" 2> "$D/evaluate.err"
 echo "evaluate: exit $? in $((SECONDS - t0)) s"
 tail -n 12 "$D/evaluate.err"
 
 t0=$SECONDS
-timeout 150 python3 -P -m kernelsmith optimize lmdeploy fill_kv_cache --checkout "$CO" --device cuda \
+timeout 150 python3 -P -m kernelsmith optimize lmdeploy "$OP" --checkout "$CO" --device cuda \
   --mutator params --minutes 1 --seed 0 --out "$D/run" --no-progress > "$D/optimize.log" 2>&1
 echo "optimize: exit $? in $((SECONDS - t0)) s"
 tail -n 8 "$D/optimize.log"
