@@ -90,7 +90,7 @@ def test_what_cannot_fit_by_measure_is_still_named():
     planner = MemoryPlanner(Gauge(device.free), cache)
     with pytest.raises(DeviceMemoryShort) as e:
         planner.make_room(big, 300 * KIB, keep=[x.key for x in timed], keep_outputs=False, what="a step")
-    # Every output of the timed trials went first (144 KiB): 244 KiB is all there is.
+    # The timed trials' outputs were dropped too (144 KiB, all given back): 244 KiB is all there is.
     assert e.value.free == 244 * KIB and e.value.need == 300 * KIB and all(x.expected is None for x in timed)
     assert "shape batch=512: a step needs 300.00 KiB" in str(e.value)
 
