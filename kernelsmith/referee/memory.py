@@ -6,11 +6,15 @@ the regions it shares (shared_region.py); the runner the sets a timing request s
 them per timed function (rotation.py); the oracle what it makes and the sets it times the base on.
 Before each step that allocates on a shape's scale the judge measures the free device memory
 (`Backend.free_memory`) and compares it with that step's need, computed from the sizes of the
-shape's cached tensors (`ShapeBytes`). Where it does not fit, in this order: fewer rotation copies
-for the timing (down to one), other shapes' cached entries evicted (least recently used first),
-then this shape's own cached data not needed by the step dropped (made again when next needed).
-Each such decision is recorded for the verdict's `details.memory`. A step that does not fit even
-then raises `DeviceMemoryShort`, naming the shape, its need and the memory free.
+shape's cached tensors (`ShapeBytes`). Where it does not fit, in this order: the regions shared
+with the child the step leaves idle closed (the runner's while the oracle times the base, the
+oracle's during a correctness trial; made again at the next message's size), fewer rotation
+copies for the timing (down to one), other shapes' cached entries evicted (least recently used
+first), then this shape's own cached data not needed by the step dropped (made again when next
+needed). After each stage the room is measured again, not assumed from the bytes counted free: an
+eviction can give the device back less than it held. Each decision is recorded for the verdict's
+`details.memory`. A step that does not fit even then raises `DeviceMemoryShort`, naming the
+shape, its need and the memory free.
 
 `Referee(device_memory_bytes=N)` (or $KERNELSMITH_DEVICE_MEMORY) caps the bytes the judge counts as
 held by the referee (cache, regions, pins) plus a step's need at N, on any backend: a GPU shared
@@ -135,6 +139,13 @@ def region_growth(link, to_peer: int = 0, from_peer: int = 0) -> int:
     return regions.growth("to_peer", to_peer) + regions.growth("from_peer", from_peer)
 
 
+def drop_regions(link) -> int:
+    """Close the regions the judge shares with a child (its `link`) for a step that leaves it
+    idle (judge.ChildLink.drop_regions); the bytes they held."""
+    drop = getattr(link, "drop_regions", None)
+    return drop() if drop is not None else 0
+
+
 class DeviceMemoryShort(Exception):
     """A step on one shape needs more device memory than is free after every other use is gone."""
 
@@ -165,8 +176,9 @@ class Gauge:
     interpreter without a cap: the input cache's byte budget bounds it alone)."""
 
     def __init__(self, measure: Callable[[], int | None], cap: int | None = None,
-                 held: Callable[[], int] = lambda: 0, release: Callable[[], None] = lambda: None):
-        self.measure, self.cap, self.held, self._release = measure, cap, held, release
+                 held: Callable[[], int] = lambda: 0, release: Callable[[], None] = lambda: None,
+                 parts: Callable[[], dict] = dict):
+        self.measure, self.cap, self.held, self._release, self.parts = measure, cap, held, release, parts
 
     def room(self) -> int | None:
         """Bytes the next step may allocate, across the referee's processes."""
@@ -196,9 +208,10 @@ class MemoryPlanner:
         self.decisions, self.least = [], None
 
     def report(self) -> dict:
-        """The verdict's `details.memory`: the least room measured, the bytes the judge holds, each
-        shape's sizes, and the decisions taken."""
+        """The verdict's `details.memory`: the least room measured, the bytes the judge holds (in
+        all, and by what holds them), each shape's sizes, and the decisions taken."""
         return {"least_free_bytes": self.least, "cap_bytes": self.gauge.cap, "held_bytes": self.gauge.held(),
+                "held": self.gauge.parts(),
                 "shapes": [{"shape": json.loads(k), "input_set_bytes": v.inputs, "output_bytes": v.outputs}
                            for k, v in self.sizes.items()],
                 "decisions": list(self.decisions)}
@@ -229,57 +242,79 @@ class MemoryPlanner:
         room = self.room()
         return room >= need
 
-    def make_room(self, shape: dict, need: int, keep=(), keep_outputs: bool = True, what: str = "") -> None:
+    def make_room(self, shape: dict, need: int, keep=(), keep_outputs: bool = True, what: str = "",
+                  idle=()) -> None:
         """Room for `need` bytes for a step on `shape` that uses the cache entries `keep` (their
-        reference and base outputs too unless `keep_outputs` is False); DeviceMemoryShort where
-        even dropping everything else leaves too little."""
+        reference and base outputs too unless `keep_outputs` is False) and leaves the children
+        `idle` alone (their shared regions may be closed); DeviceMemoryShort where even dropping
+        everything else leaves too little. Each stage goes on until the room measured, not the
+        bytes counted, holds `need`: what an eviction gives back to the device can be less than
+        it held (a block of the allocator still partly in use)."""
         if self.fits(need):
             return
-        room = self.room()
         key, keep = _key(shape), set(keep)
-        evicted, freed = [], 0
-        for k in list(self.cache.entries):  # least recently used first
-            if room + freed >= need:
-                break
-            if k[0] != key and k not in keep:
-                freed += self.cache.evict(k)
-                evicted.append(json.loads(k[0]))
-        if evicted:
+        freed, _, room = self._free(need, [(link, drop_regions) for link in idle])
+        if freed:
+            self.decisions.append({"shape": shape, "step": what, "action": "dropped_regions", "bytes": freed,
+                                   "need_bytes": need, "free_bytes": room,
+                                   "note": "the regions shared with a process this step leaves idle were "
+                                           "closed: made again, at the size a message needs, when next used"})
+            if self.fits(need):
+                return
+        others = [(k, self.cache.evict) for k in list(self.cache.entries) if k[0] != key and k not in keep]
+        freed, taken, room = self._free(need, others)
+        if taken:
             self.decisions.append({"shape": shape, "step": what, "action": "evicted",
-                                   "shapes": _distinct(evicted), "bytes": freed, "need_bytes": need,
-                                   "free_bytes": room})
-        if room + freed < need:
-            own = 0
-            for k in list(self.cache.entries):
-                if k[0] == key and k not in keep:
-                    own += self.cache.evict(k)
-            if not keep_outputs:
-                own += sum(self.cache.drop_outputs(k) for k in keep)
-            if own:
-                self.decisions.append({"shape": shape, "step": what, "action": "regenerate", "bytes": own,
-                                       "need_bytes": need, "free_bytes": room,
-                                       "note": "this shape's cached data not used by the step was dropped: "
-                                               "it is made again when next needed"})
+                                   "shapes": _distinct([json.loads(k[0]) for k in taken]), "bytes": freed,
+                                   "need_bytes": need, "free_bytes": room})
+            if self.fits(need):
+                return
+        own = [(k, self.cache.evict) for k in list(self.cache.entries) if k[0] == key and k not in keep]
+        if not keep_outputs:
+            own += [(k, self.cache.drop_outputs) for k in keep]
+        freed, _, room = self._free(need, own)
+        if freed:
+            self.decisions.append({"shape": shape, "step": what, "action": "regenerate", "bytes": freed,
+                                   "need_bytes": need, "free_bytes": room,
+                                   "note": "this shape's cached data not used by the step was dropped: "
+                                           "it is made again when next needed"})
         if not self.fits(need):
             raise DeviceMemoryShort(shape, need, self.room(), what or "this step", self.sizes_of(shape))
 
-    def evict_all(self, shape: dict, keep=(), what: str = "") -> None:
+    def _free(self, need: int, steps: list) -> tuple[int, list, int]:
+        """Take `steps` ((thing, free(thing) -> bytes)) in order until `need` fits the room measured;
+        (bytes freed, things taken, the room before)."""
+        start = room = self.room()
+        freed, total, taken = 0, 0, []
+        for thing, free in steps:
+            if room + freed >= need:
+                if self.fits(need):
+                    break
+                room, freed = self.room(), 0  # the device gave back less than was counted
+            n = free(thing)
+            freed, total = freed + n, total + n
+            taken.append(thing)
+        return total, taken, start
+
+    def evict_all(self, shape: dict, keep=(), what: str = "", idle=()) -> None:
         """After the device ran out of memory in a step on `shape`: drop every cache entry but
-        `keep` and give back what the processes cache."""
+        `keep` and the regions of the children `idle`, and give back what the processes cache."""
         key, keep = _key(shape), set(keep)
         others = [k for k in self.cache.entries if k not in keep]
-        freed = sum(self.cache.evict(k) for k in others)
+        freed = sum(self.cache.evict(k) for k in others) + sum(drop_regions(link) for link in idle)
         self.gauge.release()
         self.decisions.append({"shape": shape, "step": what, "action": "evicted",
                                "shapes": _distinct([json.loads(k[0]) for k in others if k[0] != key]),
                                "bytes": freed, "note": "the device ran out of memory: every other cached "
-                                                       "entry was dropped and the step tried again"})
+                                                       "entry and idle shared region was dropped and the "
+                                                       "step tried again"})
 
     def timing_copies(self, shape: dict, seed: int, need_of: Callable[[int], int], n_fns: int,
-                      keep=()) -> int:
-        """How many rotation copies a timing of `shape` gets (rotation.py): all `n_fns` where they fit,
-        else the most that fit, evicting (make_room) only where even one does not; never more than
-        an earlier timing of this shape and seed got, so a run's measurements stay alike."""
+                      keep=(), idle=()) -> int:
+        """How many rotation copies a timing of `shape` gets (rotation.py): all `n_fns` where they fit
+        (the regions of the children `idle` closed first where they do not), else the most that
+        fit, evicting (make_room) only where even one does not; never more than an earlier timing
+        of this shape and seed got, so a run's measurements stay alike."""
         memo = (_key(shape), int(seed))
         most = min(n_fns, self.copies.get(memo, n_fns))
         room = self.room()
@@ -288,9 +323,17 @@ class MemoryPlanner:
         if need_of(most) > room:
             self.gauge.release()
             room = self.room()
+        if need_of(most) > room and idle:
+            freed = sum(drop_regions(link) for link in idle)
+            if freed:
+                self.decisions.append({"shape": shape, "step": "timing", "action": "dropped_regions",
+                                       "bytes": freed, "need_bytes": need_of(most), "free_bytes": room})
+                self.gauge.release()
+                room = self.room()
         chosen = next((c for c in range(most, 0, -1) if need_of(c) <= room), None)
         if chosen is None:
-            self.make_room(shape, need_of(1), keep, keep_outputs=False, what="timing with one copy")
+            self.make_room(shape, need_of(1), keep, keep_outputs=False, what="timing with one copy",
+                           idle=idle)
             room = self.room()
             chosen = next((c for c in range(most, 0, -1) if need_of(c) <= room), 1)
         if chosen < n_fns:  # a limit of memory (a screen times fewer functions than a full measurement)

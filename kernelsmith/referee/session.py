@@ -50,6 +50,11 @@ def base_runs():
     except Exception as e:  # noqa: BLE001 - harness or base code failed on a shape
         raise BaseRunFailed(f"{type(e).__name__}: {e}") from e
 
+def _region_bytes(chans) -> int:
+    """Bytes the judge's regions and pins of these channels hold."""
+    return sum(c.regions.nbytes() for c in chans if c.regions is not None)
+
+
 class Session(ShapeTrials, JudgeTiming):
     """The judge's state: the harness's facts, the input cache, the backend, its runner and oracle."""
 
@@ -104,7 +109,8 @@ class Session(ShapeTrials, JudgeTiming):
         cap = spec.get("device_memory_bytes")
         self.runner_ready = False  # the runner answers requests (a "release" among them)
         self.memory = MemoryPlanner(Gauge(self.backend.free_memory, None if cap is None else int(cap),
-                                          self._held_bytes, self._release_memory), self.inputs)
+                                          self._held_bytes, self._release_memory, self._held_parts),
+                                    self.inputs)
         runner_seed = spec.get("base_cache_seed") or {}
         with base_runs():
             runner_seed = self._compile_base(runner_seed, clock)
@@ -163,10 +169,16 @@ class Session(ShapeTrials, JudgeTiming):
             self.memory.decisions.append({"shape": shape, "step": e.what, "action": "skipped_at_boot",
                                           "need_bytes": e.need, "free_bytes": e.free})
 
+    def _held_parts(self) -> dict[str, int]:
+        """Device bytes the judge holds for the referee, by holder: its cache, and the regions and
+        pins of its channels to the runner (a booting replacement's too) and to the oracle."""
+        runner = [self.link.chan] + ([self.pending.chan] if self.pending is not None else [])
+        return {"cache": self.inputs.bytes(), "runner_regions": _region_bytes(runner),
+                "oracle_regions": _region_bytes([self.oracle.chan])}
+
     def _held_bytes(self) -> int:
-        """Device bytes the judge holds for the referee: its cache, and its channels' regions and pins."""
-        chans = [self.link.chan, self.oracle.chan] + ([self.pending.chan] if self.pending is not None else [])
-        return self.inputs.bytes() + sum(c.regions.nbytes() for c in chans if c.regions is not None)
+        """Device bytes the judge holds for the referee (`_held_parts` in all)."""
+        return sum(self._held_parts().values())
 
     def _release_memory(self) -> None:
         """The judge's and the runner's cached device blocks back to the device (the oracle gives
@@ -190,7 +202,8 @@ class Session(ShapeTrials, JudgeTiming):
         """The base once on the run's first trial of `shape`, in the oracle (compiling it there)."""
         entry = self.listed(shape, self._profile_seed, 0)
         self.with_room(shape, self.call_need(shape, self.oracle), [entry.key], what,
-                       lambda: self.call(self.base_fn, fresh_copy(entry.originals), float("nan"), None))
+                       lambda: self.call(self.base_fn, fresh_copy(entry.originals), float("nan"), None),
+                       idle=self.idle_while("oracle"))
 
     def _memory_short(self, out: dict, e: DeviceMemoryShort) -> None:
         """The verdict of an evaluation a shape did not fit the device for: what it needed, what was free."""
@@ -331,7 +344,8 @@ class Session(ShapeTrials, JudgeTiming):
         reply, _ = self.with_room(shape, None if need is None else need + self.memory.sizes_of(shape).inputs,
                                   [entry.key], "profiling the base", lambda: self.link.request(
                                       {"op": "profile", "key": key, "warm": warm}, originals,
-                                      pin=list(C.tensors_of(originals).values())))
+                                      pin=list(C.tensors_of(originals).values())),
+                                  idle=self.idle_while("runner"))
         if key not in self._profiles:
             self._profiles[key] = reply["record"]
 
@@ -401,7 +415,8 @@ class Session(ShapeTrials, JudgeTiming):
                 "the referee's cached inputs or reference outputs changed during this evaluation "
                 "(shapes " + "; ".join(tampered[:3]) + "): written through another buffer")
         out["details"]["input_cache"] = self.inputs.report()
-        out["details"]["memory"] = {**self.memory.report(), "boot_decisions": self.boot_memory}
+        out["details"]["memory"] = {**self.memory.report(), "boot_decisions": self.boot_memory,
+                                    "judge_allocator": self.backend.allocator_bytes()}
         # A runner that loaded this candidate's code judges nothing more: replaced now, its
         # successor booting until the next evaluation (details.runner: what waiting for it cost).
         out["details"]["runner"] = {"pid": self.link.pid, "fresh_wait_s": started_s,

@@ -148,6 +148,32 @@ def test_regions_grow_and_a_reply_without_room_travels_in_its_message_file():
     assert torch.equal(back["t"], big) and judge.stats["bytes"] - before >= big.numel() * 4
 
 
+def test_dropped_regions_are_made_again_at_the_next_messages_size():
+    """The judge closes both regions for a step that leaves this child idle (memory.py); the child
+    lets go of its mappings; the next message makes them again at its own size, shares them anew,
+    and its tensors cross as before; a reply meanwhile travels in its message file."""
+    judge, runner = _region_ends()
+    big = torch.arange(3 << 20, dtype=torch.float32)  # 12 MiB
+    judge.send({"op": "a"}, {"t": big}, reply_bytes=big.numel() * 4)
+    runner.recv(timeout=5)
+    held = judge.regions.region_bytes()
+    assert held >= 2 * big.numel() * 4
+    runner.peer_regions.drop()
+    assert judge.regions.drop() == held and judge.regions.region_bytes() == 0
+    assert runner.peer_regions.views == {"to_peer": None, "from_peer": None}
+    runner.send({"ok": True}, {"t": big})  # no reply region: inline, still correct
+    assert torch.equal(judge.recv(timeout=5)[1]["t"], big)
+    small = torch.arange(1024, dtype=torch.float32)
+    judge.reset_stats()
+    judge.send({"op": "b"}, {"t": small}, reply_bytes=small.numel() * 4)
+    _, got = runner.recv(timeout=5)
+    assert torch.equal(got["t"], small) and judge.stats["shared_bytes"] == small.numel() * 4
+    assert judge.regions.region_bytes() == 2 * (2 << 20)  # each at the message's size, rounded
+    runner.send({"ok": True}, {"t": got["t"] * 2})
+    assert torch.equal(judge.recv(timeout=5)[1]["t"], small * 2)
+    assert judge.stats["shared_bytes"] == 2 * small.numel() * 4  # the reply came through from_peer
+
+
 def test_the_runner_cannot_resize_a_shared_region():
     judge, _ = _region_ends()
     judge.send({"op": "a"}, {"t": torch.ones(16)}, reply_bytes=64)

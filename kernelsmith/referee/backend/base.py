@@ -34,6 +34,11 @@ class Backend:
     def release(self) -> None:
         """Give the device memory this process caches but does not use back to the device."""
 
+    def allocator_bytes(self) -> dict | None:
+        """This process's allocator: bytes its tensors take and bytes it holds from the device
+        (None: no device memory of its own)."""
+        return None
+
     def time_calls(self, fns: list[Callable[[int], object]], reps: int, order_seed: int) -> list[list[float]]:
         """Device milliseconds per call of each fn(rep), interleaved rep by rep: [fn][rep]. A fn with
         a `prepare(rep)` attribute gets it called first, outside the timed window."""

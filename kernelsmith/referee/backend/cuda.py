@@ -71,6 +71,12 @@ class CudaBackend(Backend):
         torch.cuda.ipc_collect()
         torch.cuda.empty_cache()
 
+    def allocator_bytes(self) -> dict:
+        """torch's caching allocator in this process, every pool: `allocated` (live tensors) and
+        `reserved` (held from the device; the difference is cached or fragmented)."""
+        return {"allocated": int(torch.cuda.memory_allocated()),
+                "reserved": int(torch.cuda.memory_reserved())}
+
     # -- device measurements ------------------------------------------------------------------
     # Taken in the worker before any candidate code runs (or handed over by the parent from an
     # earlier worker's start): a file such as cache_dir()/device.json can be rewritten by any

@@ -320,27 +320,36 @@ class ListedInputs:
         need = sizes.make() + region_growth(getattr(self, "oracle", None), 0, sizes.inputs) if sizes else None
         entry = self.with_room(shape, need, keep, "making its inputs",
                                lambda: self.inputs.get(shape, s, lambda: self.harness.make_inputs(
-                                   shape, self.dev, s)))
+                                   shape, self.dev, s)), idle=self.idle_while("oracle"))
         self._note_sizes(entry)
         return entry
 
+    def idle_while(self, child: str) -> list:
+        """The children whose shared regions a step in `child` ("runner" or "oracle") leaves idle:
+        the other one (the runner only once it answers requests)."""
+        if child == "runner":
+            return [o for o in (getattr(self, "oracle", None),) if o is not None]
+        link = getattr(self, "link", None)
+        return [link] if link is not None and getattr(self, "runner_ready", False) else []
+
     def with_room(self, shape: dict, need: int | None, keep, what: str, step: Callable[[], object],
-                  keep_outputs: bool = True):
+                  keep_outputs: bool = True, idle=()):
         """`step()` on `shape` with room made for `need` bytes beside the cache entries `keep`, their
-        outputs too unless `keep_outputs` is False (memory.py; `need` None: unknown before the
-        shape's first entry). A step the device still runs out of memory in is tried once more with
-        every other cache entry dropped; failing again, it is DeviceMemoryShort."""
+        outputs too unless `keep_outputs` is False, the regions of the children `idle` closed where
+        that helps (memory.py; `need` None: unknown before the shape's first entry). A step the
+        device still runs out of memory in is tried once more with every other cache entry dropped;
+        failing again, it is DeviceMemoryShort."""
         planner = getattr(self, "memory", None)
         if planner is None:
             return step()
         if need is not None:
-            planner.make_room(shape, need, keep, keep_outputs, what)
+            planner.make_room(shape, need, keep, keep_outputs, what, idle)
         try:
             return step()
         except Exception as e:  # noqa: BLE001 - only the device's out-of-memory error is handled here
             if not device_oom(str(e)):
                 raise
-        planner.evict_all(shape, keep, what)
+        planner.evict_all(shape, keep, what, idle)
         try:
             return step()
         except Exception as e:  # noqa: BLE001
@@ -360,7 +369,7 @@ class ListedInputs:
         sizes = self.memory.sizes_of(entry.shape)
         grow = region_growth(getattr(self, "oracle", None), sizes.inputs, sizes.reply) if sizes else 0
         need = sizes.call() + grow if sizes else None
-        out = self.with_room(entry.shape, need, [entry.key], what, step)
+        out = self.with_room(entry.shape, need, [entry.key], what, step, idle=self.idle_while("oracle"))
         self._note_sizes(entry)
         return out
 

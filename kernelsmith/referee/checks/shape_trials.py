@@ -212,7 +212,8 @@ class ShapeTrials(ListedInputs):
         """Room on the device for one correctness trial's calls on `shape` (memory.py)."""
         need = self.trial_need(shape)
         if need is not None:
-            self.memory.make_room(shape, need, [entry.key], what="a correctness trial")
+            self.memory.make_room(shape, need, [entry.key], what="a correctness trial",
+                                  idle=self.idle_while("runner"))
 
     def trial_call(self, shape: dict, entry, fn, inputs: dict, *args, **kw) -> tuple:
         """`call` in a correctness trial on `entry`. A call the device runs out of memory in (the
@@ -225,7 +226,7 @@ class ShapeTrials(ListedInputs):
         except Exception as e:
             if planner is None or not device_oom(getattr(e, "text", None) or str(e)):
                 raise
-        planner.evict_all(shape, [entry.key], "a correctness trial")
+        planner.evict_all(shape, [entry.key], "a correctness trial", self.idle_while("runner"))
         try:
             return self.call(fn, inputs, *args, **kw)
         except Exception as e:

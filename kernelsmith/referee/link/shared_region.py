@@ -3,11 +3,14 @@
 The judge owns two regions per device: `to_peer` (it copies request tensors in; the runner clones
 them out) and `from_peer` (the runner copies reply tensors in; the judge clones them out, at once,
 and judges only its clones). On CUDA a region is a device buffer in a memory pool of its own
-(`torch.cuda.MemPool`), shared with torch's IPC machinery (`_share_cuda_` / `_new_shared_cuda`):
-the runner can map only the pool's segments, which hold nothing but these two regions, never the
-judge's input cache, reference or base outputs. On the CPU a region is a memfd sealed against
-shrinking and growing (writes allowed), mapped shared on both sides, so nothing the runner does
-can fault the judge's mapping. The judge never opens anything the runner made: a reply names only
+(`torch.cuda.MemPool`, one per region), shared with torch's IPC machinery (`_share_cuda_` /
+`_new_shared_cuda`): the runner can map only the pool's segments, which hold nothing but that region,
+never the judge's input cache, reference or base outputs. A closed region (grown, or dropped to make
+room: `JudgeRegions.drop`) takes its pool with it, so its memory goes back to the device once the
+peer has let go of its mapping; a pool that lived on would keep every buffer it ever held
+(`torch.cuda.empty_cache` returns no live pool's cached blocks). On the CPU a region is a memfd
+sealed against shrinking and growing (writes allowed), mapped shared on both sides, so nothing the
+runner does can fault the judge's mapping. The judge never opens anything the runner made: a reply names only
 (offset, length) in the judge's own `from_peer`, which the judge bounds-checks.
 """
 
@@ -57,11 +60,12 @@ def _unb64(s) -> bytes | None:
 class Region:
     """One judge-owned shared buffer: `buf` is a uint8 tensor of `capacity` bytes on `device`."""
 
-    def __init__(self, device: torch.device, capacity: int, gen: int, pool=None):
+    def __init__(self, device: torch.device, capacity: int, gen: int):
         self.device, self.capacity, self.gen = device, capacity, gen
-        self.fd, self._mm = None, None
+        self.fd, self._mm, self.pool = None, None, None
         if device.type == "cuda":
-            with torch.cuda.use_mem_pool(pool, device):
+            self.pool = torch.cuda.MemPool()
+            with torch.cuda.use_mem_pool(self.pool, device):
                 self.buf = torch.empty(capacity, dtype=torch.uint8, device=device)
         else:
             fd = os.memfd_create("kernelsmith-region", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -87,8 +91,10 @@ class Region:
         return d
 
     def close(self) -> None:
-        """Drop the judge's end (the runner's mapping of a CPU region stays valid until it drops it)."""
+        """Drop the judge's end (the runner's mapping of a CPU region stays valid until it drops it;
+        a CUDA one's memory waits in torch's IPC limbo until the peer drops its mapping)."""
         self.buf = None
+        self.pool = None
         if self._mm is not None:
             try:
                 self._mm.close()
@@ -107,6 +113,7 @@ class JudgeRegions:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.enabled = self.device.type == "cpu" or (self.device.type == "cuda" and cuda_sharing_available())
+        # The pins' pool (each region has its own: Region).
         self.pool = torch.cuda.MemPool() if self.enabled and self.device.type == "cuda" else None
         self.regions: dict[str, Region | None] = {"to_peer": None, "from_peer": None}
         self.gen = 0
@@ -128,7 +135,7 @@ class JudgeRegions:
             r.close()
             self.regions[which] = None
         self.gen += 1
-        made = Region(self.device, cap, self.gen, self.pool)
+        made = Region(self.device, cap, self.gen)
         self.regions[which] = made
         return made
 
@@ -142,7 +149,21 @@ class JudgeRegions:
 
     def nbytes(self) -> int:
         """Bytes the regions and the pins hold."""
-        return sum(r.capacity for r in self.regions.values() if r is not None) + self.pins.bytes
+        return self.region_bytes() + self.pins.bytes
+
+    def region_bytes(self) -> int:
+        """Bytes the two regions hold (the pins aside)."""
+        return sum(r.capacity for r in self.regions.values() if r is not None)
+
+    def drop(self) -> int:
+        """Close both regions (the pins stay): the next message that needs one makes it again, at
+        that message's size, and shares it anew. Returns the bytes they held."""
+        freed = self.region_bytes()
+        for which, r in self.regions.items():
+            if r is not None:
+                r.close()
+            self.regions[which] = None
+        return freed
 
     def targets_for(self, blobs: list, reply_bytes: int, body: dict, skip=()) -> tuple[list, list[int]]:
         """Per blob of a request: `to_peer`'s buffer where it goes there (grown to fit all), else
@@ -183,10 +204,7 @@ class JudgeRegions:
     def close(self) -> None:
         """Drop both regions and every pin."""
         self.pins.drop_all()
-        for which, r in self.regions.items():
-            if r is not None:
-                r.close()
-            self.regions[which] = None
+        self.drop()
 
 
 def _open_cuda(handles) -> torch.Tensor:
@@ -226,13 +244,7 @@ class PeerRegions:
 
     def open(self, which: str, desc: dict, fd: int | None) -> None:
         """Map a region the judge shared (its memfd `fd` on the CPU), replacing the older one."""
-        self.views[which] = None
-        old = self._maps.pop(which, None)
-        if old is not None:
-            try:
-                old.close()
-            except BufferError:
-                pass
+        self.unmap(which)
         cap = int(desc["capacity"])
         if desc.get("cuda"):
             view = _open_cuda(desc["cuda"])
@@ -241,6 +253,21 @@ class PeerRegions:
             self._maps[which] = mm
             view = torch.frombuffer(mm, dtype=torch.uint8)
         self.views[which] = view[:cap]
+
+    def unmap(self, which: str) -> None:
+        """Let go of the mapping of region `which` (the judge closes its end: JudgeRegions.drop)."""
+        self.views[which] = None
+        old = self._maps.pop(which, None)
+        if old is not None:
+            try:
+                old.close()
+            except BufferError:
+                pass
+
+    def drop(self) -> None:
+        """Let go of both regions' mappings (the pins stay)."""
+        for which in list(self.views):
+            self.unmap(which)
 
     def inbound(self, off: int, n: int, device) -> torch.Tensor:
         """A clone, on `device`, of bytes the judge put in its `to_peer` region."""
@@ -271,7 +298,7 @@ class Pin:
     """A judge-owned copy of one long-lived storage (a cached input), shared with the runner once.
 
     On the CPU a memfd sealed against writing too: the runner can only read it. On CUDA a buffer in
-    the regions' pool, writable through IPC: the judge compares it with the original after every
+    the pins' pool, writable through IPC: the judge compares it with the original after every
     evaluation (`intact`) and restores it."""
 
     def __init__(self, pid: int, src: torch.Tensor, device: torch.device, pool=None):

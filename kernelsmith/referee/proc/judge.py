@@ -241,11 +241,28 @@ class ChildLink:
         """Ask the child to exit; kill it if it does not."""
         self.stop(grace=2.0)
 
+    request_errors: tuple = ()  # what the subclass's `request` raises when the child fails one
+
+    def drop_regions(self) -> int:
+        """Close the regions shared with this child, which the step about to run leaves idle: the
+        child lets go of its mappings first, so their memory can go back to the device; the next
+        message that needs one makes it again. Returns the bytes they held."""
+        regions = self.chan.regions
+        if regions is None or regions.region_bytes() == 0:
+            return 0
+        if not self._dead():
+            try:
+                self.request({"op": "drop_regions"})
+            except self.request_errors:
+                pass  # its mappings stay: the memory measured next says so
+        return regions.drop()
+
 
 class RunnerLink(ChildLink):
     """The judge's handle on one runner: requests, and death."""
 
     spared: frozenset[int] = frozenset()  # the judge's other children (oracle, template): never swept
+    request_errors = (RunnerFailed, CandidateError, Rejected)
 
     def __init__(self, pid: int, sock):
         super().__init__(pid, sock)

@@ -114,6 +114,8 @@ def harness_from_facts(data, path: str | Path, link: OracleLink) -> Harness:
 class OracleLink(ChildLink):
     """The judge's handle on its oracle: the fork, requests, and death."""
 
+    request_errors = (OracleFailed,)
+
     def __init__(self):
         make_non_dumpable()  # inherited by the oracle: a candidate cannot read or write its memory
         mine, theirs = pair()

@@ -222,12 +222,16 @@ class JudgeTiming:
         self.listed_expected(entries[0])  # the outputs' size is part of the need
         n_fns = 3 if mode == "full" else 2
         if planner is None:
-            return self._claims(fn, shape, si, cid, seed, mode, host, entries, None)
+            return self._with_own_base(self._claims(fn, shape, si, cid, seed, mode, host, entries, None),
+                                       shape, entries, seed)
+        # The oracle's regions are idle while the runner times, once the base is timed here.
+        idle = self.idle_while("runner") if (json.dumps(shape, sort_keys=True), seed) in self.own_base else ()
         copies = planner.timing_copies(shape, seed, lambda c: self.timing_need(shape, seed, c, entries),
-                                       n_fns, keep=[e.key for e in entries])
+                                       n_fns, keep=[e.key for e in entries], idle=idle)
         while True:
             try:
-                return self._claims(fn, shape, si, cid, seed, mode, host, entries, copies)
+                r = self._claims(fn, shape, si, cid, seed, mode, host, entries, copies)
+                break
             except CandidateError as e:
                 if not device_oom(e.text):
                     raise
@@ -237,6 +241,19 @@ class JudgeTiming:
                     raise DeviceMemoryShort(shape, need, planner.room() or 0, "timing with one copy of its "
                                             "input sets", planner.sizes_of(shape)) from None
                 copies = fewer
+        return self._with_own_base(r, shape, entries, seed)
+
+    def _with_own_base(self, r: dict, shape: dict, entries: list, seed: int) -> dict:
+        """The runner's checked claims `r` with the judge's own base (`judge_base_ms`, `judge_host_ms`),
+        timed once per shape and seed; taken after the runner's reply is let go of (its outputs
+        are no more of the judge's device memory while the oracle times)."""
+        if r.get("forged"):
+            return r
+        key = (json.dumps(shape, sort_keys=True), seed)
+        if key not in self.own_base:  # the base does not change: measured once per shape and seed
+            self.own_base[key] = self._own_base_in_memory(shape, entries, seed)
+        r["judge_base_ms"], r["judge_host_ms"] = self.own_base[key]
+        return r
 
     def timing_need(self, shape: dict, seed: int, copies: int, entries: list) -> int:
         """Device bytes a timing of `shape` with `copies` copies needs beyond the cache: the runner's
@@ -254,8 +271,8 @@ class JudgeTiming:
 
     def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool,
                 entries: list, copies: int | None) -> dict:
-        """One timing request to the runner and checks (a) and the output's; the claims with the
-        judge's own base (`judge_base_ms`, `judge_host_ms`), or {"forged": [violation, why]}."""
+        """One timing request to the runner and checks (a) and the output's; the claims, or
+        {"forged": [violation, why]}."""
         from kernelsmith.referee.timing.ab import (
             FULL,
             INPUT_SETS,
@@ -286,10 +303,6 @@ class JudgeTiming:
         if not (isinstance(last, tuple) and isinstance(k, int) and 0 <= k < INPUT_SETS):
             raise RunnerFailed("protocol", "the runner did not return its last timed output")
         r["timed_output_ok"] = timed_output_ok(self, last, self.listed_expected(entries[k]))
-        key = (json.dumps(shape, sort_keys=True), seed)
-        if key not in self.own_base:  # the base does not change: measured once per shape and seed
-            self.own_base[key] = self._own_base_in_memory(shape, entries, seed)
-        r["judge_base_ms"], r["judge_host_ms"] = self.own_base[key]
         r["originals"] = originals
         return r
 
@@ -305,7 +318,8 @@ class JudgeTiming:
         need = sizes.base_timing(INPUT_SETS) + region_growth(getattr(self, "oracle", None),
                                                              INPUT_SETS * sizes.inputs)
         return self.with_room(shape, need, [e.key for e in entries], "the judge's own timing of the base",
-                              lambda: self.own_base_ms(originals, seed), keep_outputs=False)
+                              lambda: self.own_base_ms(originals, seed), keep_outputs=False,
+                              idle=self.idle_while("oracle"))
 
     def disagreement_facts(self, r: dict, seed: int) -> str:
         """What tells a lying runner from a disturbed device, for the refusal's message: the runner's
