@@ -7,8 +7,9 @@ Q @ K^T * scale with tl.dot in 64 x 64 tiles (stored in the input dtype, -inf ou
 neighbourhood), a row softmax over all seq columns (ops/softmax.py), and attn @ V with tl.dot.
 It returns (output, attn_weights, (BLOCK_SIZE, num_warps, multi_block_launch)): the output and the
 dense [batch, heads, seq, seq] weights the backward pass reads are compared (OUTPUTS = (0, 1)).
-BLOCK_SIZE and num_warps come from `calculate_settings(seq)` (ops/utils.py); the tile sizes and
-num_stages are computed in the entry. Every program needs 16 rows for tl.dot: seq >= 16.
+The tile sizes (BLOCK_SIZE_M/N/K) are computed in the entry; `num_stages` and calculate_settings'
+`num_warps` go by position into kernel parameters of those names, which the kernels never read
+(not launch options: they run with Triton's default warps and stages). tl.dot needs 16 rows: seq >= 16.
 """
 
 import math
