@@ -3,7 +3,7 @@ that names them (issue 42, "Rules tuned on more than one harness").
 
 For each of the four heaviest operators measured from outside (multinomial_sampling and
 fill_kv_cache of LMDeploy, merge_state and act_quant of SGLang), the operator's own harness (""),
-and two variants its yaml entry declares (`variants:`; run as `OP@VARIANT`). Rules are tuned on
+and two variants its harness declares (`VARIANTS`; run as `OP@VARIANT`). Rules are tuned on
 `tune`, measured on `report` as well, and `held_out` is not run or read until the rules are final:
 dev/gpu/search_vs_sweep.sh runs it only when asked (SVS_SET=held-out).
 

@@ -164,7 +164,7 @@ def main(argv=None) -> int:
         InterpretBackend().init_context()  # list grids, fp8 casts: what the kernels need on CPU
     target = load_target(resolve_target(args.target))
     op = target.operator(args.op)
-    harness = load_harness(op.harness)
+    harness = load_harness(op.harness, op.variant)
     fns, skipped = kernels(args, op, Path(args.checkout).resolve(), target.stubs)
     device = "cuda" if cuda else "cpu"
     shapes = harness.shapes_for("cuda" if cuda else "interpret")

@@ -77,7 +77,7 @@ def rl_record(task, step: Step, source: dict) -> dict:
             "target": str(task.target.path), "repo": task.target.repo, "op": op.name, "file": op.file,
             "entry": op.entry, "base_sha": task.base_sha,
             "shapes": list(harness.shapes) if harness is not None else [],
-            "harness": str(op.harness),
+            "harness": str(op.harness), "variant": op.variant,
             "compared": compared(harness),
         },
         "parent": {

@@ -25,8 +25,9 @@ from kernelsmith.harness.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, M
 from kernelsmith.sandbox.spawn import private_stdout
 
 FACTS_TIMEOUT_S = 300.0  # importing torch and the harness on a busy machine (as harnessbox's loads)
-# Facts already gathered in this process, by (harness path, its content's sha256, cwd, sandboxed?):
-# `export` of several runs of one operator, and the tests, start one child per harness, not per call.
+# Facts already gathered in this process, by (harness path, its content's sha256, variant, cwd,
+# sandboxed?): `export` of several runs of one operator, and the tests, start one child per
+# harness, not per call.
 _GATHERED: dict[tuple, HarnessFacts] = {}
 _LOCK = threading.Lock()
 
@@ -64,13 +65,14 @@ def _plain_list(h, attr: str, value) -> list:
         raise ConfigError(h.path, f"must hold plain values (numbers, strings, lists): {e}", attr) from None
 
 
-def collect(path: str) -> dict:
-    """The facts of the harness at `path` (this runs the harness: call it only in the sandbox)."""
+def collect(path: str, variant: str | None = None) -> dict:
+    """The facts of the harness at `path` with the shapes of `variant` (this runs the harness: call
+    it only in the sandbox)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from kernelsmith.harness.model import load_harness
 
-    h = load_harness(path)
+    h = load_harness(path, variant)
     records, seen = [], set()
     for shape in h.shapes + h.cpu_shapes:
         key = shape_key(_plain_list(h, "SHAPES", shape))
@@ -103,7 +105,7 @@ def main() -> int:
     answer = private_stdout()  # what the harness prints goes to stderr, never into the answer
     spec = json.loads(sys.argv[1])
     try:
-        result = {"facts": collect(spec["harness"])}
+        result = {"facts": collect(spec["harness"], spec.get("variant"))}
     except ConfigError as e:  # the harness does not import or lacks a required name
         result = {"config_error": {"message": e.message, "field": e.field}}
     except Exception as e:  # noqa: BLE001 - the harness itself failed
@@ -115,28 +117,30 @@ def main() -> int:
 
 
 # -- the parent ---------------------------------------------------------------------------------
-def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None) -> HarnessFacts:
-    """The facts of `harness`, from one child in the sandbox ("harness" profile); ConfigError when
-    the harness does not load, HarnessFactsError (naming it) when its child crashes, hangs or
-    answers malformed data. One child per harness file's content (and cwd) per process."""
+def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None,
+           variant: str | None = None) -> HarnessFacts:
+    """The facts of `harness` with the shapes of `variant`, from one child in the sandbox ("harness"
+    profile); ConfigError when the harness does not load, HarnessFactsError (naming it) when its
+    child crashes, hangs or answers malformed data. One child per harness file's content, variant
+    (and cwd) per process."""
     from kernelsmith import sandbox
 
     path = Path(harness).resolve()
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    key = (str(path), digest, str(Path(cwd).resolve()), sandbox.enabled())
+    key = (str(path), digest, variant, str(Path(cwd).resolve()), sandbox.enabled())
     with _LOCK:
         if key not in _GATHERED:
-            _GATHERED[key] = _gather(path, cwd, timeout_s)
+            _GATHERED[key] = _gather(path, cwd, timeout_s, variant)
         return copy.deepcopy(_GATHERED[key])
 
 
-def _gather(path: Path, cwd: str | Path, timeout_s: float | None) -> HarnessFacts:
+def _gather(path: Path, cwd: str | Path, timeout_s: float | None, variant: str | None) -> HarnessFacts:
     from kernelsmith.harness.box import HarnessChildError, config_error, run_child, shown
 
     try:
-        answer = run_child({"harness": str(path)}, harness=path, cwd=cwd, device=None,
+        answer = run_child({"harness": str(path), "variant": variant}, harness=path, cwd=cwd, device=None,
                            timeout_s=FACTS_TIMEOUT_S if timeout_s is None else timeout_s,
                            what="harness facts", module="kernelsmith.harness.gather")
         error = config_error(answer, path)

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.harness.entry import entry_caller, parse_outputs, resolve_entry
+from kernelsmith.harness.variants import parse_variants, shape_list, variant_shapes
 
 # Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
 DEFAULT_TOLERANCE = {
@@ -52,6 +54,7 @@ class Harness:
     # `call(entry, inputs)` hook: target/entry.py.
     positions: list[int] | None = None
     call: Callable[[Callable, dict], Any] | None = None
+    variant: str | None = None  # the VARIANTS entry whose shapes these are (harness/variants.py)
 
     def shapes_for(self, device: str) -> list[dict]:
         """GPU shapes on CUDA; CPU_SHAPES (or SHAPES when absent) under the interpreter."""
@@ -100,6 +103,18 @@ def private_module_name(path: Path, prefix: str = "_ks_harness") -> str:
     return f"{prefix}_{digest}"
 
 
+def _folder_package(folder: Path) -> str:
+    """A private package over a harness's folder (made once per process), so a harness may import
+    the modules beside it relatively (`from ._shared import x`) and none of them takes a real
+    package's name (the referee pins those files with the harness: referee/proc/pinned.py)."""
+    name = private_module_name(folder, "_ks_harness_dir")
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(folder)]
+        sys.modules[name] = package
+    return name
+
+
 def _import_file(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -118,20 +133,6 @@ def _import_file(path: Path, name: str):
     return module
 
 
-def _shape_list(module, path: Path, attr: str, required: bool) -> list[dict]:
-    value = getattr(module, attr, None)
-    if value is None:
-        if required:
-            raise ConfigError(path, "missing (a list of shape dicts)", attr)
-        return []
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ConfigError(path, "must be a non-empty list of shape dicts", attr)
-    for i, s in enumerate(value):
-        if not isinstance(s, dict):
-            raise ConfigError(path, f"must be a dict, got {type(s).__name__}", f"{attr}[{i}]")
-    return [dict(s) for s in value]
-
-
 def _callable(module, path: Path, attr: str, required: bool):
     fn = getattr(module, attr, None)
     if fn is None:
@@ -143,12 +144,13 @@ def _callable(module, path: Path, attr: str, required: bool):
     return fn
 
 
-def load_harness(path: str | Path) -> Harness:
-    """Import a harness by file path under a private name and validate its fields."""
+def load_harness(path: str | Path, variant: str | None = None) -> Harness:
+    """Import a harness by file path under a private name and validate its fields; with `variant`,
+    its shapes are that VARIANTS entry's (ConfigError naming the field for an unknown one)."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
-    module = _import_file(path, private_module_name(path))
+    module = _import_file(path, f"{_folder_package(path.parent)}.{private_module_name(path)}")
     outputs, positions = parse_outputs(getattr(module, "OUTPUTS", None), path)
     inplace = list(getattr(module, "INPLACE", None) or [])
     tolerance = getattr(module, "TOLERANCE", None) or {}
@@ -163,11 +165,16 @@ def load_harness(path: str | Path) -> Harness:
     for key, values in vary.items():
         if not isinstance(values, (list, tuple)) or not values:
             raise ConfigError(path, "must be a non-empty list of values", f"VARY.{key}")
+    shapes = shape_list(getattr(module, "SHAPES", None), path, "SHAPES", True)
+    cpu_shapes = shape_list(getattr(module, "CPU_SHAPES", None), path, "CPU_SHAPES", False)
+    variants = parse_variants(getattr(module, "VARIANTS", None), path)
+    if variant is not None:
+        shapes, cpu_shapes = variant_shapes(variants, variant, path)
     return Harness(
         path=path,
         module=module,
-        shapes=_shape_list(module, path, "SHAPES", True),
-        cpu_shapes=_shape_list(module, path, "CPU_SHAPES", False),
+        shapes=shapes,
+        cpu_shapes=cpu_shapes,
         outputs=outputs,
         inplace=inplace,
         tolerance=tolerance,
@@ -181,4 +188,5 @@ def load_harness(path: str | Path) -> Harness:
         library_base=bool(getattr(module, "LIBRARY_BASE", False)),
         positions=positions,
         call=_callable(module, path, "call", False),
+        variant=variant,
     )

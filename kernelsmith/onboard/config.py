@@ -11,6 +11,8 @@ from pathlib import Path
 import yaml
 
 from kernelsmith.errors import ConfigError
+from kernelsmith.harness.static import harness_variants
+from kernelsmith.harness.variants import variant_shapes
 from kernelsmith.onboard.package import Package, parse_package
 from kernelsmith.pysource import is_entry_name
 
@@ -23,9 +25,8 @@ _TARGET_KEYS = {
     "repo", "clone_url", "fork", "base", "setup", "labels", "operators", "checked", "stubs",
     "max_open_prs", "budget_minutes", "package",
 }
-_OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked",
-                  "variants"}
-VARIANT_SEP = "@"  # `OP@VARIANT` names an operator with one of its variant harnesses
+_OPERATOR_KEYS = {"name", "file", "entry", "harness", "test", "benchmark", "min_speedup", "checked"}
+VARIANT_SEP = "@"  # `OP@VARIANT` names an operator with the shapes of its harness's VARIANTS entry
 
 
 @dataclass
@@ -41,10 +42,9 @@ class Operator:
     min_speedup: float = DEFAULT_MIN_SPEEDUP
     checked: str | None = None
     source: str = "yaml"
-    # Other harnesses of the same operator (another shape mix: vocabularies, batches, dtypes,
-    # score distributions), by name; `OP@NAME` runs the operator with that harness instead.
-    variants: dict[str, Path] = field(default_factory=dict)
-    variant: str | None = None  # the variant this entry stands for (`Target.operator("OP@NAME")`)
+    # The harness's VARIANTS entry (another shape mix) this entry stands for: `Target.operator(
+    # "OP@NAME")`; every process that loads the harness takes its shapes from there.
+    variant: str | None = None
 
 
 @dataclass
@@ -80,11 +80,12 @@ class Target:
 
     def operator(self, name: str) -> Operator:
         """The operator called `name`, or a ConfigError listing the known ones. `OP@VARIANT` is OP
-        with the harness of its variant VARIANT, under that name (run directories, state, reports)."""
+        with the shapes of its harness's variant VARIANT, under that name (run directories, state,
+        reports)."""
         base, sep, variant = name.partition(VARIANT_SEP)
         for op in self.operators:
             if op.name == base:
-                return op if not sep else _variant_of(self.path, op, variant)
+                return op if not sep else _variant_of(op, variant)
         if base in self.broken:
             raise self.broken[base]
         known = ", ".join(o.name for o in self.operators) or "none"
@@ -99,14 +100,11 @@ class Target:
         return str(p if p.is_absolute() else (self.path.parent / p).resolve())
 
 
-def _variant_of(path: Path, op: Operator, variant: str) -> Operator:
-    """`op` with its variant `variant`'s harness, named `OP@VARIANT`; ConfigError for an unknown one."""
-    if variant not in op.variants:
-        known = ", ".join(sorted(op.variants)) or "none"
-        raise ConfigError(path, f"operator {op.name!r} has no variant {variant!r} (known: {known})",
-                          f"operators.{op.name}.variants")
-    return dataclasses.replace(op, name=f"{op.name}{VARIANT_SEP}{variant}", harness=op.variants[variant],
-                               variant=variant)
+def _variant_of(op: Operator, variant: str) -> Operator:
+    """`op` named `OP@VARIANT`, standing for its harness's variant `variant`; a ConfigError naming
+    the harness file and VARIANTS for an unknown one (read from its syntax tree, never run)."""
+    variant_shapes(harness_variants(op.harness), variant, op.harness)
+    return dataclasses.replace(op, name=f"{op.name}{VARIANT_SEP}{variant}", variant=variant)
 
 
 def _require(data: dict, key: str, path: Path, where: str, kind: type | tuple = str):
@@ -217,14 +215,6 @@ def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -
                           "(Class.method, Function.apply)", f"{where}entry")
     harness = (harness_root / _require(item, "harness", path, where)).resolve()
     min_speedup = _optional(item, "min_speedup", path, where, (int, float), DEFAULT_MIN_SPEEDUP)
-    variants = {}
-    for key, rel in _optional(item, "variants", path, where, dict, {}).items():
-        if not isinstance(key, str) or not _NAME_RE.match(key):
-            raise ConfigError(path, f"{key!r} is not a valid variant name (letters, digits, _ . -)",
-                              f"{where}variants")
-        if not isinstance(rel, str):
-            raise ConfigError(path, "must be a harness file path", f"{where}variants.{key}")
-        variants[key] = (harness_root / rel).resolve()
     return Operator(
         name=name, file=file, entry=entry, harness=harness,
         test=_optional(item, "test", path, where, str),
@@ -232,7 +222,6 @@ def _parse_operator(item, i: int, path: Path, harness_root: Path, source: str) -
         min_speedup=float(min_speedup),
         checked=_optional(item, "checked", path, where, str),
         source=source,
-        variants=variants,
     )
 
 

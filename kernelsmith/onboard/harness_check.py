@@ -50,7 +50,8 @@ def run_probe(task, device: str) -> Report:
 
     op = task.operator
     spec = {"root": str(task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
-            "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()}, "device": device}
+            "variant": op.variant, "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},
+            "device": device}
     report = Report([], 0, device, sandboxed=sandbox.enabled())
     try:
         answer = run_child(spec, harness=op.harness, cwd=task.root, device=device, timeout_s=PROBE_TIMEOUT_S,

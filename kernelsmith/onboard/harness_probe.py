@@ -135,7 +135,7 @@ def probe(spec: dict) -> Probe:
     from kernelsmith.loader import load_operator_module
 
     p = Probe()
-    h = load_harness(spec["harness"])
+    h = load_harness(spec["harness"], spec.get("variant"))
     device = spec["device"]
     dev = "cuda" if device == "cuda" else "cpu"
     if device == "interpret":

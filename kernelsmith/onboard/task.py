@@ -59,13 +59,13 @@ def make_task(target: Target, op_name: str, root: Path, base_sha: str,
     root = Path(root).resolve()
     # What can be known without running harness code, before any child starts: one line naming
     # the harness file, never a traceback from the referee's worker.
-    check_harness_static(op.harness, f"operators.{op.name}.harness in {target.path}")
+    check_harness_static(op.harness, f"operators.{op.name}.harness in {target.path}", op.variant)
     if harness == "facts":
         from kernelsmith.harness.gather import gather
 
-        loaded = gather(op.harness, root)
+        loaded = gather(op.harness, root, variant=op.variant)
     else:
-        loaded = load_harness(op.harness) if harness == "import" else None
+        loaded = load_harness(op.harness, op.variant) if harness == "import" else None
     from kernelsmith.onboard.release import base_release
 
     return Task(target=target, operator=op, root=root, base_sha=base_sha, base_code=code, harness=loaded,

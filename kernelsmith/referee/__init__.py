@@ -120,6 +120,7 @@ class Referee:
     def _spec(self) -> dict:
         op = self.task.operator
         return {"root": str(self.task.root), "file": op.file, "entry": op.entry, "harness": str(op.harness),
+                "variant": op.variant,
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,

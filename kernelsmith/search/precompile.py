@@ -145,6 +145,7 @@ class Precompiler:
             "file": task.operator.file,
             "entry": task.operator.entry,
             "harness": str(task.operator.harness),
+            "variant": task.operator.variant,
             "target": list(target),
             "workdir": str(workdir),
             "stubs": {k: str(v) for k, v in (task.target.stubs or {}).items()},

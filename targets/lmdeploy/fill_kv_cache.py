@@ -40,6 +40,51 @@ CPU_SHAPES = [
     {"batch": 2, "q_per_seq": 7, "max_history": 9, "block_size": 4, "heads": 2, "q_heads": 2,
      "head_dim": 12, "dtype": "float32"},
 ]
+# Other shape mixes of the same kernel: `fill_kv_cache@NAME` runs the operator with one in place of
+# SHAPES and CPU_SHAPES (docs/targets.md, Harness variants).
+VARIANTS = {
+    # decode: decode steps only (one new token per sequence, the kernel's decoding path) at large batches
+    # with long histories, over other model geometries: 4 KV heads under 28 query heads (Qwen 2 7B),
+    # head_dim 256 (Gemma 2), 2 KV heads, cache blocks of 16 and 128 tokens, and batch 512 with 2048
+    # tokens of history each (a cache of about 4.5 GB).
+    "decode": {"shapes": [
+        {"batch": 512, "q_per_seq": 1, "min_history": 2048, "max_history": 2048, "block_size": 64, "heads": 8,
+         "q_heads": 32, "head_dim": 128, "dtype": "bfloat16"},
+        {"batch": 256, "q_per_seq": 1, "max_history": 8192, "block_size": 128, "heads": 4, "q_heads": 28,
+         "head_dim": 128, "dtype": "bfloat16"},
+        {"batch": 128, "q_per_seq": 1, "max_history": 4096, "block_size": 64, "heads": 8, "q_heads": 16,
+         "head_dim": 256, "dtype": "bfloat16"},
+        {"batch": 32, "q_per_seq": 1, "max_history": 32768, "block_size": 64, "heads": 8, "q_heads": 64,
+         "head_dim": 128, "dtype": "float16"},
+        {"batch": 16, "q_per_seq": 1, "max_history": 1024, "block_size": 16, "heads": 2, "q_heads": 16,
+         "head_dim": 128, "dtype": "bfloat16"},
+    ], "cpu_shapes": [
+        {"batch": 5, "q_per_seq": 1, "min_history": 6, "max_history": 6, "block_size": 4, "heads": 1,
+         "q_heads": 3, "head_dim": 16, "dtype": "float16"},
+        {"batch": 3, "q_per_seq": 1, "max_history": 40, "block_size": 16, "heads": 2, "q_heads": 8,
+         "head_dim": 32, "dtype": "float32"},
+    ]},
+    # spec: a few new tokens per sequence (speculative decoding's verify steps, 2 to 8 tokens), one
+    # prefill of 4 x 1024 tokens after long histories, a single KV head (multi-query attention) with
+    # head_dim 256, head_dim 64, cache blocks of 32, 128 and 256 tokens, and a 100000-token history.
+    "spec": {"shapes": [
+        {"batch": 64, "q_per_seq": 4, "max_history": 2048, "block_size": 64, "heads": 8, "q_heads": 32,
+         "head_dim": 128, "dtype": "bfloat16"},
+        {"batch": 32, "q_per_seq": 8, "max_history": 4096, "block_size": 128, "heads": 1, "q_heads": 8,
+         "head_dim": 256, "dtype": "float16"},
+        {"batch": 128, "q_per_seq": 2, "max_history": 1024, "block_size": 32, "heads": 2, "q_heads": 16,
+         "head_dim": 64, "dtype": "bfloat16"},
+        {"batch": 4, "q_per_seq": 1024, "max_history": 6144, "block_size": 64, "heads": 16, "q_heads": 64,
+         "head_dim": 128, "dtype": "bfloat16"},
+        {"batch": 2, "q_per_seq": 1, "max_history": 100000, "block_size": 256, "heads": 8, "q_heads": 64,
+         "head_dim": 128, "dtype": "bfloat16"},
+    ], "cpu_shapes": [
+        {"batch": 2, "q_per_seq": 3, "max_history": 11, "block_size": 8, "heads": 1, "q_heads": 2,
+         "head_dim": 20, "dtype": "float16"},
+        {"batch": 4, "q_per_seq": 2, "max_history": 5, "block_size": 2, "heads": 3, "q_heads": 3,
+         "head_dim": 8, "dtype": "float32"},
+    ]},
+}
 OUTPUTS = ["k_caches", "v_caches"]
 INPLACE = ["k_caches", "v_caches"]  # written at the new tokens' slots only
 TOLERANCE = {name: {"atol": 0.0, "rtol": 0.0} for name in ("float32", "float16", "bfloat16")}

@@ -24,6 +24,36 @@ CPU_SHAPES = [
     {"batch": 3, "vocab": 300, "dist": "mixed", "indices": True, "dtype": "float32"},
     {"batch": 2, "vocab": 200, "dist": "flat", "indices": False, "dtype": "float16"},
 ]
+# Other shape mixes of the same kernel: `multinomial_sampling@NAME` runs the operator with one in
+# place of SHAPES and CPU_SHAPES (docs/targets.md, Harness variants).
+VARIANTS = {
+    # peaked: decode steps whose rows are mostly peaked (50-99% of the mass on 1-4 tokens, so the draw
+    # lands in the first block and the rest of the walk only loops), at larger batches, with larger
+    # vocabularies (Qwen 2.5's 152064, Gemma's 256000, a padded 100352) and mostly bfloat16 scores.
+    "peaked": {"shapes": [
+        {"batch": 512, "vocab": 32000, "dist": "peaked", "indices": True, "dtype": "float32"},
+        {"batch": 128, "vocab": 152064, "dist": "peaked", "indices": True, "dtype": "bfloat16"},
+        {"batch": 64, "vocab": 256000, "dist": "peaked", "indices": True, "dtype": "bfloat16"},
+        {"batch": 8, "vocab": 128256, "dist": "peaked", "indices": False, "dtype": "float16"},
+        {"batch": 256, "vocab": 100352, "dist": "mixed", "indices": True, "dtype": "bfloat16"},
+    ], "cpu_shapes": [
+        {"batch": 4, "vocab": 260, "dist": "peaked", "indices": True, "dtype": "float32"},
+        {"batch": 2, "vocab": 129, "dist": "peaked", "indices": False, "dtype": "float16"},
+    ]},
+    # offblock: a vocabulary off the 128-token block (GPT-2's 50257) and others in neither of the
+    # operator's other harnesses (SmolLM's 49152, 65536, Mistral Nemo's 131072, Llama 4's 202048), float16
+    # and float32 scores, flat, peaked and mixed rows.
+    "offblock": {"shapes": [
+        {"batch": 2, "vocab": 50257, "dist": "flat", "indices": True, "dtype": "float32"},
+        {"batch": 96, "vocab": 65536, "dist": "mixed", "indices": True, "dtype": "float16"},
+        {"batch": 384, "vocab": 49152, "dist": "peaked", "indices": True, "dtype": "float16"},
+        {"batch": 32, "vocab": 202048, "dist": "flat", "indices": True, "dtype": "float32"},
+        {"batch": 160, "vocab": 131072, "dist": "mixed", "indices": False, "dtype": "float32"},
+    ], "cpu_shapes": [
+        {"batch": 3, "vocab": 150, "dist": "flat", "indices": True, "dtype": "float16"},
+        {"batch": 2, "vocab": 384, "dist": "mixed", "indices": False, "dtype": "float32"},
+    ]},
+}
 OUTPUTS = None
 # Vocab sizes off the 128-element block; small enough for the interpreter's fresh-shape checks.
 VARY = {"batch": [1, 2, 5, 33], "vocab": [130, 1000, 2500], "dist": ["peaked", "flat", "mixed"]}

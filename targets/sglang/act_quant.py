@@ -19,6 +19,34 @@ CPU_SHAPES = [
     {"tokens": 5, "hidden": 256, "dtype": "float32"},
     {"tokens": 3, "hidden": 128, "dtype": "float16"},
 ]
+# Other shape mixes of the same kernel: `act_quant@NAME` runs the operator with one in place of
+# SHAPES and CPU_SHAPES (docs/targets.md, Harness variants).
+VARIANTS = {
+    # moe: more of DeepSeek V3's quantized inputs (18432 wide: the dense MLP's intermediate; 1536: the
+    # query's low rank; 2048, an expert's, at 512 tokens) and a 4096-wide float16 input, from 8 to 32768
+    # tokens.
+    "moe": {"shapes": [
+        {"tokens": 8, "hidden": 18432, "dtype": "bfloat16"},
+        {"tokens": 512, "hidden": 2048, "dtype": "bfloat16"},
+        {"tokens": 2048, "hidden": 18432, "dtype": "bfloat16"},
+        {"tokens": 8192, "hidden": 4096, "dtype": "float16"},
+        {"tokens": 32768, "hidden": 1536, "dtype": "bfloat16"},
+    ], "cpu_shapes": [
+        {"tokens": 2, "hidden": 384, "dtype": "float16"},
+        {"tokens": 7, "hidden": 128, "dtype": "float32"},
+    ]},
+    # dtypes: float32 and float16 inputs besides bfloat16, widths in neither of the operator's other
+    # harnesses (768, 2560, 5120, 12288) and token counts from 2 to 20000.
+    "dtypes": {"shapes": [
+        {"tokens": 2, "hidden": 2560, "dtype": "bfloat16"},
+        {"tokens": 300, "hidden": 12288, "dtype": "float16"},
+        {"tokens": 3000, "hidden": 5120, "dtype": "bfloat16"},
+        {"tokens": 20000, "hidden": 768, "dtype": "float32"},
+    ], "cpu_shapes": [
+        {"tokens": 3, "hidden": 640, "dtype": "float16"},
+        {"tokens": 1, "hidden": 256, "dtype": "float32"},
+    ]},
+}
 OUTPUTS = None
 VARY = {"tokens": [1, 7, 333, 5000], "hidden": [128, 1024, 7168]}
 BLOCK = 128

@@ -1,5 +1,7 @@
 """Target yaml and harness loading: every mistake is one clear error naming file and field."""
 
+import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -7,7 +9,10 @@ import pytest
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.harness.model import load_harness
+from kernelsmith.harness.static import check_harness_static
 from kernelsmith.onboard.config import load_target, merge_repo_operators, resolve_target
+from kernelsmith.onboard.task import load_task
+from kernelsmith.referee.proc.pinned import task_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,6 +159,26 @@ def test_bad_harness_names_field(tmp_path, body, field):
     assert e.value.field == field and str(p) in str(e.value)
 
 
+def test_a_harness_imports_what_it_shares_from_beside_it(tmp_path):
+    """Relative imports resolve in a private package over the harness's folder: nothing takes a real
+    module's name, and the referee pins the shared module with the harness."""
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "_shared.py").write_text(
+        "SHAPES = [{'tokens': 3, 'hidden': 48, 'dtype': 'float32'}]\n"
+        "def make_inputs(shape, device, seed): return {'n': shape['tokens']}\n")
+    harness = tmp_path / "h" / "json.py"  # named like a real module: it must not shadow it
+    harness.write_text("from ._shared import SHAPES, make_inputs\ndef reference(**k): pass\n")
+    check_harness_static(harness)
+    h = load_harness(harness)
+    assert h.shapes == [{"tokens": 3, "hidden": 48, "dtype": "float32"}]
+    assert h.make_inputs(h.shapes[0], "cpu", 0) == {"n": 3}
+    assert json.dumps({}) == "{}" and "_shared" not in sys.modules and "json" not in h.module.__name__
+    (tmp_path / "t.yaml").write_text("repo: a/b\noperators:\n  - {name: rms_norm, file: miniserve/kernels/"
+                                     "rms_norm.py, entry: rms_norm, harness: h/json.py}\n")
+    task = load_task(str(tmp_path / "t.yaml"), "rms_norm", checkout=str(ROOT / "examples" / "miniserve"))
+    assert {harness, tmp_path / "h" / "_shared.py"} <= set(task_files(task).files)
+
+
 def test_harness_syntax_error(tmp_path):
     p = tmp_path / "lmdeploy.py"  # a harness named like a real package must not shadow it
     p.write_text("SHAPES = [\n")
@@ -161,38 +186,76 @@ def test_harness_syntax_error(tmp_path):
         load_harness(p)
 
 
-VARIANTS = GOOD + """    variants:
-      wide: v/wide.py
-      skewed: skewed.py
-"""
+HARNESS = "SHAPES = [{'n': 8}]\ndef make_inputs(shape, device, seed): return {}\ndef reference(**k): pass\n"
 
 
-def test_a_variant_is_the_operator_with_its_harness(tmp_path):
-    t = load_target(_write(tmp_path, VARIANTS))
+def test_a_variant_is_the_operator_with_its_harness_shapes(tmp_path):
+    (tmp_path / "h.py").write_text(HARNESS + "VARIANTS = {\n"
+                                   "    'wide': {'shapes': [{'n': 4096}], 'cpu_shapes': [{'n': 5}]},\n"
+                                   "    'skewed': {'shapes': [{'n': 8, 'skew': True}]}}\n")
+    t = load_target(_write(tmp_path, GOOD))
     assert [o.name for o in t.operators] == ["op"]  # variants are no operators of their own
     op, wide = t.operator("op"), t.operator("op@wide")
-    assert op.variants == {"wide": (tmp_path / "v/wide.py").resolve(),
-                           "skewed": (tmp_path / "skewed.py").resolve()}
-    assert (wide.name, wide.variant, wide.harness) == ("op@wide", "wide", (tmp_path / "v/wide.py").resolve())
+    assert (wide.name, wide.variant, wide.harness) == ("op@wide", "wide", (tmp_path / "h.py").resolve())
     assert (wide.file, wide.entry, wide.min_speedup) == (op.file, op.entry, op.min_speedup)
     assert op.variant is None and op.harness == (tmp_path / "h.py").resolve()
+    assert load_harness(op.harness).shapes == [{"n": 8}]
+    h = load_harness(wide.harness, wide.variant)
+    assert (h.shapes, h.cpu_shapes, h.variant) == ([{"n": 4096}], [{"n": 5}], "wide")
+    assert load_harness(op.harness, "skewed").shapes_for("interpret") == [{"n": 8, "skew": True}]
     assert t.has_operator("op@wide") and t.has_operator("op@nope") and not t.has_operator("other@wide")
     with pytest.raises(ConfigError) as e:
         t.operator("op@nope")
-    assert "no variant 'nope' (known: skewed, wide)" in str(e.value)
-    assert e.value.field == "operators.op.variants"
+    harness = (tmp_path / "h.py").resolve()
+    assert str(e.value) == f"{harness}: VARIANTS: no variant 'nope' (known: skewed, wide)"
     with pytest.raises(ConfigError, match=r"unknown operator 'other'"):
         t.operator("other@wide")
 
 
-@pytest.mark.parametrize("variants,field,problem", [
-    ("[a.py]", "operators[0].variants", "must be a mapping"),
-    ("{'bad@name': a.py}", "operators[0].variants", "'bad@name' is not a valid variant name"),
-    ("{wide: 3}", "operators[0].variants.wide", "must be a harness file path"),
-])
-def test_bad_variants_name_the_field(tmp_path, variants, field, problem):
-    p = _write(tmp_path, GOOD + f"    variants: {variants}\n")
-    t = load_target(p)
+def test_a_yaml_variants_field_is_unknown(tmp_path):
+    """Variants are data in the harness; the yaml field that named harness files is gone."""
+    t = load_target(_write(tmp_path, GOOD + "    variants: {wide: v/wide.py}\n"))
     with pytest.raises(ConfigError) as e:
         t.operator("op")
-    assert e.value.field == field and str(p) in str(e.value) and problem in str(e.value)
+    assert e.value.field == "operators[0].variants" and "unknown field" in str(e.value)
+
+
+BAD_VARIANTS = [
+    ("[1]", "VARIANTS", "must map a variant name to {shapes, cpu_shapes}"),
+    ("{'bad@name': {'shapes': [{}]}}", "VARIANTS", "'bad@name' is not a valid variant name"),
+    ("{'w': [1]}", "VARIANTS.w", "must be a mapping {shapes, cpu_shapes}"),
+    ("{'w': {'cpu_shapes': [{}]}}", "VARIANTS.w.shapes", "missing (a list of shape dicts)"),
+    ("{'w': {'shapes': []}}", "VARIANTS.w.shapes", "must be a non-empty list of shape dicts"),
+    ("{'w': {'shapes': [{}, 3]}}", "VARIANTS.w.shapes[1]", "must be a dict, got int"),
+    ("{'w': {'shapes': [{}], 'cpu_shapes': 'x'}}", "VARIANTS.w.cpu_shapes", "must be a non-empty list"),
+    ("{'w': {'shapes': [{}], 'gpu': []}}", "VARIANTS.w.gpu", "unknown field(s) gpu (known: shapes, "),
+]
+
+
+@pytest.mark.parametrize("value,field,problem", BAD_VARIANTS)
+def test_bad_variants_are_one_line_naming_the_harness_and_field(tmp_path, value, field, problem):
+    """The parent's read of the syntax tree and the sandboxed child's import say the same line."""
+    p = tmp_path / "h.py"
+    p.write_text(HARNESS + f"VARIANTS = {value}\n")
+    for load in (check_harness_static, load_harness):
+        with pytest.raises(ConfigError) as e:
+            load(p)
+        assert (e.value.file, e.value.field) == (str(p), field), load
+        assert problem in e.value.message and "\n" not in str(e.value), load
+    t = load_target(_write(tmp_path, GOOD))
+    with pytest.raises(ConfigError) as e:
+        t.operator("op@w")  # the variant's name is resolved against the same declaration
+    assert (e.value.file, e.value.field) == (str(p), field)
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("VARIANTS = dict(w={'shapes': [{}]})\n", "line 4: must be a literal"),
+    ("VARIANTS = {}\nVARIANTS = {'w': {'shapes': [{}]}}\n", "assigned 2 times (lines 4, 5)"),
+    ("if True:\n    VARIANTS = {}\n", "must be assigned a literal at the module's top level"),
+])
+def test_variants_are_data_read_without_running_the_harness(tmp_path, text, problem):
+    p = tmp_path / "h.py"
+    p.write_text(HARNESS + text)
+    with pytest.raises(ConfigError) as e:
+        check_harness_static(p, variant="w")
+    assert (e.value.file, e.value.field) == (str(p), "VARIANTS") and problem in e.value.message

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import upstreamkit
 
+from kernelsmith.harness.static import harness_variants
 from kernelsmith.onboard.config import load_target
 from kernelsmith.onboard.harness_check import check_harness
 from kernelsmith.onboard.task import load_task
@@ -23,7 +24,7 @@ GPU_ONLY = {("lmdeploy", "fused_single_group_router")}
 OPS = [pytest.param(name, n, marks=[pytest.mark.gpu] if (name, op.name) in GPU_ONLY else [])
        for name in ("demo", "lmdeploy", "sglang", "liger")
        for op in load_target(TARGETS / f"{name}.yaml").operators
-       for n in [op.name, *(f"{op.name}@{v}" for v in op.variants)]]
+       for n in [op.name, *(f"{op.name}@{v}" for v in harness_variants(op.harness))]]
 
 
 def _checkout(target_name):

@@ -1,15 +1,16 @@
-"""Harness variants (issue 42): the heavy operators keep other shape mixes as `OP@VARIANT`, which the
-referee runs with the variant's harness; dev/variants.py is the one place naming which variant tunes
-the search's rules, which reports, and which is held out."""
+"""Harness variants (issue 42): the heavy operators keep other shape mixes in their harness's
+VARIANTS, run as `OP@VARIANT` with that entry's shapes; dev/variants.py is the one place naming which
+variant tunes the search's rules, which reports, and which is held out."""
 
 import importlib.util
 import inspect
-import shutil
 from pathlib import Path
 
 import pytest
 
+from kernelsmith.harness.gather import gather
 from kernelsmith.harness.model import load_harness
+from kernelsmith.harness.static import harness_variants
 from kernelsmith.onboard.config import load_target
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
@@ -30,8 +31,9 @@ def _harnesses(pair: str) -> dict[str, object]:
     """Role -> loaded harness of one `target:op` of dev/variants.py."""
     target_name, op = pair.split(":")
     target = load_target(TARGETS / f"{target_name}.yaml")
-    return {role: load_harness(target.operator(variants.operator_name(op, name)).harness)
-            for role, name in variants.OPERATORS[pair].items()}
+    ops = [(role, target.operator(variants.operator_name(op, name)))
+           for role, name in variants.OPERATORS[pair].items()]
+    return {role: load_harness(o.harness, o.variant) for role, o in ops}
 
 
 def test_the_four_heavy_operators_have_three_roles_each():
@@ -41,8 +43,8 @@ def test_the_four_heavy_operators_have_three_roles_each():
         assert set(roles) == set(variants.ROLES), pair
         assert len(set(roles.values())) == 3, pair  # three different harnesses
         target_name, op = pair.split(":")
-        declared = load_target(TARGETS / f"{target_name}.yaml").operator(op).variants
-        # Every variant the yaml declares has a role here, and every named one exists.
+        declared = harness_variants(load_target(TARGETS / f"{target_name}.yaml").operator(op).harness)
+        # Every variant the harness declares has a role here, and every named one exists.
         assert set(declared) == {v for v in roles.values() if v}, pair
 
 
@@ -96,25 +98,22 @@ def test_held_out_variants_are_named_in_one_place():
         assert not [h for h in held if h in text], path
 
 
-def test_a_variant_runs_through_the_referee_with_its_own_harness(tmp_path):
-    """`rms_norm@tiny`: the worker rebuilds the task from its name and judges the variant's shapes;
-    the harness it loads from beside itself is pinned like the harness."""
+def test_a_variant_runs_through_the_referee_with_its_shapes(tmp_path):
+    """`rms_norm@tiny`: the worker rebuilds the task from its name and judges the shapes of the
+    harness's VARIANTS entry, which the search's facts read too."""
     (tmp_path / "h").mkdir()
-    shutil.copy(TARGETS / "demo" / "rms_norm.py", tmp_path / "h" / "rms_norm.py")
-    (tmp_path / "h" / "rms_norm_tiny.py").write_text(
-        "import importlib.util\nfrom pathlib import Path\n"
-        "_spec = importlib.util.spec_from_file_location(f'{__name__}_base', "
-        "Path(__file__).with_name('rms_norm.py'))\n"
-        "_base = importlib.util.module_from_spec(_spec)\n_spec.loader.exec_module(_base)\n"
-        "make_inputs, reference, bytes_moved, VARY = _base.make_inputs, _base.reference, "
-        "_base.bytes_moved, _base.VARY\n"
-        "SHAPES = [{'tokens': 7, 'hidden': 4096, 'dtype': 'bfloat16'}]\n"
-        "CPU_SHAPES = [{'tokens': 5, 'hidden': 48, 'dtype': 'float32'}]\n")
+    text = (TARGETS / "demo" / "rms_norm.py").read_text()
+    (tmp_path / "h" / "rms_norm.py").write_text(
+        text + "VARIANTS = {'tiny': {'shapes': [{'tokens': 7, 'hidden': 4096, 'dtype': 'bfloat16'}],\n"
+        "                        'cpu_shapes': [{'tokens': 5, 'hidden': 48, 'dtype': 'float32'}]}}\n")
     (tmp_path / "t.yaml").write_text(
         "repo: kernelsmith/demo\noperators:\n  - name: rms_norm\n    file: miniserve/kernels/rms_norm.py\n"
-        "    entry: rms_norm\n    harness: h/rms_norm.py\n    variants: {tiny: h/rms_norm_tiny.py}\n")
+        "    entry: rms_norm\n    harness: h/rms_norm.py\n")
     task = load_task(str(tmp_path / "t.yaml"), "rms_norm@tiny", checkout=str(MINISERVE))
-    assert task.operator.harness == tmp_path / "h" / "rms_norm_tiny.py"
+    assert (task.operator.harness, task.operator.variant) == (tmp_path / "h" / "rms_norm.py", "tiny")
+    assert task.harness.shapes == [{"tokens": 7, "hidden": 4096, "dtype": "bfloat16"}]
+    facts = gather(task.operator.harness, MINISERVE, variant="tiny")  # what the search reads, sandboxed
+    assert (facts.shapes, facts.cpu_shapes) == (task.harness.shapes, task.harness.cpu_shapes)
     assert task.to_json()["op"] == "rms_norm@tiny"
     assert tmp_path / "h" / "rms_norm.py" in task_files(task).files
     with Referee(task, device="interpret", seed=3, timeout_s=120) as ref:

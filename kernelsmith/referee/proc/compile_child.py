@@ -122,7 +122,7 @@ def main(spec: dict) -> None:
     install_fake_driver(spec["target"])
     if spec.get("device"):
         install_device_facts(spec["device"])
-    harness = load_harness(spec["harness"])
+    harness = load_harness(spec["harness"], spec.get("variant"))
     inputs_cache: dict[int, dict] = {}
     fresh_cache: dict[str, dict] = {}  # fresh sizes repeat across candidates (VARY lists are short)
     stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}

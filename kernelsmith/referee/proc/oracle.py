@@ -43,7 +43,7 @@ class OracleSession:
         self.seeded = self.caches.seed({k: base64.b64decode(v) for k, v in seed.items()})
         root, file, entry = Path(spec["root"]), spec["file"], spec["entry"]
         stubs = {k: Path(v) for k, v in (spec.get("stubs") or {}).items()}
-        self.harness = load_harness(spec["harness"])
+        self.harness = load_harness(spec["harness"], spec.get("variant"))
         with self.caches.base():
             self.base_mod = load_operator_module(root, file, tag="base", stubs=stubs)
         # A harness may say how to call a loaded module (`bind(module)`, KernelBench tasks), call the

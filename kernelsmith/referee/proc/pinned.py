@@ -90,7 +90,7 @@ class PinnedFiles:
 
 def task_files(task) -> PinnedFiles:
     """The base file (as the task read it), the Python files beside it, the harness and the Python
-    files beside it (a variant harness loads its operator's harness from there), and the stubs."""
+    files beside it (a harness may import them relatively: harness/model.py), and the stubs."""
     base = (task.root / task.operator.file).resolve()
     harness = Path(task.operator.harness)
     paths = [base, *sorted(base.parent.glob("*.py")), harness, *sorted(harness.parent.glob("*.py"))]

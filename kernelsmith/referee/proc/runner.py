@@ -67,7 +67,7 @@ class RunnerSession:
         self.monitor = Monitor(self.device, roots)
         preload_lazy_torch()
         self.monitor.install()
-        self.harness = load_harness(spec["harness"])
+        self.harness = load_harness(spec["harness"], spec.get("variant"))
         self.monitor.wrap_reference(self.harness.module)
         self.base_code = (self.root / self.file).read_text()
         self.monitor.allowed_files.add(os.path.realpath(self.root / self.file))
