@@ -24,8 +24,8 @@ OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/fill-kv-80gb"
 rm -rf "$D"
 mkdir -p "$D"
-export PYTHONPATH="$PWD:$PWD/.carry/wheels" KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
-export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+. dev/gpu/gpu_lib.sh
+tree_env
 [ -n "${KS_DEVICE_MEMORY:-}" ] && export KERNELSMITH_DEVICE_MEMORY="$KS_DEVICE_MEMORY"
 CO="$PWD/.carry/lmdeploy"
 OP=${FKV_OP:-fill_kv_cache}

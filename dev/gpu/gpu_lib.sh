@@ -1,4 +1,17 @@
-# Shared by the dev/gpu/gpu.d steps (sourced, never run as a step: gpu_check.sh runs gpu.d/*.sh).
+# Shared by the dev/gpu scripts and the gpu.d steps (sourced, never run as a step: gpu_check.sh runs
+# gpu.d/*.sh). Functions only: sourcing it changes nothing.
+
+# The environment kernelsmith runs with from the tree (no pip on the GPU machine), from the repository
+# root: the tree first on PYTHONPATH, then the wheels carried in .carry/wheels (Optuna) where they are,
+# the tree's targets, unbuffered output, and /tmp/kernelsmith-cache unless KERNELSMITH_CACHE is set.
+tree_env() {
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  if [ -d "$PWD/.carry/wheels" ]; then
+    export PYTHONPATH="$PYTHONPATH:$PWD/.carry/wheels"
+  fi
+  export KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
+  export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+}
 
 # The checkout folder for a target name: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT (carried in), the bundled
 # demo's from the tree (run from the repository root); empty when unknown or unset.

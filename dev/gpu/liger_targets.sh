@@ -19,10 +19,8 @@ OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/liger"
 rm -rf "$D"
 mkdir -p "$D"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-[ -d "$PWD/.carry/wheels" ] && export PYTHONPATH="$PYTHONPATH:$PWD/.carry/wheels"
-export KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
-export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+. dev/gpu/gpu_lib.sh
+tree_env
 CO=${LIGER_CHECKOUT:-$PWD/.carry/liger}
 BUDGET_S=${LIGER_BUDGET_S:-320}
 MINUTES=${LIGER_MINUTES:-0.3}          # --minutes of each sweep and optimize

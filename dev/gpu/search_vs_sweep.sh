@@ -34,10 +34,8 @@ OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/svs"
 rm -rf "$D"
 mkdir -p "$D"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-[ -d "$PWD/.carry/wheels" ] && export PYTHONPATH="$PYTHONPATH:$PWD/.carry/wheels"
-export KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
-export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+. dev/gpu/gpu_lib.sh  # tree_env, checkout_for
+tree_env
 PY=${PYTHON:-python3}
 MIN=${SVS_MINUTES:-0.5}
 SEED=${SVS_SEED:-0}
@@ -58,13 +56,6 @@ else
   mapfile -t pairs < <($PY dev/variants.py "${SVS_SET:-measured}")
 fi
 [ "${#pairs[@]}" -gt 0 ] || { echo "search_vs_sweep: no pair to run (SVS_SET=${SVS_SET:-measured})"; exit 2; }
-checkout_for() {
-  case "$1" in
-    lmdeploy) echo "$LMDEPLOY_CHECKOUT" ;;
-    sglang) echo "$SGLANG_CHECKOUT" ;;
-    demo) echo "$PWD/examples/miniserve" ;;
-  esac
-}
 for pair in "${pairs[@]}"; do
   co=$(checkout_for "${pair%%:*}")
   [ -n "$co" ] && [ -d "$co" ] || { echo "search_vs_sweep: no checkout for $pair ($co)"; exit 2; }

@@ -13,8 +13,8 @@ OUT=${OUT:-$PWD/gpu-out}
 D="$OUT/unsloth-targets"
 mkdir -p "$D"
 CO="$PWD/.carry/unsloth"
-export PYTHONPATH="$PWD:$PWD/.carry/wheels" KERNELSMITH_TARGETS="$PWD/targets" PYTHONUNBUFFERED=1
-export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
+. dev/gpu/gpu_lib.sh
+tree_env
 OPS=${UNSLOTH_OPS:-"swiglu swiglu_backward geglu geglu_backward"}
 DEVICE=${DEVICE:-cuda}  # DEVICE=interpret tries the script on a machine without a GPU
 step() {  # name, then the kernelsmith arguments

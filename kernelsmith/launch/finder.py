@@ -160,7 +160,7 @@ class _Finder(Follower, ast.NodeVisitor):
                  computed="") -> None:
         t = self.found.get(key)
         if t is None:
-            if base <= 0 and not computed:
+            if not computed and base <= 0:
                 return
             t = self.found[key] = Tunable(key, kind, base, [], scope, set(), fmt=fmt, computed=computed,
                                           helper=scope in self.helpers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}  # what a CUDA launch gets without the keyword
 _KNOB = re.compile(r"^(num_warps|num_stages|\w*(BLOCK|TILE|CHUNK|SPLIT|GROUP|WARPS|STAGES)\w*)$", re.I)
@@ -19,8 +20,28 @@ _ARITH = {"next_power_of_2", "int", "round", "ceil", "floor", "abs"}
 _OTHER_PLATFORM = re.compile(r"hip|rocm|amd|npu|xpu|musa|mlu|mps")
 # Device names a platform switch compares with (`infer_device() == "xpu"`, `x.device.type != "cuda"`).
 _DEVICE_NAMES = {"cuda", "cpu", "hip", "rocm", "npu", "xpu", "musa", "mlu", "mps"}
-AS_COMPUTED = 0  # the value of an override knob that leaves the launch argument as the code computes it
 _ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)  # size thresholds; == / != switch modes, never tuned
+
+
+class Computed(StrEnum):
+    """The value of an override knob that leaves the launch argument as the code computes it.
+
+    No number, so never equal to a literal value (0 included). A string, so json, the archive and
+    printed configs hold it as "computed", which reads back equal to it."""
+
+    AS_COMPUTED = "computed"
+
+    def __repr__(self) -> str:
+        return "AS_COMPUTED"
+
+
+AS_COMPUTED = Computed.AS_COMPUTED
+
+
+def knob_order(value: int | str) -> int:
+    """A knob value as a number to sort and compare by: itself, the computed value -1 (before every
+    literal: knob values are positive)."""
+    return -1 if value == AS_COMPUTED else value
 
 
 @dataclass
@@ -29,11 +50,11 @@ class Tunable:
 
     key: str  # stable across candidates: scope, name and occurrence (never offsets)
     kind: str  # num_warps | num_stages | block | group | scale | int
-    base: int  # the value in the code it was found in
+    base: int | Computed  # the value in the code it was found in
     sites: list[tuple[int, int]]  # byte spans of the integer literal(s) holding the value
     scope: str | None  # enclosing function (None: module level or a triton.Config list)
     names: set[str] = field(default_factory=set)  # what asserts may call it
-    domain: list[int] = field(default_factory=list)
+    domain: list[int | Computed] = field(default_factory=list)
     kernels: set[str] = field(default_factory=set)  # the kernels whose launches it configures
     users: set[str] = field(default_factory=set)  # module-level values: the functions reading them
     fmt: str = "{}"  # text written at each site: the value, or `, num_warps={}` for an absent option
@@ -53,7 +74,7 @@ class Tunable:
             return self.computed
         return self.fmt.format(value)
 
-    def show(self, value: int) -> str:
+    def show(self, value: int | str) -> str:
         """`value` in words for a description (an override's base reads "computed")."""
         return "computed" if self.computed and value == AS_COMPUTED else str(value)
 

@@ -16,7 +16,15 @@ from collections import defaultdict
 
 from kernelsmith.launch.finder import find
 from kernelsmith.launch.follow import Sources, Unfollowed
-from kernelsmith.launch.syntax import AS_COMPUTED, Tunable, is_int, kernel_loops, line_offsets
+from kernelsmith.launch.syntax import (
+    AS_COMPUTED,
+    TRITON_DEFAULTS,
+    Tunable,
+    is_int,
+    kernel_loops,
+    knob_order,
+    line_offsets,
+)
 from kernelsmith.pysource import parse, reachable
 
 MAX_WARPS = 32  # 1024 threads per block on NVIDIA GPUs
@@ -124,12 +132,13 @@ def _survey(code: str, sources: Sources | None) -> tuple[list[Tunable], list[Unf
     found, loops, notes = find(tree, code, sources)
     rules = _constraints(tree)
     for t in found:
-        dom = domain_for(t.kind, t.base)
+        # An override's base is no number: its domain is the launch option's, around Triton's default.
+        dom = domain_for(t.kind, t.base) if not t.computed else domain_for(t.kind, TRITON_DEFAULTS[t.kind])
         if t.kind == "num_stages" and t.kernels and not any(loops.get(k, True) for k in t.kernels):
             dom = [t.base]  # nothing to pipeline: every value compiles to the same kernel
         for name in t.names:
             dom = [v for v in dom if _allowed(v, rules.get(name, []))]
-        t.domain = sorted(set(dom) | {t.base})
+        t.domain = sorted(set(dom) | {t.base}, key=knob_order)
     return found, notes
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import json
+import random
 import shutil
 import tokenize
 from pathlib import Path
@@ -23,6 +25,7 @@ from kernelsmith.launch.syntax import AS_COMPUTED, _cuda_branch
 from kernelsmith.launch.tunables import entry_knobs, render, render_table
 from kernelsmith.loader import load_operator_module
 from kernelsmith.search.mutator_set import build_mutators
+from kernelsmith.search.mutators.params import GridMutator
 
 REPO = Path(__file__).parent / "data" / "helper_repo"
 NORM = "src/kitpkg/ops/norm.py"
@@ -91,6 +94,34 @@ def test_a_table_keeps_the_computed_value_where_a_row_does(tmp_path):
         x, w = torch.randn(2, n_cols), torch.randn(n_cols)
         want = x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * w
         torch.testing.assert_close(mod.norm_forward(x, w)[0], want)
+
+
+def test_a_literal_zero_is_a_value_never_the_computed_one():
+    """The override's base is a marker, not a number: a value 0 is written, shown and tabled as 0."""
+    code, knobs, _ = _knobs(NORM, "norm_forward")
+    key = "norm_forward:_norm_kernel.num_warps"
+    warps = knobs[key]
+    assert AS_COMPUTED != 0 and 0 not in warps.domain and repr(AS_COMPUTED) == "AS_COMPUTED"
+    assert (warps.show(0), warps.text(0)) == ("0", "0")
+    assert (warps.show(AS_COMPUTED), warps.text(AS_COMPUTED)) == ("computed", "num_warps")
+    assert _token_diff(code, render(code, list(knobs.values()), {key: 0})) == [(["num_warps"], ["0"])]
+    out = render_table(code, list(knobs.values()), [64, None], [{key: 0}, {key: AS_COMPUTED}], {})
+    assert "    (64, {'num_warps': 0}),\n    (None, {}),\n" in out
+
+
+def test_the_computed_value_reads_computed_in_json_and_back():
+    """Proposals, the archive's json and the sweep's knobs say "computed", which reads back as the base."""
+    key = "norm_forward:_norm_kernel.num_warps"
+    grid = GridMutator(_task(NORM, "norm_forward"), device="cuda")
+    knobs = json.dumps({t.key: t.domain for t in grid.tunables})  # result.json's sweep block
+    assert knobs == f'{{"{key}": ["computed", 1, 2, 4, 8, 16, 32]}}'
+    p = grid.propose({}, [], random.Random(0))  # the grid's first point after the base
+    assert p.params["changed"] == {key: [AS_COMPUTED, 1]} and p.prompt.endswith("computed -> 1")
+    stored = json.loads(json.dumps(p.params))  # as the archive holds it
+    assert stored["changed"][key] == ["computed", 1]
+    base = {"values": {key: stored["changed"][key][0]}}
+    assert grid.render(base) == grid.base_code and grid.valid(base)
+    assert grid.proposal(base, set()) is None  # the base config: tried already
 
 
 @pytest.mark.parametrize("entry", ["norm", "NormFunction.apply", "NormFunction.forward"])

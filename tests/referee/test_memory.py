@@ -386,30 +386,36 @@ def test_the_judge_running_out_of_memory_taking_in_a_reply_is_a_memory_shortfall
         child.wait()
 
 
-def test_the_runner_running_out_of_memory_taking_in_a_request_says_so(monkeypatch):
+@pytest.mark.parametrize("child", ["runner", "oracle"])
+def test_a_child_running_out_of_memory_taking_in_a_request_says_so(monkeypatch, child):
+    """The runner and the oracle answer alike: a crash the judge reads as device memory to make room for."""
+    import importlib
     import threading
 
     from kernelsmith.referee.link.channel import Channel, pair
     from kernelsmith.referee.link.shared_region import PeerRegions
     from kernelsmith.referee.memory import device_oom
-    from kernelsmith.referee.proc import runner as R
 
-    judge_sock, runner_sock = pair()
+    served_by = importlib.import_module(f"kernelsmith.referee.proc.{child}")
+
+    judge_sock, child_sock = pair()
     judge = Channel(judge_sock, "cpu", trusted_peer=False)
-    runner = Channel(runner_sock, "cpu", trusted_peer=True)
+    served_chan = Channel(child_sock, "cpu", trusted_peer=True)
     judge.share_regions("cpu")
 
     def no_room(self, off, n, device):
         raise torch.OutOfMemoryError(CUDA_OOM)
 
     monkeypatch.setattr(PeerRegions, "inbound", no_room)
-    served = threading.Thread(target=R.serve, args=(runner,))
+    served = threading.Thread(target=served_by.serve, args=(served_chan,))
     served.start()
     judge.send({"op": "call"}, {"cache": torch.randn(512, 64)}, reply_bytes=1 << 17)
     reply, _ = judge.recv(timeout=10)
     judge.send({"op": "exit"})
     served.join(10)
+    assert not served.is_alive()
     assert reply["ok"] is False and reply["raised"][0] == "crash" and device_oom(reply["raised"][1])
+    assert f"the {child}, taking in a request" in reply["raised"][1]
     assert "Tried to allocate 2.12 GiB" in reply["raised"][1]
 
 

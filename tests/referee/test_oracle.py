@@ -131,3 +131,26 @@ def test_malformed_facts_are_refused(bad):
     harness_from_facts(GOOD, "h.py", link)  # the good ones pass
     with pytest.raises(MalformedFacts):
         harness_from_facts({**GOOD, **bad}, "h.py", link)
+
+
+def test_the_oracle_out_of_device_memory_taking_in_a_request_is_a_memory_shortfall(monkeypatch, oracle):
+    """Read by the judge as the device's out-of-memory error (input_cache.with_room makes room), and
+    the oracle goes on answering."""
+    from kernelsmith.referee.link.shared_region import PeerRegions
+    from kernelsmith.referee.memory import device_oom
+
+    inbound = PeerRegions.inbound
+
+    def no_room_for_large(self, off, n, device):  # the region probe's 1 KiB still fits
+        if n > 4096:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.12 GiB.")
+        return inbound(self, off, n, device)
+
+    monkeypatch.setattr(PeerRegions, "inbound", no_room_for_large)  # before the fork: the oracle's too
+    link, h = oracle()
+    assert link.chan.regions is not None
+    with pytest.raises(OracleFailed) as e:
+        h.reference(x=torch.zeros(4096))  # refused before the harness sees it
+    assert device_oom(str(e.value)) and "the oracle, taking in a request" in str(e.value)
+    assert "Tried to allocate 2.12 GiB" in str(e.value)
+    assert isinstance(link.stand_ins(), set)

@@ -24,7 +24,7 @@ from kernelsmith.referee.backend import get_backend, standins
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.link.channel import Channel
-from kernelsmith.referee.link.errors import PeerGone
+from kernelsmith.referee.link.serve import serve as serve_requests
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 from kernelsmith.referee.timing.claims import time_base
 
@@ -97,60 +97,47 @@ class OracleSession:
 def serve(chan: Channel, own_userns: bool = False) -> int:
     """Answer the judge's requests until it says exit or goes away."""
     session: OracleSession | None = None
-    while True:
-        try:
-            msg, values = chan.recv()
-        except PeerGone:
-            return 0
-        except Exception as e:  # noqa: BLE001 - e.g. a shared region this process cannot map
-            chan.send({"ok": False, "error": f"cannot read the request: {type(e).__name__}: {e}"[:2000]})
-            continue
-        op = msg.get("op")
-        reply, out = {"ok": True}, None
-        try:
-            if op == "exit":
-                return 0
-            if op == "init":
-                session = OracleSession(msg["spec"])
-                chan.device = session.dev
-                reply.update(facts=session.facts(), seeded=session.seeded, own_userns=own_userns)
-            elif op == "calibrate":
-                session.backend.calibrate([], msg.get("calibration"))
-            elif op == "inputs":
-                out = session.harness.make_inputs(msg["shape"], session.dev, int(msg["seed"]))
-            elif op == "reference":
-                out = C.as_tuple(session.harness.reference(**values))
-            elif op == "base":
-                out = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
-            elif op == "time_base":
-                reply.update(session.time_base(values, int(msg["seed"])))
-            elif op == "sizes":
-                reply.update(session.sizes(msg["shape"]))
-            elif op == "stand_ins":
-                reply["stand_ins"] = sorted(standins.USED)
-            elif op == "echo":  # the judge's probe of the shared regions
-                out = values
-            elif op == "regions_off":
-                chan.peer_regions = None
-            elif op == "drop_regions":  # the judge closes the regions this step leaves idle (memory.py)
-                if chan.peer_regions is not None:
-                    chan.peer_regions.drop()
-                if session is not None:
-                    session.release()
-            else:
-                reply = {"ok": False, "error": f"unknown request {op!r}"}
-        except BaseException as e:  # noqa: BLE001 - harness or base code failed: the judge decides what it means
-            gap = interpreter_failure(e)  # a kernel line the interpreter cannot run: said last
-            text = traceback.format_exc()[-6000:] + (f"\n{gap}" if gap else "")
-            reply, out = {"ok": False, "error": text}, None
-        try:
-            chan.send(reply, out)
-        except Exception as e:  # noqa: BLE001 - a value that cannot travel (an arbitrary object, ...)
-            why = f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"
-            chan.send({"ok": False, "error": why[:2000]})
-        values = out = None
+
+    def init(msg: dict, values) -> tuple[dict, object]:
+        nonlocal session
+        session = OracleSession(msg["spec"])
+        chan.device = session.dev
+        return {"facts": session.facts(), "seeded": session.seeded, "own_userns": own_userns}, None
+
+    def calibrate(msg: dict, values) -> tuple[dict, object]:
+        session.backend.calibrate([], msg.get("calibration"))
+        return {}, None
+
+    def failed(e: BaseException) -> dict:
+        gap = interpreter_failure(e)  # a kernel line the interpreter cannot run: said last
+        return {"ok": False, "error": traceback.format_exc()[-6000:] + (f"\n{gap}" if gap else "")}
+
+    def unsendable(op: str, e: Exception) -> dict:
+        return {"ok": False, "error": f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"[:2000]}
+
+    def after(op: str) -> None:
         if session is not None and op in ("inputs", "reference", "base", "time_base"):
             session.release()
+
+    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
+        if session is not None:
+            session.release()
+        return {}, None
+
+    handlers = {
+        "init": init,
+        "release": release,
+        "calibrate": calibrate,
+        "inputs": lambda msg, values: ({}, session.harness.make_inputs(msg["shape"], session.dev,
+                                                                       int(msg["seed"]))),
+        "reference": lambda msg, values: ({}, C.as_tuple(session.harness.reference(**values))),
+        "base": lambda msg, values: ({}, session.call(values, float(msg["dirty"]), msg.get("sizes") or [])),
+        "time_base": lambda msg, values: (session.time_base(values, int(msg["seed"])), None),
+        "sizes": lambda msg, values: (session.sizes(msg["shape"]), None),
+        "stand_ins": lambda msg, values: ({"stand_ins": sorted(standins.USED)}, None),
+    }
+    # Harness or base code failing (BaseException too) is the judge's to judge: it is answered.
+    return serve_requests(chan, "oracle", handlers, failed, unsendable, catch=BaseException, after=after)
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

@@ -180,7 +180,9 @@ class OracleLink(ChildLink):
                 raise OracleFailed(f"the harness process's reply is malformed: {e}") from None
             if reply.get("ok") is True:
                 return reply, out
-            error = str(reply.get("error"))[-6000:]
+            raised = reply.get("raised")  # ["crash", text]: its device had no room for the request
+            error = raised[1] if isinstance(raised, list) and len(raised) == 2 else reply.get("error")
+            error = str(error)[-6000:]
             raise OracleFailed(f"the harness process failed {msg.get('op')!r}:\n{error}")
 
     def start_session(self, spec: dict) -> tuple[dict, int, bool]:

@@ -31,7 +31,7 @@ from kernelsmith.referee.checks.shape_trials import Rejected, classify_exception
 from kernelsmith.referee.checks.snapshot import Snapshot
 from kernelsmith.referee.checks.trials import FreshOutputs
 from kernelsmith.referee.link.channel import Channel
-from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone
+from kernelsmith.referee.link.serve import serve as serve_requests
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 
 
@@ -259,73 +259,62 @@ class RunnerSession:
 def serve(chan: Channel, own_userns: bool = False) -> int:
     """Answer the judge's requests until it says exit or goes away (`own_userns`: reported at init,
     before any candidate code has run here)."""
-    session = None
-    while True:
-        try:
-            msg, values = chan.recv()
-        except PeerGone:
-            return 0
-        except DeviceOutOfMemory as e:  # the request's copies did not fit: the judge makes room (memory.py)
-            chan.send({"ok": False, "raised": ["crash", f"the runner, taking in a request: {e}"]})
-            continue
-        except Exception as e:  # noqa: BLE001 - e.g. a shared region this process cannot map
-            chan.send({"ok": False, "error": f"cannot read the request: {type(e).__name__}: {e}"[:2000]})
-            continue
-        op = msg.get("op")
-        reply, out = {"ok": True}, None
-        try:
-            if op == "exit":
-                if session is not None:
-                    session.caches.remove()
-                return 0
-            if op == "init":
-                session = RunnerSession(msg["spec"])
-                chan.device = session.dev
-                reply["base_cache"] = str(session.caches.private)
-                reply["own_userns"] = own_userns
-            elif op == "profile":
-                reply["record"] = session.profile(msg["key"], values, bool(msg.get("warm")))
-            elif op == "load":
-                session.load(msg)
-            elif op == "call":
-                inputs = session.place(values, msg.get("same") or [])
-                fn = session.named(msg["fn"])
-                outs = session.call(fn, inputs, float(msg["dirty"]), bool(msg["watch"]),
-                                    msg.get("sizes") or [])
-                out = {"outs": outs, "inputs": C.tensors_of(inputs)}
-            elif op == "time":
-                t0 = time.monotonic()
-                r = session.time(msg, values)
-                out = {"last": r.pop("last_outs", None)}
-                reply.update(r, runner_s=time.monotonic() - t0)
-            elif op == "audit":
-                out = {"outs": session.audit(values)}
-            elif op == "echo":  # the judge's probe of the shared regions
-                out = values
-            elif op == "regions_off":
-                chan.peer_regions = None
-            elif op == "release":  # the judge makes room on the device (memory.py)
-                session.backend.release()
-            elif op == "drop_regions":  # the judge closes the regions this step leaves idle (memory.py)
-                if chan.peer_regions is not None:
-                    chan.peer_regions.drop()
-                session.backend.release()
-            elif op == "integrity":
-                reply["found"] = session.integrity(msg)
-            elif op == "settle":
-                reply["late"] = session.settle()
-            else:
-                reply = {"ok": False, "error": f"unknown request {op!r}"}
-        except Rejected as r:
-            reply = {"ok": False, "rejected": [r.reason, str(r.message), r.error]}
-        except Exception as e:  # noqa: BLE001 - candidate code raised: the judge decides what it means
-            name, text = classify_exception(e)
-            reply = {"ok": False, "raised": [name, text], "error": traceback.format_exc()[-2000:]}
-        try:
-            chan.send(reply, out)
-        except Exception as e:  # noqa: BLE001 - an output that cannot travel (sparse, meta, ...)
-            why = f"cannot return the outputs: {type(e).__name__}: {e}"
-            chan.send({"ok": False, "raised": ["crash", why]})
+    session: RunnerSession | None = None
+
+    def init(msg: dict, values) -> tuple[dict, object]:
+        nonlocal session
+        session = RunnerSession(msg["spec"])
+        chan.device = session.dev
+        return {"base_cache": str(session.caches.private), "own_userns": own_userns}, None
+
+    def exit_(msg: dict, values) -> tuple[dict, object]:
+        if session is not None:
+            session.caches.remove()
+        return {}, None
+
+    def load(msg: dict, values) -> tuple[dict, object]:
+        session.load(msg)
+        return {}, None
+
+    def call(msg: dict, values) -> tuple[dict, object]:
+        inputs = session.place(values, msg.get("same") or [])
+        outs = session.call(session.named(msg["fn"]), inputs, float(msg["dirty"]), bool(msg["watch"]),
+                            msg.get("sizes") or [])
+        return {}, {"outs": outs, "inputs": C.tensors_of(inputs)}
+
+    def time_sets(msg: dict, values) -> tuple[dict, object]:
+        t0 = time.monotonic()
+        r = session.time(msg, values)
+        out = {"last": r.pop("last_outs", None)}
+        return {**r, "runner_s": time.monotonic() - t0}, out
+
+    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
+        session.backend.release()
+        return {}, None
+
+    def failed(e: BaseException) -> dict:
+        if isinstance(e, Rejected):
+            return {"ok": False, "rejected": [e.reason, str(e.message), e.error]}
+        name, text = classify_exception(e)  # candidate code raised: the judge decides what it means
+        return {"ok": False, "raised": [name, text], "error": traceback.format_exc()[-2000:]}
+
+    def unsendable(op: str, e: Exception) -> dict:  # an output that cannot travel (sparse, meta, ...)
+        return {"ok": False, "raised": ["crash", f"cannot return the outputs: {type(e).__name__}: {e}"]}
+
+    handlers = {
+        "init": init,
+        "exit": exit_,
+        "profile": lambda msg, values: (
+            {"record": session.profile(msg["key"], values, bool(msg.get("warm")))}, None),
+        "load": load,
+        "call": call,
+        "time": time_sets,
+        "audit": lambda msg, values: ({}, {"outs": session.audit(values)}),
+        "release": release,
+        "integrity": lambda msg, values: ({"found": session.integrity(msg)}, None),
+        "settle": lambda msg, values: ({"late": session.settle()}, None),
+    }
+    return serve_requests(chan, "runner", handlers, failed, unsendable)
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

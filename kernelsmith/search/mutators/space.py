@@ -15,6 +15,7 @@ from statistics import fmean
 
 from kernelsmith.launch.buckets import buckets, cells, lookup
 from kernelsmith.launch.sizekeys import SizeKey, grid_key, resolve, size_key
+from kernelsmith.launch.syntax import knob_order
 from kernelsmith.launch.tunables import (
     MAX_NUMEL,
     entry_knobs,
@@ -227,11 +228,12 @@ class ConfigSpace:
     def _edge(self, key: str, base: int, sign: int, singles: list[Record]) -> int | None:
         """The nearest value beyond `base` (direction `sign`) past which everything tried failed."""
         fails = sorted(
-            {r.values[key] for r in singles if r.edge and sign * (r.values[key] - base) > 0},
+            {knob_order(r.values[key]) for r in singles
+             if r.edge and sign * (knob_order(r.values[key]) - knob_order(base)) > 0},
             key=lambda v: sign * v,
         )
         for v in fails:
-            beyond = [r for r in singles if sign * (r.values[key] - v) >= 0]
+            beyond = [r for r in singles if sign * (knob_order(r.values[key]) - v) >= 0]
             evidence = sum(self._evidence(r, key) for r in beyond if r.edge)
             if evidence >= EDGE_EVIDENCE and all(r.state == "failed" for r in beyond):
                 return v
@@ -270,8 +272,8 @@ class ConfigSpace:
     def allowed(self, key: str) -> list[int]:
         """A knob's values within its learned edges (its base value always)."""
         t = self.by_key[key]
-        inside = [v for v in t.domain if self.lo.get(key, -1) < v < self.hi.get(key, 1 << 62)]
-        return sorted(set(inside) | {t.base})
+        inside = [v for v in t.domain if self.lo.get(key, -1) < knob_order(v) < self.hi.get(key, 1 << 62)]
+        return sorted(set(inside) | {t.base}, key=knob_order)
 
     def valid(self, params: dict) -> bool:
         """Within domains and learned edges; two largest blocks of one launch within Triton's limit."""
