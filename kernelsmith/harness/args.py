@@ -16,7 +16,8 @@ TENSOR_ATTRS = {
     "shape", "stride", "numel", "dtype", "device", "contiguous", "is_contiguous", "view", "reshape",
     "size", "dim", "ndim", "data_ptr", "element_size", "new_empty", "new_zeros", "new_ones", "clone",
     "unsqueeze", "squeeze", "flatten", "transpose", "permute", "expand", "T", "float", "half", "to",
-    "copy_", "zero_", "fill_", "view_as", "reshape_as", "is_cuda", "storage_offset", "detach",
+    "copy_", "zero_", "fill_", "view_as", "reshape_as", "is_cuda", "storage_offset", "detach", "long", "int",
+    "bool",
 }
 FLOAT_NAME = re.compile(r"(eps|epsilon|.*_eps|.*_epsilon|alpha|beta|.*scale|softcap|.*_softcap|temperature|"
                         r"p|.*_p|dropout.*|label_smoothing|momentum|offset|threshold|lambd|.*factor|theta|"

@@ -73,9 +73,22 @@ def _cutoffs(fn: ast.AST, names) -> dict[str, int]:
 
 
 def _same_shape(value: ast.AST, name: str) -> bool:
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in SAME_SHAPE:
-        value = value.func.value
-    return isinstance(value, ast.Name) and value.id == name
+    return _unwrap(value) == name
+
+
+def _unwrap(node) -> str | None:
+    """`idx` for `idx`, `idx.long()`, `idx.to(torch.int64)`: the name under same-shape calls."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAME_SHAPE:
+        node = node.func.value
+    return _name(node)
+
+
+def _base(node) -> str:
+    """`m` for `m`, `m[:, None]`, `m.bool()`: the tensor a mask expression reads ("" if none)."""
+    while isinstance(node, ast.Subscript) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                                              and node.func.attr in SAME_SHAPE):
+        node = node.value if isinstance(node, ast.Subscript) else node.func.value
+    return _name(node) or ""
 
 
 def _name(node) -> str | None:
@@ -157,13 +170,14 @@ def _read_body(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
             _read_method(node, live, at_least, say_int, say_bound, bound_of)
         if isinstance(node, ast.Call):
             _read_call(node, live, say_int, say_bound, uses)
-        if isinstance(node, ast.Subscript) and live(_name(node.slice) or "", node) and _name(node.value):
-            u = uses[node.slice.id]
+        index = _unwrap(node.slice) if isinstance(node, ast.Subscript) else None
+        if index is not None and live(index, node) and _name(node.value):
+            u = uses[index]
             say_int(u, "int32", f"it indexes {node.value.id}")
             if node.value.id in uses:
                 say_bound(u, ("dim", node.value.id, 0), f"it indexes {node.value.id}")
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and live(_name(node.operand) or "", node):
-            say_int(uses[node.operand.id], "bool", "the entry negates it with ~")
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and live(_base(node.operand), node):
+            say_int(uses[_base(node.operand)], "bool", "the entry negates it with ~")
         if isinstance(node, ast.Compare):
             _read_compare(node, live, say_int, say_bound, bound_of, uses)
 
@@ -187,16 +201,16 @@ def _read_method(node: ast.Call, live, at_least, say_int, say_bound, bound_of) -
         say_int(idx, "int64", f"it is the index of {ast.unparse(node.func)}")
         if owner is not None and live(owner, node) is not None:
             say_bound(idx, ("dim", owner, _int(args[0])), f"it indexes {owner}'s dimension {_int(args[0])}")
-    if attr == "masked_fill" and args and live(_name(args[0]) or "", node):
-        say_int(live(args[0].id, node), "bool", "it is the mask of masked_fill")
+    if attr in ("masked_fill", "masked_fill_", "masked_select") and args and live(_base(args[0]), node):
+        say_int(live(_base(args[0]), node), "bool", f"it is the mask of {attr}")
 
 
 def _read_call(node: ast.Call, live, say_int, say_bound, uses) -> None:
     """`torch.where(m, ...)`, `torch.gather(src, d, idx)`, `one_hot(idx, n)`, `f(idx, E)`."""
     fname = node.func.attr if isinstance(node.func, ast.Attribute) else _name(node.func)
     args = node.args
-    if fname == "where" and len(args) == 3 and live(_name(args[0]) or "", node):
-        say_int(uses[args[0].id], "bool", "it is the condition of torch.where")
+    if fname == "where" and len(args) == 3 and live(_base(args[0]), node):
+        say_int(uses[_base(args[0])], "bool", "it is the condition of torch.where")
     if fname in ("gather", "index_select") and isinstance(node.func, ast.Attribute) \
             and _name(node.func.value) == "torch" and len(args) >= 3 and live(_name(args[2]) or "", node):
         idx, src, d = uses[args[2].id], _name(args[0]), _int(args[1])
