@@ -140,7 +140,8 @@ def _one(name: str, ann: str | None, default: str | None, used_as_tensor: bool, 
         if used_as_tensor or (ann is not None and "Tensor" in ann):
             return Arg(name, "none", "None",
                        "an optional tensor, None: the entry's default (TODO: a tensor here tests that path)")
-        more = f" (TODO: {_a(base)} here tests the other path)" if base in ("float", "int", "bool", "str") else ""
+        typed = base in ("float", "int", "bool", "str")
+        more = f" (TODO: {_a(base)} here tests the other path)" if typed else ""
         return Arg(name, "none", "None", "None: the entry's default" + more)
     if ann is not None and "Tensor" in ann:
         return Arg(name, "tensor", "", "annotated a tensor")

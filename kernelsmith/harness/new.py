@@ -75,7 +75,8 @@ def returned_tuple(node) -> list[str] | None:
 
 
 def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
-             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None, module: ast.Module | None = None) -> str:
+             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None,
+             module: ast.Module | None = None) -> str:
     """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
     body say which arguments are tensors, of what rank and element type, and which strings it
     compares with; `module`, the file's, lets the functions the entry passes tensors to say it too."""
@@ -168,7 +169,8 @@ class _TensorPlan:
     high: str = ""      # the shape field bounding an integer tensor's values
 
     def lines(self) -> list[str]:
-        dims = "(" + ", ".join(f'shape["{f}"]' for f in self.fields) + ("," if len(self.fields) == 1 else "") + ")"
+        dims = ", ".join(f'shape["{f}"]' for f in self.fields)
+        dims = f"({dims},)" if len(self.fields) == 1 else f"({dims})"
         out = [f"    # {self.name}: {self.why}"]
         if not self.dtype:
             out.append(f"    {self.name} = torch.randn({dims}, generator=g, device=device).to(dtype)")
@@ -202,7 +204,7 @@ def _tensor_plans(fn, module, tensors: list[str], taken: set[str], gpu: dict, cp
             gpu.setdefault(f, dims_gpu[i])
             cpu.setdefault(f, dims_cpu[i])
             fields.append(f)
-        said = f"[{', '.join(fields)}]" if u.rank else f"[{', '.join(fields)}] (TODO: nothing in the entry says its rank)"
+        said = f"[{', '.join(fields)}]" + ("" if u.rank else " (TODO: nothing in the entry says its rank)")
         plans.append(_TensorPlan(t, fields, u.dtype, said))
     by = {p.name: p for p in plans}
     for p in plans:

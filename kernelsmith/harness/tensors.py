@@ -21,6 +21,7 @@ INT_DTYPES = {"int8": "int32", "int16": "int32", "int32": "int32", "int": "int32
               "int64": "int64", "long": "int64"}
 INDEX_NAME = re.compile(r"(.+_)?(index|indices|idx|ids|id)|.*_indices|indices_.+|.*offsets|cu_seqlens.*|"
                         r".*seq_lens|position_ids|positions|slot_mapping|block_tables?|.*_table|.*_loc")
+INDEXING = {"index_select", "gather", "scatter", "scatter_", "index_add_", "index_copy_", "scatter_add_"}
 MASK_NAME = re.compile(r"(.+_)?mask")
 DOC_SHAPE = re.compile(r"[\[(]\s*([^\[\]()]*,[^\[\]()]*)[\])]")
 DOC_DTYPE = re.compile(r"\b(int8|int16|int32|int64|long|bool|boolean)\b")
@@ -78,15 +79,19 @@ def _same_shape(value: ast.AST, name: str) -> bool:
 
 def _unwrap(node) -> str | None:
     """`idx` for `idx`, `idx.long()`, `idx.to(torch.int64)`: the name under same-shape calls."""
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAME_SHAPE:
+    while _same_shape_call(node):
         node = node.func.value
     return _name(node)
 
 
+def _same_shape_call(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr in SAME_SHAPE
+
+
 def _base(node) -> str:
     """`m` for `m`, `m[:, None]`, `m.bool()`: the tensor a mask expression reads ("" if none)."""
-    while isinstance(node, ast.Subscript) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                                              and node.func.attr in SAME_SHAPE):
+    while isinstance(node, ast.Subscript) or _same_shape_call(node):
         node = node.value if isinstance(node, ast.Subscript) else node.func.value
     return _name(node) or ""
 
@@ -151,7 +156,8 @@ def _read_body(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             t, v = node.targets[0], node.value
             owner = shape_of(v)
-            if isinstance(t, ast.Name) and isinstance(v, ast.Attribute) and v.attr == "shape" and owner in uses:
+            if isinstance(t, ast.Name) and isinstance(v, ast.Attribute) and v.attr == "shape" \
+                    and owner in uses:
                 shape_alias[t.id] = owner
             elif isinstance(t, (ast.Tuple, ast.List)) and owner and live(owner, node):
                 u = uses[owner]
@@ -176,7 +182,8 @@ def _read_body(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
             say_int(u, "int32", f"it indexes {node.value.id}")
             if node.value.id in uses:
                 say_bound(u, ("dim", node.value.id, 0), f"it indexes {node.value.id}")
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and live(_base(node.operand), node):
+        inverted = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert)
+        if inverted and live(_base(node.operand), node):
             say_int(uses[_base(node.operand)], "bool", "the entry negates it with ~")
         if isinstance(node, ast.Compare):
             _read_compare(node, live, say_int, say_bound, bound_of, uses)
@@ -192,11 +199,11 @@ def _read_method(node: ast.Call, live, at_least, say_int, say_bound, bound_of) -
         elif attr in ("view", "reshape") and len(args) >= 2 and _name(args[-1]):
             u.dims.setdefault(-1, args[-1].id)
         elif attr in ("int", "long", "bool"):
-            say_int(u, {"int": "int32", "long": "int64", "bool": "bool"}[attr], f"the entry calls .{attr}() on it")
+            dtype = {"int": "int32", "long": "int64", "bool": "bool"}[attr]
+            say_int(u, dtype, f"the entry calls .{attr}() on it")
         elif attr == "to" and args and _dtype(args[0]):
             say_int(u, _dtype(args[0]), f"the entry converts it .to(torch.{_dtype_word(args[0])})")
-    if attr in ("index_select", "gather", "scatter", "scatter_", "index_add_", "index_copy_", "scatter_add_") \
-            and len(args) >= 2 and live(_name(args[1]) or "", node) and _int(args[0]) is not None:
+    if attr in INDEXING and len(args) >= 2 and live(_name(args[1]) or "", node) and _int(args[0]) is not None:
         idx = live(args[1].id, node)
         say_int(idx, "int64", f"it is the index of {ast.unparse(node.func)}")
         if owner is not None and live(owner, node) is not None:
@@ -220,7 +227,8 @@ def _read_call(node: ast.Call, live, say_int, say_bound, uses) -> None:
     if fname in ("one_hot", "bincount") and args and live(_name(args[0]) or "", node):
         idx = uses[args[0].id]
         say_int(idx, "int64", f"the entry calls {fname} on it")
-        n = args[1] if len(args) > 1 else next((k.value for k in node.keywords if k.arg in ("num_classes", "minlength")), None)
+        counted = [k.value for k in node.keywords if k.arg in ("num_classes", "minlength")]
+        n = args[1] if len(args) > 1 else counted[0] if counted else None
         if isinstance(n, ast.Name):
             say_bound(idx, ("name", n.id), f"{fname} counts {n.id} classes")
     # A tensor handed on beside one other name (`routing(top_k_index, E)`): if it holds indices and
@@ -228,7 +236,8 @@ def _read_call(node: ast.Call, live, say_int, say_bound, uses) -> None:
     passed = [a.id for a in args if isinstance(a, ast.Name) and live(a.id, node)]
     others = [a.id for a in args if isinstance(a, ast.Name) and a.id not in uses]
     for p in passed if len(others) == 1 else ():
-        say_bound(uses[p], ("name", others[0]), f"the entry passes it with {others[0]} to {ast.unparse(node.func)}")
+        why = f"the entry passes it with {others[0]} to {ast.unparse(node.func)}"
+        say_bound(uses[p], ("name", others[0]), why)
 
 
 def _read_compare(node: ast.Compare, live, say_int, say_bound, bound_of, uses) -> None:
@@ -297,11 +306,11 @@ def _follow(fn: ast.AST, uses: dict[str, TensorUse], module: ast.Module, depth: 
     """What same-module functions the entry passes a tensor to say of their parameter."""
     funcs = {n.name: n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in ast.walk(fn):
-        if not (isinstance(node, ast.Call) and _name(node.func) in funcs) or node.func.id == getattr(fn, "name", ""):
+        if not (isinstance(node, ast.Call) and _name(node.func) in funcs) or node.func.id == fn.name:
             continue
         callee = funcs[node.func.id]
         params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
-        pairs = [(params[i], a.id) for i, a in enumerate(node.args) if i < len(params) and isinstance(a, ast.Name)]
+        pairs = [(p, a.id) for p, a in zip(params, node.args, strict=False) if isinstance(a, ast.Name)]
         pairs += [(k.arg, k.value.id) for k in node.keywords if k.arg and isinstance(k.value, ast.Name)]
         mine = {p: arg for p, arg in pairs if arg in uses}
         if not mine:

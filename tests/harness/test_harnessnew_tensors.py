@@ -124,7 +124,8 @@ def test_integer_and_bool_tensors_are_made_in_the_range_the_entry_indexes():
 
 def _liger_skeleton(tmp_path, op: str) -> str:
     root = upstreamkit.require("liger")
-    (tmp_path / "liger.yaml").write_text(LIGER_YAML.read_text().replace("harness: liger/", f"harness: {tmp_path}/"))
+    yaml = LIGER_YAML.read_text().replace("harness: liger/", f"harness: {tmp_path}/")
+    (tmp_path / "liger.yaml").write_text(yaml)
     return write_skeleton(load_target(tmp_path / "liger.yaml"), op, root).read_text()
 
 
@@ -133,7 +134,7 @@ def test_liger_neighborhood_attention_and_moe_skeletons(tmp_path):
     shape = nat["CPU_SHAPES"][1]
     inputs = nat["make_inputs"](shape, "cpu", 0)
     dims = (shape["batch_size"], shape["num_heads"], shape["seq_len"], shape["head_dim"])
-    assert all(inputs[n].shape == dims for n in ("query", "key", "value"))   # one layout, as the docstring says
+    assert all(inputs[n].shape == dims for n in ("query", "key", "value"))   # as the docstring says
     assert inputs["scale"] is None and inputs["kernel_size"] == shape["kernel_size"]
     moe_text = _liger_skeleton(tmp_path, "fused_moe")
     moe = _harness(moe_text)
