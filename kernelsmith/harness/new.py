@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.harness.args import classify
-from kernelsmith.harness.tensors import by_name, tensor_uses
+from kernelsmith.harness.handoff import SameFile, tensor_uses
+from kernelsmith.harness.tensors import by_name
 from kernelsmith.pysource import entry_def, parse
 
 
@@ -76,16 +77,17 @@ def returned_tuple(node) -> list[str] | None:
 
 def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
              fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None,
-             module: ast.Module | None = None) -> str:
+             reach=None) -> str:
     """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
     body say which arguments are tensors, of what rank and element type, and which strings it
-    compares with; `module`, the file's, lets the functions the entry passes tensors to say it too."""
+    compares with; `reach` (harness.handoff's) lets the functions and kernels it hands tensors to
+    say it too."""
     fn = fn if fn is not None else parse("def f(): pass").body[0]
     kinds = classify(fn, args)
     sizes = [a for a in kinds if a.kind == "size"]
     gpu = {a.name: int(a.gpu) for a in sizes}
     cpu = {a.name: int(a.value) for a in sizes}
-    plans = _tensor_plans(fn, module, [a.name for a in kinds if a.kind == "tensor"],
+    plans = _tensor_plans(fn, reach, [a.name for a in kinds if a.kind == "tensor"],
                           {"dtype"} | {a.name for a in kinds if a.kind != "size"}, gpu, cpu)
     first = plans[0] if plans else None
     vary = f"VARY = {{{_q(first.fields[0])}: {[1, 7, 333] if len(first.fields) <= 2 else [1, 3, 7]}}}" \
@@ -186,9 +188,9 @@ class _TensorPlan:
         return size + " * " + " * ".join(f'shape["{f}"]' for f in self.fields)
 
 
-def _tensor_plans(fn, module, tensors: list[str], taken: set[str], gpu: dict, cpu: dict) -> list[_TensorPlan]:
+def _tensor_plans(fn, reach, tensors: list[str], taken: set[str], gpu: dict, cpu: dict) -> list[_TensorPlan]:
     """A plan per tensor argument, adding its shape fields (and index bounds) to `gpu` and `cpu`."""
-    uses = tensor_uses(fn, tensors, module)
+    uses = tensor_uses(fn, tensors, reach)
     plans = []
     for t in tensors:
         u = uses[t]
@@ -253,8 +255,10 @@ def _dict_text(d: dict) -> str:
     return "{" + ", ".join(f"{_q(k)}: {_q(v) if isinstance(v, str) else v}" for k, v in d.items()) + "}"
 
 
-def write_skeleton(target, op_name: str, root: Path) -> Path:
-    """Write the skeleton to the path the operator's yaml entry names; never overwrite a file."""
+def write_skeleton(target, op_name: str, root: Path, reach_of=None) -> Path:
+    """Write the skeleton to the path the operator's yaml entry names; never overwrite a file.
+    `reach_of(code, tree)` gives the reach of calls out of the operator file (its own functions
+    when None)."""
     op = target.operator(op_name)
     path = Path(op.harness)
     if path.exists():
@@ -265,5 +269,7 @@ def write_skeleton(target, op_name: str, root: Path) -> Path:
     text = source.read_text(errors="replace")
     fn = entry_function(text, op.entry, str(source))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn, op.entry), fn, parse(text)))
+    tree = parse(text)
+    reach = reach_of(text, tree) if reach_of is not None else SameFile(tree)
+    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn, op.entry), fn, reach))
     return path

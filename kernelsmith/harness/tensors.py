@@ -1,8 +1,8 @@
 """How an entry uses each tensor argument, for `harness new`: its rank and the names of its
 dimensions, whether it holds floats, integers or bools, and for integers the size that bounds them.
 
-Read from the syntax tree only (no target code runs): the entry's body, the functions of the same
-module it passes the tensor to, and the `name: ... [a, b, c]` lines of their docstrings. Code
+Read from the syntax tree only (no target code runs): the entry's body and the `name: ... [a, b, c]`
+lines of its docstring (harness.handoff reads the functions and kernels it hands tensors to). Code
 says more than a docstring: `B, H, S, D = q.shape` names four dimensions; `q.shape[3]`,
 `q.stride(3)` say at least four; `q.view(-1, D)` names the last one. What is said of a name after
 it is rebound to something of another shape (`x = x.view(-1, n)`) is not about the argument.
@@ -50,14 +50,11 @@ class TensorUse:
         return out
 
 
-def tensor_uses(fn: ast.AST, names: list[str], module: ast.Module | None = None,
-                depth: int = 2) -> dict[str, TensorUse]:
-    """What `fn`'s body (and the same-module functions it passes them to) says of `names`."""
+def read_uses(fn: ast.AST, names: list[str]) -> dict[str, TensorUse]:
+    """What `fn`'s body and docstring say of `names` (harness.handoff adds what its callees say)."""
     uses = {n: TensorUse(n) for n in names}
     _read_body(fn, uses)
     _read_docstring(fn, uses)
-    if module is not None and depth > 0:
-        _follow(fn, uses, module, depth)
     return uses
 
 
@@ -300,37 +297,6 @@ def _read_docstring(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
             w = word.group(1)
             u.dtype = "bool" if w.startswith("bool") else INT_DTYPES[w]
             u.dtype_why = f"its docstring says {w}"
-
-
-def _follow(fn: ast.AST, uses: dict[str, TensorUse], module: ast.Module, depth: int) -> None:
-    """What same-module functions the entry passes a tensor to say of their parameter."""
-    funcs = {n.name: n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for node in ast.walk(fn):
-        if not (isinstance(node, ast.Call) and _name(node.func) in funcs) or node.func.id == fn.name:
-            continue
-        callee = funcs[node.func.id]
-        params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
-        pairs = [(p, a.id) for p, a in zip(params, node.args, strict=False) if isinstance(a, ast.Name)]
-        pairs += [(k.arg, k.value.id) for k in node.keywords if k.arg and isinstance(k.value, ast.Name)]
-        mine = {p: arg for p, arg in pairs if arg in uses}
-        if not mine:
-            continue
-        theirs = tensor_uses(callee, list(mine), module, depth - 1)
-        for p, arg in mine.items():
-            _merge(uses[arg], theirs[p], node.func.id)
-
-
-def _merge(u: TensorUse, other: TensorUse, callee: str) -> None:
-    """Add what a callee says of its parameter to what the entry says of the argument (not the
-    bounds: they name the callee's variables)."""
-    if other.rank and not (u.exact and other.rank != u.rank):
-        if other.exact and not u.exact and other.rank >= u.rank:
-            u.rank, u.exact = other.rank, True
-        u.rank = max(u.rank, other.rank)
-        for pos, name in other.dims.items():
-            u.dims.setdefault(pos, name)
-    if other.dtype and not u.dtype:
-        u.dtype, u.dtype_why = other.dtype, f"{other.dtype_why} (in {callee})"
 
 
 def by_name(u: TensorUse) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 import upstreamkit
 
+from kernelsmith.harness.handoff import SameFile
 from kernelsmith.harness.new import _arguments, entry_function, skeleton, write_skeleton
 from kernelsmith.onboard.config import load_target
 from kernelsmith.pysource import parse
@@ -60,7 +61,7 @@ def route(x, w, expert_ids, token_index, keep, sel, weights):
 
 def _text(source: str, entry: str) -> str:
     fn = entry_function(source, entry, "f.py")
-    return skeleton("o/r", "f.py", entry, _arguments(fn, entry), fn, parse(source))
+    return skeleton("o/r", "f.py", entry, _arguments(fn, entry), fn, SameFile(parse(source)))
 
 
 def _harness(text: str) -> dict:
@@ -144,3 +145,56 @@ def test_liger_neighborhood_attention_and_moe_skeletons(tmp_path):
     assert index.dtype == torch.int32 and index.shape == (shape["T"], shape["K"])
     assert index.max() < shape["E"] == inputs["gate_up_proj"].shape[0] == inputs["down_proj"].shape[0]
     assert inputs["x"].shape == (shape["T"], shape["H"]) and inputs["top_k_weights"].is_floating_point()
+
+
+KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_kernel(x_ptr, rows_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    row = tl.load(rows_ptr + pid)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols)
+    tl.store(out_ptr + pid * n_cols + cols, v, mask=cols < n_cols)
+'''
+
+GATHER = '''
+import torch
+import triton
+
+from pkg.kernels import _gather_kernel
+
+
+def _launch(x, rows, out):
+    _gather_kernel[(rows.numel(),)](x, rows, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+
+
+def gather_rows(x, rows):
+    out = torch.empty(rows.numel(), x.shape[1], dtype=x.dtype, device=x.device)
+    _launch(x, rows, out)
+    return out
+'''
+
+
+def test_a_kernel_that_offsets_pointers_by_loaded_values_makes_an_integer_tensor(tmp_path):
+    from kernelsmith.launch.follow import HelperReach, Sources
+
+    # In the same file, and behind a helper in a module of the checkout the file imports.
+    same = _text(KERNELS + GATHER.replace("from pkg.kernels import _gather_kernel", ""), "gather_rows")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "kernels.py").write_text(KERNELS)
+    fn = entry_function(GATHER, "gather_rows", "ops.py")
+    reach = HelperReach(Sources(tmp_path, "pkg/ops.py"), GATHER, parse(GATHER))
+    imported = skeleton("o/r", "pkg/ops.py", "gather_rows", _arguments(fn), fn, reach)
+    for text in (same, imported):
+        assert "kernel _gather_kernel offsets pointers by its values (line 11) (in _launch)" in text
+        h = _harness(text)
+        inputs = h["make_inputs"](h["CPU_SHAPES"][0], "cpu", 0)
+        assert inputs["rows"].dtype == torch.int32 and inputs["x"].dtype == torch.float16
+        assert "TODO: nothing in the entry says what its values index; rows_high bounds them" in text
+    plain = skeleton("o/r", "pkg/ops.py", "gather_rows", _arguments(fn), fn)   # no reach: nothing followed
+    assert "rows = torch.randn(" in plain
