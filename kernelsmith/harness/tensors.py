@@ -62,7 +62,8 @@ def _cutoffs(fn: ast.AST, names) -> dict[str, int]:
     """For each name, the line from which it is bound to something of another shape."""
     out: dict[str, int] = {}
     for node in ast.walk(fn):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+        # `x += y` keeps x's shape: only assignments rebind
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 if isinstance(t, ast.Name) and t.id in names and not _same_shape(node.value, t.id):
@@ -170,14 +171,14 @@ def _read_body(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
         if d is not None and live(d[0], node):
             at_least(uses[d[0]], d[1])
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            _read_method(node, live, at_least, say_int, say_bound, bound_of)
+            _read_method(node, live, at_least, say_int, say_bound)
         if isinstance(node, ast.Call):
             _read_call(node, live, say_int, say_bound, uses)
         index = _unwrap(node.slice) if isinstance(node, ast.Subscript) else None
         if index is not None and live(index, node) and _name(node.value):
-            u = uses[index]
-            say_int(u, "int32", f"it indexes {node.value.id}")
-            if node.value.id in uses:
+            u = uses[index]  # `x[mask]` selects: a bool tensor; `x[idx]` gathers: an integer one
+            say_int(u, "bool" if MASK_NAME.fullmatch(index) else "int32", f"it indexes {node.value.id}")
+            if node.value.id in uses and u.dtype != "bool":
                 say_bound(u, ("dim", node.value.id, 0), f"it indexes {node.value.id}")
         inverted = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert)
         if inverted and live(_base(node.operand), node):
@@ -186,7 +187,7 @@ def _read_body(fn: ast.AST, uses: dict[str, TensorUse]) -> None:
             _read_compare(node, live, say_int, say_bound, bound_of, uses)
 
 
-def _read_method(node: ast.Call, live, at_least, say_int, say_bound, bound_of) -> None:
+def _read_method(node: ast.Call, live, at_least, say_int, say_bound) -> None:
     """`x.stride(i)`, `x.view(-1, D)`, `x.to(torch.int32)`, `x.long()`, `src.index_select(0, x)`."""
     owner, attr, args = _name(node.func.value), node.func.attr, node.args
     u = live(owner or "", node)

@@ -48,14 +48,14 @@ def count(ids, n):
     return torch.bincount(ids.long().flatten(), minlength=n)
 
 
-def route(x, w, expert_ids, token_index, keep, sel, weights):
+def route(x, w, expert_ids, token_index, keep, sel, weights, valid_mask):
     T, K = expert_ids.shape
     E, N, Hd = w.shape
     counts = count(expert_ids, E)
     picked = x[token_index.long()]
     picked = torch.where(keep[:, :], picked.sum(-1), 0.0)
     chosen = sel.to(torch.int32)
-    return counts, picked, chosen, weights * 2
+    return counts, picked, chosen, weights[valid_mask].sum()
 '''
 
 
@@ -115,10 +115,12 @@ def test_integer_and_bool_tensors_are_made_in_the_range_the_entry_indexes():
     assert token_index.dtype == torch.int32 and token_index.max() < inputs["x"].shape[0]   # x[token_index]
     assert "values in [0, x_rows): it indexes x" in text
     assert keep.dtype == torch.bool                                    # torch.where's condition
+    assert inputs["valid_mask"].dtype == torch.bool                   # weights[valid_mask] selects
     assert sel.dtype == torch.int32 and "sel_high" in shape            # .to(torch.int32), range unknown
     assert "TODO: nothing in the entry says what its values index; sel_high bounds them" in text
     assert inputs["x"].is_floating_point() and inputs["weights"].is_floating_point()
-    shape = dict(shape, keep_rows=shape["token_index_rows"], keep_cols=shape["token_index_cols"])
+    shape = dict(shape, keep_rows=shape["token_index_rows"], keep_cols=shape["token_index_cols"],
+                 valid_mask_rows=shape["weights_rows"], valid_mask_cols=shape["weights_cols"])
     counts, picked, *_ = _entry(ROUTING, "route")(**h["make_inputs"](shape, "cpu", 3))
     assert counts.shape == (shape["E"],) and picked.shape[0] == shape["token_index_rows"]
 
