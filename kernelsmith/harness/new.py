@@ -1,9 +1,12 @@
 """`kernelsmith harness new`: a harness skeleton written from the entry function's signature.
 
-The signature is read from the syntax tree (no target code runs). Tensor arguments get shape
-fields named after them; floats, ints, bools, strings become constants, ints that size something
-shape fields, enum defaults stay the entry's (harness/args.py); `make_inputs` is seeded; `reference`
-raises NotImplementedError with a TODO that `harness check` reports as "reference not written".
+The signature is read from the syntax tree (no target code runs). Tensor arguments get the rank,
+shape fields and element type the code that uses them says (harness/tensors.py, handoff.py:
+`B, H, S, D = q.shape` makes four fields; an index tensor is drawn with torch.randint below the
+size it indexes); floats, ints, bools, strings become constants, ints that size something shape
+fields, None and enum defaults stay the entry's (harness/args.py); `make_inputs` is seeded;
+`reference` raises NotImplementedError with a TODO that `harness check` reports as "reference not
+written".
 """
 
 from __future__ import annotations
