@@ -59,13 +59,15 @@ def run_check(args: argparse.Namespace) -> int:
 def run_new(args: argparse.Namespace) -> int:
     """Write the skeleton and say what to do next."""
     from kernelsmith.harness.new import write_skeleton
+    from kernelsmith.launch.follow import HelperReach, Sources
     from kernelsmith.onboard.checkout import prepare_checkout
     from kernelsmith.onboard.config import load_target, resolve_target
 
     target = load_target(resolve_target(args.target, getattr(args, "targets", None)))
     target.operator(args.op)  # an unknown operator is a config error before any clone
     co = prepare_checkout(target, args.checkout, setup=False)
-    path = write_skeleton(target, args.op, co.path)
+    sources = Sources(co.path, target.operator(args.op).file)
+    path = write_skeleton(target, args.op, co.path, lambda code, tree: HelperReach(sources, code, tree))
     print(f"wrote {path}")
     from kernelsmith.commands.scan import where_args
     from kernelsmith.reproduce import harness_line

@@ -1,8 +1,8 @@
 """What each argument of an entry is, for `harness new`: a tensor, a constant (float, int, bool,
 string), a shape field (an int that sizes something) or left at the entry's default (an enum
-member or another expression the harness cannot name). Read from the syntax tree only: the
-annotation, then the default, then how the body uses the name, then the name itself; a tensor only
-where one of them says tensor, or nothing says anything else."""
+member or another expression the harness cannot name). Read from the syntax tree only: a None
+default stays None, then the annotation, the default, how the body uses the name, the name itself;
+a tensor only where one of them says tensor, or nothing says anything else."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ TENSOR_ATTRS = {
     "shape", "stride", "numel", "dtype", "device", "contiguous", "is_contiguous", "view", "reshape",
     "size", "dim", "ndim", "data_ptr", "element_size", "new_empty", "new_zeros", "new_ones", "clone",
     "unsqueeze", "squeeze", "flatten", "transpose", "permute", "expand", "T", "float", "half", "to",
-    "copy_", "zero_", "fill_", "view_as", "reshape_as", "is_cuda", "storage_offset", "detach",
+    "copy_", "zero_", "fill_", "view_as", "reshape_as", "is_cuda", "storage_offset", "detach", "long", "int",
+    "bool",
 }
 FLOAT_NAME = re.compile(r"(eps|epsilon|.*_eps|.*_epsilon|alpha|beta|.*scale|softcap|.*_softcap|temperature|"
                         r"p|.*_p|dropout.*|label_smoothing|momentum|offset|threshold|lambd|.*factor|theta|"
@@ -135,6 +136,13 @@ def classify(fn: ast.FunctionDef | ast.AsyncFunctionDef,
 
 def _one(name: str, ann: str | None, default: str | None, used_as_tensor: bool, compared: list) -> Arg:
     base = _base_annotation(ann) if ann is not None else None
+    if default == "None":  # `scale: float = None`: the entry computes its own (1/sqrt(d), say)
+        if used_as_tensor or (ann is not None and "Tensor" in ann):
+            return Arg(name, "none", "None",
+                       "an optional tensor, None: the entry's default (TODO: a tensor here tests that path)")
+        typed = base in ("float", "int", "bool", "str")
+        more = f" (TODO: {_a(base)} here tests the other path)" if typed else ""
+        return Arg(name, "none", "None", "None: the entry's default" + more)
     if ann is not None and "Tensor" in ann:
         return Arg(name, "tensor", "", "annotated a tensor")
     if base is not None:
@@ -147,8 +155,7 @@ def _one(name: str, ann: str | None, default: str | None, used_as_tensor: bool, 
         if base in ("torch.dtype", "dtype"):
             return Arg(name, "dtype", "dtype", "a dtype: the shape's")
     if base in ("float", "int", "bool", "str"):
-        given = default not in (None, "None")
-        got = _literal(name, _eval(default), f"{_a(base)}: its default") if given else None
+        got = _literal(name, _eval(default), f"{_a(base)}: its default") if default is not None else None
         if got is not None:
             return got
         if base == "int" and SIZE_NAME.match(name):
@@ -159,10 +166,6 @@ def _one(name: str, ann: str | None, default: str | None, used_as_tensor: bool, 
         value = {"float": "1.0", "int": "1", "bool": "False", "str": '""'}[base]
         return Arg(name, base, value, f"annotated {base} (TODO: a value the entry accepts)")
     if default is not None:
-        if default == "None":
-            why = ("an optional tensor, None: the entry's default (TODO: a tensor here tests that path)"
-                   if used_as_tensor else "None: the entry's default")
-            return Arg(name, "none", "None", why)
         got = _literal(name, _eval(default), "its default")
         if got is not None:
             return got

@@ -1,18 +1,24 @@
 """`kernelsmith harness new`: a harness skeleton written from the entry function's signature.
 
-The signature is read from the syntax tree (no target code runs). Tensor arguments get shape
-fields named after them; floats, ints, bools, strings become constants, ints that size something
-shape fields, enum defaults stay the entry's (harness/args.py); `make_inputs` is seeded; `reference`
-raises NotImplementedError with a TODO that `harness check` reports as "reference not written".
+The signature is read from the syntax tree (no target code runs). Tensor arguments get the rank,
+shape fields and element type the code that uses them says (harness/tensors.py, handoff.py:
+`B, H, S, D = q.shape` makes four fields; an index tensor is drawn with torch.randint below the
+size it indexes); floats, ints, bools, strings become constants, ints that size something shape
+fields, None and enum defaults stay the entry's (harness/args.py); `make_inputs` is seeded;
+`reference` raises NotImplementedError with a TODO that `harness check` reports as "reference not
+written".
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError
 from kernelsmith.harness.args import classify
+from kernelsmith.harness.handoff import SameFile, tensor_uses
+from kernelsmith.harness.tensors import by_name
 from kernelsmith.pysource import entry_def, parse
 
 
@@ -73,17 +79,22 @@ def returned_tuple(node) -> list[str] | None:
 
 
 def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None, str | None]],
-             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> str:
+             fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None,
+             reach=None) -> str:
     """The text of a harness module for `entry(args)`; `fn`, the entry's syntax tree, lets its
-    body say which arguments are tensors and which strings it compares with."""
-    kinds = classify(fn if fn is not None else parse("def f(): pass").body[0], args)
-    tensors = [a.name for a in kinds if a.kind == "tensor"]
+    body say which arguments are tensors, of what rank and element type, and which strings it
+    compares with; `reach` (harness.handoff's) lets the functions and kernels it hands tensors to
+    say it too."""
+    fn = fn if fn is not None else parse("def f(): pass").body[0]
+    kinds = classify(fn, args)
     sizes = [a for a in kinds if a.kind == "size"]
-    gpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 4096), ("cols", 4096))}
-    cpu = {f"{t}_{d}": n for t in tensors for d, n in (("rows", 3), ("cols", 64))}
-    gpu.update({a.name: int(a.gpu) for a in sizes})
-    cpu.update({a.name: int(a.value) for a in sizes})
-    first = tensors[0] if tensors else None
+    gpu = {a.name: int(a.gpu) for a in sizes}
+    cpu = {a.name: int(a.value) for a in sizes}
+    plans = _tensor_plans(fn, reach, [a.name for a in kinds if a.kind == "tensor"],
+                          {"dtype"} | {a.name for a in kinds if a.kind != "size"}, gpu, cpu)
+    first = plans[0] if plans else None
+    vary = f"VARY = {{{_q(first.fields[0])}: {[1, 7, 333] if len(first.fields) <= 2 else [1, 3, 7]}}}" \
+        if first else "VARY = {}  # TODO: sizes that vary"
     lines = [
         f'"""Harness for {repo}\'s {entry}({", ".join(a for a, _, _ in args)}) in {file}.',
         "",
@@ -101,7 +112,7 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
         "# an output it fills only partly (a cache written at some slots) also goes in INPLACE.",
         "OUTPUTS = None",
         "INPLACE = []",
-        f"VARY = {{{_q(first + '_rows')}: [1, 7, 333]}}" if first else "VARY = {}  # TODO: sizes that vary",
+        vary,
         "",
         "",
         "def make_inputs(shape: dict, device: str, seed: int) -> dict:",
@@ -109,9 +120,8 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
         "    g = torch.Generator(device=device).manual_seed(seed)",
         '    dtype = getattr(torch, shape["dtype"])',
     ]
-    for t in tensors:
-        lines.append(f'    {t} = torch.randn(shape["{t}_rows"], shape["{t}_cols"], generator=g, '
-                     "device=device).to(dtype)")
+    for t in plans:
+        lines += t.lines()
     for a in kinds:
         if a.kind == "default":
             lines.append(f"    # {a.name}: {a.why} (add it below to test another value)")
@@ -128,6 +138,7 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
     params = ", ".join([a.name for a in kinds if a.kind != "default"]
                        + (["*"] if any(a.kind == "default" for a in kinds) else [])
                        + [f"{a.name}=None" for a in kinds if a.kind == "default"])
+    moved = [t.bytes_term() for t in plans]
     lines += [
         "",
         "",
@@ -140,11 +151,91 @@ def skeleton(repo: str, file: str, entry: str, args: list[tuple[str, str | None,
         "def bytes_moved(shape: dict) -> int:",
         '    """The fewest bytes the op must move (TODO: add the outputs it writes)."""',
         '    size = torch.finfo(getattr(torch, shape["dtype"])).bits // 8',
-        "    return size * (" + (" + ".join(f'shape["{t}_rows"] * shape["{t}_cols"]' for t in tensors) or "1")
-        + ")",
+        "    return " + (" + ".join(moved) or "size"),
         "",
     ]
     return "\n".join(lines)
+
+
+# Default sizes of a tensor's dimensions by its rank: about 16M elements on the GPU, a few hundred
+# under the interpreter (16 rows where a kernel may tl.dot them).
+GPU_DIMS = {1: [1 << 24], 2: [4096, 4096], 3: [32, 4096, 128], 4: [4, 32, 1024, 128]}
+CPU_DIMS = {1: [192], 2: [3, 64], 3: [2, 3, 32], 4: [1, 2, 16, 32]}
+
+
+@dataclass
+class _TensorPlan:
+    """How make_inputs makes one tensor argument: its shape fields, element type, value range."""
+
+    name: str
+    fields: list[str]
+    dtype: str          # "" (the shape's dtype) | int32 | int64 | bool
+    why: str
+    high: str = ""      # the shape field bounding an integer tensor's values
+
+    def lines(self) -> list[str]:
+        dims = ", ".join(f'shape["{f}"]' for f in self.fields)
+        dims = f"({dims},)" if len(self.fields) == 1 else f"({dims})"
+        out = [f"    # {self.name}: {self.why}"]
+        if not self.dtype:
+            out.append(f"    {self.name} = torch.randn({dims}, generator=g, device=device).to(dtype)")
+        elif self.dtype == "bool":
+            out.append(f"    {self.name} = torch.randint(0, 2, {dims}, generator=g, device=device).bool()")
+        else:
+            out.append(f'    {self.name} = torch.randint(0, shape["{self.high}"], {dims}, generator=g, '
+                       f"device=device, dtype=torch.{self.dtype})")
+        return out
+
+    def bytes_term(self) -> str:
+        size = {"": "size", "bool": "1", "int32": "4", "int64": "8"}[self.dtype]
+        return size + " * " + " * ".join(f'shape["{f}"]' for f in self.fields)
+
+
+def _tensor_plans(fn, reach, tensors: list[str], taken: set[str], gpu: dict, cpu: dict) -> list[_TensorPlan]:
+    """A plan per tensor argument, adding its shape fields (and index bounds) to `gpu` and `cpu`."""
+    uses = tensor_uses(fn, tensors, reach)
+    plans = []
+    for t in tensors:
+        u = uses[t]
+        by_name(u)
+        rank = u.rank or 2
+        names = u.names(rank)
+        fields = []
+        for i, n in enumerate(names):
+            default = (f"{t}_rows", f"{t}_cols")[i] if rank == 2 else f"{t}_dim{i}"
+            f = n if n and n not in taken and n not in tensors else default
+            dims_gpu = GPU_DIMS.get(rank, [2] * (rank - 4) + GPU_DIMS[4])
+            dims_cpu = CPU_DIMS.get(rank, [1] * (rank - 4) + CPU_DIMS[4])
+            gpu.setdefault(f, dims_gpu[i])
+            cpu.setdefault(f, dims_cpu[i])
+            fields.append(f)
+        said = f"[{', '.join(fields)}]" + ("" if u.rank else " (TODO: nothing in the entry says its rank)")
+        plans.append(_TensorPlan(t, fields, u.dtype, said))
+    by = {p.name: p for p in plans}
+    for p in plans:
+        if p.dtype:
+            p.why += f", {p.dtype}: {uses[p.name].dtype_why}"
+        if p.dtype in ("int32", "int64"):
+            p.high, why = _index_bound(uses[p.name], by, gpu)
+            if not why:
+                gpu.setdefault(p.high, 64)
+                cpu.setdefault(p.high, 2)
+                why = (f"TODO: nothing in the entry says what its values index; {p.high} bounds them: "
+                       "set it to that size")
+            p.why += f"; values in [0, {p.high}): {why}"
+    return plans
+
+
+def _index_bound(u, plans: dict, fields: dict) -> tuple[str, str]:
+    """The shape field that bounds an index tensor's values and why, or (a new field's name, "")."""
+    for bound, why in u.bounds:
+        if bound[0] == "dim" and bound[1] in plans:
+            dims = plans[bound[1]].fields
+            if -len(dims) <= bound[2] < len(dims):
+                return dims[bound[2]], why
+        elif bound[0] == "name" and bound[1] in fields:
+            return bound[1], why
+    return f"{u.name}_high", ""
 
 
 def _outputs_comment(fn) -> list[str]:
@@ -167,8 +258,10 @@ def _dict_text(d: dict) -> str:
     return "{" + ", ".join(f"{_q(k)}: {_q(v) if isinstance(v, str) else v}" for k, v in d.items()) + "}"
 
 
-def write_skeleton(target, op_name: str, root: Path) -> Path:
-    """Write the skeleton to the path the operator's yaml entry names; never overwrite a file."""
+def write_skeleton(target, op_name: str, root: Path, reach_of=None) -> Path:
+    """Write the skeleton to the path the operator's yaml entry names; never overwrite a file.
+    `reach_of(code, tree)` gives the reach of calls out of the operator file (its own functions
+    when None)."""
     op = target.operator(op_name)
     path = Path(op.harness)
     if path.exists():
@@ -176,7 +269,10 @@ def write_skeleton(target, op_name: str, root: Path) -> Path:
     source = Path(root) / op.file
     if not source.is_file():
         raise ConfigError(target.path, f"{op.file} not found in checkout {root}", f"operators.{op_name}.file")
-    fn = entry_function(source.read_text(errors="replace"), op.entry, str(source))
+    text = source.read_text(errors="replace")
+    fn = entry_function(text, op.entry, str(source))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn, op.entry), fn))
+    tree = parse(text)
+    reach = reach_of(text, tree) if reach_of is not None else SameFile(tree)
+    path.write_text(skeleton(target.repo, op.file, op.entry, _arguments(fn, op.entry), fn, reach))
     return path

@@ -161,6 +161,19 @@ def callee(mod: Module, func: ast.expr, sources: Sources) -> Callee | str | None
     return None
 
 
+class HelperReach:
+    """`harness new`'s reach (harness.handoff): the functions and kernels of the operator file and
+    of the checkout's modules it imports that a call names."""
+
+    def __init__(self, sources: Sources, code: str, tree: ast.Module):
+        self.sources, self.own = sources, sources.own(code, tree)
+
+    def callee(self, where: Module | None, func: ast.expr) -> tuple[ast.FunctionDef, Module] | None:
+        """(def, its module) for a call of `func` made in `where` (None: the operator file)."""
+        got = callee(where or self.own, func, self.sources)
+        return (got.fn, got.module) if isinstance(got, Callee) else None
+
+
 def _imported(ref: tuple[str, str | None], sources: Sources, depth: int) -> Callee | str | None:
     """The function `from module import attr` binds, through package re-exports."""
     dotted, attr = ref

@@ -109,7 +109,8 @@ def test_readme_flow_on_the_demo_mark_without_a_harness(tmp_path, capsys):
     checkout = ["--checkout", str(root / "examples" / "miniserve")]
     assert main([*base, "new", "demo", "fused_add_rms_norm", *checkout]) == 0
     text = (targets / "demo" / "fused_add_rms_norm.py").read_text()
-    assert '"x_rows"' in text and '"residual_rows"' in text
+    # `n_rows, n_cols = x.shape` names x's fields; residual is only handed to the kernel.
+    assert 'x = torch.randn((shape["n_rows"], shape["n_cols"])' in text and '"residual_rows"' in text
     assert "def reference(x, residual, weight, eps):" in text
     capsys.readouterr()
     assert main([*base, "check", "demo", "fused_add_rms_norm", *checkout, "--device", "interpret"]) == 1

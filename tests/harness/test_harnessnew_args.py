@@ -83,4 +83,5 @@ def test_annotations_and_defaults_decide_before_names():
     kinds = _kinds(src, "f")
     assert kinds["eps"] == "tensor"          # annotated a tensor, whatever its name
     assert kinds["n"] == "size" and kinds["flag"] == "bool" and kinds["name"] == "str"
-    assert kinds["k"] == "int" and kinds["p"] == "float" and kinds["w"] == "none"
+    assert kinds["k"] == "int" and kinds["w"] == "none"
+    assert kinds["p"] == "none"   # a None default stays None: the entry picks its own value

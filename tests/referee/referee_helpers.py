@@ -1,5 +1,9 @@
 """Helpers for the referee tests: demo tasks built from the bundled miniserve folder."""
 
+import json
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,3 +48,10 @@ def expected_outcome(path: Path) -> str | None:
     return rest.split(":")[0].strip()
 
 
+def run_json_child(code: str) -> dict:
+    """Run `code` in a fresh CPU-only Python (the interpreter backend's stand-ins patch Triton
+    process-wide) and return the JSON object its last output line prints."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

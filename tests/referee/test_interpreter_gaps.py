@@ -7,23 +7,18 @@ a file that does not load is an import_error.
 The stand-ins patch process globals: the kernels run in a child process, as in the referee.
 """
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from referee_helpers import run_json_child
 
 from kernelsmith.cli import main
 from kernelsmith.onboard.harness_check import run_probe
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.referee.checks.diagnose import INTERPRETER_GAP
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r'''
 import json, os
@@ -82,10 +77,7 @@ print(json.dumps(result))
 
 @pytest.fixture(scope="module")
 def child():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json_child(CHILD)
 
 
 def test_libdevice_math_and_a_float_argument_under_the_interpreter(child):

@@ -3,15 +3,9 @@ segmented scan: combine.py) and for the autotuner's benchmarking (every config t
 kept). Exercised in a child process, as the referee's workers use them.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from referee_helpers import run_json_child
 
 CHILD = r'''
 import json, os
@@ -93,10 +87,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def child():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json_child(CHILD)
 
 
 def test_sort_and_a_segmented_scan_run_on_whole_blocks(child):

@@ -5,16 +5,10 @@ The stand-ins patch process globals (Triton's driver, torch.cuda): they are exer
 process, as the referee's workers use them, never in the pytest process itself.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from referee_helpers import run_json_child
 from tiny_project import tiny_task
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r'''
 import json, os
@@ -74,10 +68,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def child():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json_child(CHILD)
 
 
 def test_active_driver_answers_as_a_cuda_h200(child):
