@@ -255,8 +255,8 @@ def _decisions(tmp_path, name: str, evaluations: int = 1) -> list:
         # A verdict judged again on a replacement worker (the first one died) comes from a worker
         # that booted with the base's profiles handed over: other cache and region history, other
         # decisions. The same choices are promised for the same sizes and the same history.
-        assert not [m for m in v.details["messages"] if m.startswith("judged again after")], \
-            v.details["messages"]
+        messages = v.details.get("messages") or []
+        assert not [m for m in messages if m.startswith("judged again after")], messages
     return [v.details["memory"] for v in verdicts]
 
 
