@@ -90,6 +90,25 @@ def test_the_fitting_draw_is_redrawn_until_sizes_fit_and_only_matching_tensors_m
     assert never["a"].shape == (5,) and never["b"] is small["b"] and float(never["b"][0]) == 1.0
 
 
+def test_the_fitting_draw_stops_by_bytes_drawn_never_by_wall_time():
+    """A slow redraw (a loaded machine) takes the same draw; what bounds the search is its size."""
+    import time
+
+    arena = {"a": torch.zeros(3)}
+    fits_at_5 = {k: {"a": torch.ones(3 if k == 5 else 4)} for k in range(1, 64)}
+
+    def slow(k):
+        time.sleep(0.6)  # ten of these would have outlasted a wall-clock bound of 2 s
+        return fits_at_5[k]
+
+    assert fitting_draw(arena, {"a": torch.ones(4)}, slow) == 5
+    calls = []
+    # 16 bytes a draw (4 fp32): a 40-byte budget stops after the third draw, before the fifth
+    assert fitting_draw(arena, {"a": torch.ones(4)}, lambda k: calls.append(k) or fits_at_5[k],
+                        budget_bytes=40) == 0
+    assert calls == [1, 2, 3]
+
+
 def test_unwritten_inplace_cache_names_the_fix(referee_for):
     ref = referee_for("fill_slots", "fill_slots", PAGED_CACHE.replace('INPLACE = ["cache"]', "INPLACE = []"))
     verdict = ref.evaluate(None)

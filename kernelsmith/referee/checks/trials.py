@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from kernelsmith.referee.checks import correctness as C
@@ -15,19 +13,27 @@ def _fitting(arena: dict, cand: dict) -> dict:
             and (cand[n].shape, cand[n].dtype, cand[n].stride()) == (b.shape, b.dtype, b.stride())}
 
 
-def fitting_draw(arena: dict, inputs: dict, redraw, tries: int = 64, budget_s: float = 2.0) -> int:
+# What the redraws of one shape may generate in all: a bound by size, not by wall time, so the draw
+# taken (and the inputs a candidate is checked on) depends on the shape and seed, never on load.
+REDRAW_BYTES = 8 << 30
+
+
+def fitting_draw(arena: dict, inputs: dict, redraw, tries: int = 64, budget_bytes: int = REDRAW_BYTES) -> int:
     """Which draw fits the previous trial's storage `arena` best: 0 for `inputs`, else k.
 
     Same storage, new values: a result cached by address shows up as stale output. Sizes may
     follow the seed (a paged cache whose block count follows random lengths): redraws
-    (`redraw(k)`, up to `tries`, within `budget_s`) look for inputs that fit the arena whole.
+    (`redraw(k)`, up to `tries`, and no more than `budget_bytes` of inputs drawn) look for inputs
+    that fit the arena whole.
     """
     fits, taken = len(_fitting(arena, inputs)), 0
-    start = time.monotonic()
+    drawn = 0
     for k in range(1, tries):
-        if fits == len(arena) or time.monotonic() - start > budget_s:
+        if fits == len(arena) or drawn > budget_bytes:
             break
-        n = len(_fitting(arena, redraw(k)))
+        cand = redraw(k)
+        drawn += sum(t.numel() * t.element_size() for t in cand.values() if isinstance(t, torch.Tensor))
+        n = len(_fitting(arena, cand))
         if n > fits:
             fits, taken = n, k
     return taken
