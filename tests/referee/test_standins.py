@@ -5,6 +5,7 @@ The stand-ins patch process globals (Triton's driver, torch.cuda): they are exer
 process, as the referee's workers use them, never in the pytest process itself.
 """
 
+from pathlib import Path
 
 import pytest
 from referee_helpers import run_json_child
@@ -131,3 +132,23 @@ def test_a_real_style_kernel_module_evaluates_under_the_interpreter(tmp_path, mo
     assert verdict.accepted, verdict.feedback()
     used = "stand-ins: active driver, device properties, fp8 cast, list grids, tl aliases"
     assert used in verdict.device["name"]
+
+
+def test_every_name_a_stand_in_records_is_one_the_judge_believes():
+    """The judge keeps only known names from an oracle's report: a stand-in recording a name missing
+    from standins.NAMES would vanish from the verdict's device line."""
+    import ast
+
+    from kernelsmith.referee.backend import combine, libdevice, standins
+
+    backend = Path(standins.__file__).parent
+    recorded = {combine.NAME, libdevice.NAME}
+    for path in backend.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str) and (
+                        getattr(node.func, "id", None) == "_used" or getattr(node.func, "attr", None) == "add"
+                        and getattr(node.func.value, "attr", None) == "USED"):
+                recorded.add(node.args[0].value)
+    assert {"autotune: first config", "block combine functions", "libdevice math"} <= recorded
+    assert recorded <= standins.NAMES, recorded - standins.NAMES

@@ -19,6 +19,10 @@ from types import SimpleNamespace
 
 # Stand-ins used in this process, by the names the verdict's `device` shows.
 USED: set[str] = set()
+# Every name a stand-in records (here, libdevice.NAME, combine.NAME): the judge believes no other
+# name an oracle reports.
+NAMES = frozenset({"active driver", "autotune: first config", "block combine functions", "device properties",
+                   "float arguments", "fp8 cast", "libdevice math", "list grids", "tl aliases"})
 
 # Device properties of the GPUs a stand-in can answer for (from the vendors' data sheets).
 GPUS = {

@@ -19,13 +19,11 @@ import torch
 
 from kernelsmith.harness.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from kernelsmith.harness.model import Harness
+from kernelsmith.referee.backend.standins import NAMES
 from kernelsmith.referee.link.channel import Foreign, pair
 from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import room_for
 from kernelsmith.referee.proc.judge import ChildLink, make_non_dumpable
-
-STAND_INS = frozenset({"active driver", "device properties", "float arguments", "fp8 cast", "libdevice math",
-                       "list grids", "tl aliases"})
 
 
 class OracleFailed(RuntimeError):
@@ -254,6 +252,6 @@ class OracleLink(ChildLink):
         """The interpreter stand-ins the base used there (known names only)."""
         reply, _ = self.request({"op": "stand_ins"})
         names = reply.get("stand_ins")
-        return {n for n in names if n in STAND_INS} if isinstance(names, list) else set()
+        return {n for n in names if n in NAMES} if isinstance(names, list) else set()
 
 
