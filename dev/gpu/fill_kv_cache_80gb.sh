@@ -20,11 +20,8 @@
 # ($KERNELSMITH_DEVICE_MEMORY), e.g. to act as an 80 GB card on a larger one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-D="$OUT/fill-kv-80gb"
-rm -rf "$D"
-mkdir -p "$D"
 . dev/gpu/gpu_lib.sh
+fresh_out fill-kv-80gb
 tree_env
 [ -n "${KS_DEVICE_MEMORY:-}" ] && export KERNELSMITH_DEVICE_MEMORY="$KS_DEVICE_MEMORY"
 CO="$PWD/.carry/lmdeploy"

@@ -13,6 +13,14 @@ tree_env() {
   export KERNELSMITH_CACHE=${KERNELSMITH_CACHE:-/tmp/kernelsmith-cache}
 }
 
+# A fresh results folder $OUT/NAME (OUT: the device's collected folder, else ./gpu-out), set as $D.
+fresh_out() {
+  OUT=${OUT:-$PWD/gpu-out}
+  D="$OUT/$1"
+  rm -rf "$D"
+  mkdir -p "$D"
+}
+
 # The checkout folder for a target name: LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT (carried in), the bundled
 # demo's from the tree (run from the repository root); empty when unknown or unset.
 checkout_for() {

@@ -15,11 +15,8 @@
 # could-not-run; the environment line says whether they are there.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-D="$OUT/liger"
-rm -rf "$D"
-mkdir -p "$D"
 . dev/gpu/gpu_lib.sh
+fresh_out liger
 tree_env
 CO=${LIGER_CHECKOUT:-$PWD/.carry/liger}
 BUDGET_S=${LIGER_BUDGET_S:-320}

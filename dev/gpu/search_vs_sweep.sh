@@ -30,11 +30,8 @@
 #   logs, re-time JSON).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-D="$OUT/svs"
-rm -rf "$D"
-mkdir -p "$D"
-. dev/gpu/gpu_lib.sh  # tree_env, checkout_for
+. dev/gpu/gpu_lib.sh  # fresh_out, tree_env, checkout_for
+fresh_out svs
 tree_env
 PY=${PYTHON:-python3}
 MIN=${SVS_MINUTES:-0.5}
