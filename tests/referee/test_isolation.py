@@ -22,7 +22,9 @@ def test_base_is_accepted_with_per_shape_details(referees):
 def test_hang_times_out_and_the_worker_is_replaced():
     hang = (CORPUS / "cheats" / "silu_and_mul__hang.py").read_text()
     honest = (CORPUS / "honest" / "silu_and_mul__block_warps.py").read_text()
-    with Referee(demo_task("silu_and_mul"), device="interpret", timeout_s=20) as ref:
+    # The limit covers a request, not the worker's boot (Referee._ready waits for that): an honest
+    # candidate's is 0.6 s here, and the hang spins a core until the limit.
+    with Referee(demo_task("silu_and_mul"), device="interpret", timeout_s=8) as ref:
         verdict = ref.evaluate(hang, candidate_id=1)
         assert verdict.reason == "timeout" and not verdict.accepted
         assert "process group killed" in verdict.error
