@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # batch 2 on the interpreter (the rewrite mutator learns no launch space: resolve.py's layout), so
 # every generation has two rows and a kill can fall between them.
 RUN = ["optimize", "demo", "rms_norm", "--device", "interpret", "--no-progress", "--mutator", "rewrite"]
+# Three generations of two rows: the kill points below fall inside the first two.
+BUDGET = ["--budget", "6", "--seed", "0"]
+# A generation's writes are its rows (archive `add`) and then its `made` mark. add#1 is the base;
+# add#2/#3 generation 1's rows, add#4/#5 generation 2's: a kill right after add#2 or add#4 falls
+# between the generation's two rows, after add#3 or add#5 between its last row and its mark, after
+# meta:made#1 between generation 1's mark and its commit.
+KILL_POINTS = ["add#2", "add#3", "meta:made#1", "add#4", "add#5"]
 ROW_KEYS = ("id", "code", "parent_id", "generation", "mutator", "island", "status")
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from faultkit import RUN, ks, one_line_error
+import subprocess
 
-from kernelsmith.faultpoint import ENV
+import pytest
+from faultkit import KILL_POINTS, ks, one_line_error
 
 
-def test_report_on_a_killed_run_says_it_did_not_finish(tmp_path):
-    out = tmp_path / "run"
-    assert ks(*RUN, "--budget", "6", "--out", str(out), env={ENV: "add#4"}).returncode == -9
-    archive = (out / "archive.sqlite").read_bytes()
-    proc = ks("report", str(out))
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_report_on_a_killed_run_says_it_did_not_finish(killed_then_resumed, point):
+    got = killed_then_resumed(point)  # conftest.py: `report` ran between the kill and the resume
+    assert got["killed_rc"] == -9, (point, got["killed_rc"], got["killed_stderr"])
+    proc = subprocess.CompletedProcess(["kernelsmith", "report"], got["report_rc"], "", got["report_stderr"])
     assert proc.returncode == 2 and "the run did not finish" in one_line_error(proc)
-    assert not (out / "report.md").exists() and (out / "archive.sqlite").read_bytes() == archive
+    assert not got["report_md"] and got["archive_kept"]
 
 
 def test_report_without_result_json_leaves_report_md_as_it_was(finished):

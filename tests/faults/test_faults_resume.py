@@ -4,13 +4,10 @@ removed, every invocation's statistics kept."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
 from faultkit import ROOT, RUN, ks, one_line_error
-
-from kernelsmith.faultpoint import ENV
 
 
 @pytest.mark.parametrize("change,field", [
@@ -33,20 +30,13 @@ def test_resume_refuses_a_conflicting_argument(finished, tmp_path, change, field
     assert f"run.json: {field}:" in one_line_error(proc)
 
 
-def test_referee_folders_left_by_a_killed_run_are_removed_by_the_next(tmp_path):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    out = tmp_path / "run"
-    env = {"TMPDIR": str(tmp)}
-    assert ks(*RUN, "--budget", "6", "--out", str(out), env={**env, ENV: "add#4"}).returncode == -9
-    left = [p for p in tmp.iterdir() if p.name.startswith("kernelsmith-referee-")]
-    assert left and any((p / name).exists() for p in left for name in os.listdir(p))
-    alive = tmp / f"kernelsmith-referee-{os.getpid()}-inuse"  # a live owner's: kept
-    alive.mkdir()
-    proc = ks(*RUN, "--budget", "6", "--out", str(out), "--resume", env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert all(not p.exists() for p in left)
-    assert alive.is_dir()
+def test_referee_folders_left_by_a_killed_run_are_removed_by_the_next(killed_then_resumed):
+    got = killed_then_resumed("add#4")  # conftest.py: killed, then resumed with the same TMPDIR
+    assert got["killed_rc"] == -9, got["killed_stderr"]
+    assert got["left"] and got["left_holds_files"]
+    assert got["resumed_rc"] == 0, got["resumed_stderr"]
+    assert got["left_after_resume"] == []
+    assert got["alive_kept"]  # a live owner's (kernelsmith-referee-<pid of this session>-inuse)
 
 
 def test_resume_keeps_every_invocations_evaluator_statistics(finished):
