@@ -197,12 +197,10 @@ def test_driver_killed_then_resumed(cluster, tmp_path):
     proc.wait()
     with Archive(out / "archive.sqlite") as a:
         kept = {r["id"]: r["verdict"] for r in a.where("status='evaluated'")}
-    # Resumed by this process (a new driver, already connected to the cluster), with the real referee.
-    resumed = optimize(SearchConfig(target="demo", op="silu_and_mul", out=str(out), resume=True,
-                                    progress=False, targets=str(ROOT / "targets"), ray=c.address,
-                                    workers_per_node=1), SearchHooks(argv=["kernelsmith", "optimize"]))
+    resumed = subprocess.run([*base, "--resume", *common], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode in (0, 1), resumed.stderr[-2000:]
     result = json.loads((out / "result.json").read_text())
-    assert resumed == result
     assert result["proposals"] == 6 and len(result["evaluator"]) == 2
     with Archive(out / "archive.sqlite") as a:
         rows = a.all()
