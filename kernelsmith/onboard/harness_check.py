@@ -76,7 +76,8 @@ def check_harness(task, device: str = "auto", timeout_s: float | None = None) ->
     if report.child_failed or any(check == "reference" and "not written" in msg
                                   for check, msg, _ in report.problems):
         return report  # the referee would only repeat it
-    with Referee(task, device=resolved, seed=0, timeout_s=timeout_s) as referee:
+    # One verdict: no spare worker (interpret's default) booting beside it, never to be used.
+    with Referee(task, device=resolved, seed=0, timeout_s=timeout_s, prefork=False) as referee:
         try:
             verdict = referee.evaluate(None, timing="none")
         except Exception as e:  # noqa: BLE001 - a RefereeError: the worker cannot load the task
