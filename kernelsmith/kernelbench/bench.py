@@ -22,7 +22,8 @@ def score_solution(problem: Problem, code: str | None, folder: Path, *, device: 
     # Only the referee runs it, whose worker loads the harness (and the problem file) in the sandbox.
     task = kernelbench_task(problem, folder, dtype, harness=None)
     started = time.monotonic()
-    with Referee(task, device=device, seed=seed, workdir=folder / "work") as referee:
+    # One verdict: no spare worker (interpret's default) booting beside it, never to be used.
+    with Referee(task, device=device, seed=seed, workdir=folder / "work", prefork=False) as referee:
         verdict = referee.evaluate(code, candidate_id=1, timing="full")
     speedup = verdict.geomean_speedup if (verdict.accepted and verdict.timed) else None
     detail = {
