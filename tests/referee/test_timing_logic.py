@@ -216,6 +216,34 @@ def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_tim
     assert not any(inside for _, inside in timed)
 
 
+def test_a_functions_first_call_on_a_shape_is_never_timed():
+    """A first call with new sizes is where an autotuned kernel benchmarks its configs (a
+    candidate's own kernels tune in the runner, autotune_share.py): base, candidate and A/A copy
+    each make theirs in the untimed warm-up, the probe and the timed repetitions come after."""
+    firsts, phase = {}, ["warm-up"]
+
+    class Recording(FakeBackend):
+        def time_calls(self, fns, reps, order_seed):
+            phase[0] = "timed"
+            try:
+                return super().time_calls(fns, reps, order_seed)
+            finally:
+                phase[0] = "warm-up"
+
+    s = FakeSession(Recording([0.2, 0.1, 0.2]))
+
+    def first_seen(name, fn):
+        def call(**kw):
+            firsts.setdefault((name, kw["x"].shape), phase[0])
+            return fn(**kw)
+        return call
+
+    s.base_fn, s._aa = first_seen("base", s.base_fn), first_seen("aa", s.aa_fn())
+    timing.time_candidate(s, first_seen("cand", _rms), cid=1, seed=0, mode="full", out=_verdict_dict(s))
+    shapes = s.harness.shapes_for("interpret")
+    assert len(firsts) == 3 * len(shapes) and set(firsts.values()) == {"warm-up"}
+
+
 def test_timing_some_shapes_then_the_rest_reuses_the_cached_inputs():
     """time_candidate(indices=...) (the staged screen's subset): the geomean covers the shapes
     timed so far; the inputs and reference outputs come from the session's cache, made once."""

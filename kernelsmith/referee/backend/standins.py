@@ -60,9 +60,10 @@ def torch_properties(gpu: str = DEFAULT_GPU) -> SimpleNamespace:
 def tied_benchmarker(kernel_call, quantiles=None, **_):
     """`do_bench` for the autotuner under the interpreter: every config ties and none is run, so
     the autotuner keeps the first config its pruning leaves. The interpreter's wall clock says
-    nothing of the GPU's choice, differs from run to run (the base and a candidate would run other
-    configs) and costs a full interpreted run per config and repeat (Liger-Kernel's MoE GEMMs have
-    32 configs: 20-45 s per shape)."""
+    nothing of the GPU's choice, differs from run to run (a candidate's own kernels would run other
+    configs than the base's, which the oracle chooses once: autotune_share.py) and costs a full
+    interpreted run per config and repeat (Liger-Kernel's MoE GEMMs have 32 configs: 20-45 s per
+    shape)."""
     _used("autotune: first config")
     return [0.0] * len(quantiles) if quantiles else 0.0
 
