@@ -30,11 +30,13 @@ import math
 import re
 import sys
 from numbers import Integral
+from types import ModuleType
 
 # loader.py names an operator file's module `<package>._ks_<tag>_<stem>`: the base's tag is "base",
 # its A/A copy's "aa", a candidate's "c<id>".
 _LOADED = re.compile(r"\._ks_([A-Za-z0-9]+)_")
 _TRUSTED_TAGS = ("base", "aa")
+_MODULE_DICT = ModuleType.__dict__["__dict__"]  # a module's namespace, read without running its code
 # Bounds of a table or report another process sends.
 MAX_KERNELS, MAX_KEYS, MAX_KEY_LEN, MAX_TEXT = 512, 4096, 64, 1000
 
@@ -116,11 +118,9 @@ class Tuning:
             return []
         out, seen = [], set()
         for name, module in list(sys.modules.items()):
-            if name in self.before:
+            if name in self.before or not issubclass(type(module), ModuleType):
                 continue
-            space = getattr(module, "__dict__", None)
-            if type(space) is not dict:
-                continue
+            space = _MODULE_DICT.__get__(module)  # never a lazy module's own attribute lookup
             for value in list(space.values()):
                 for tuner in _tuners_of(value, (Autotuner, Heuristics)):
                     configs = vars(tuner).get("configs")
@@ -152,9 +152,9 @@ class Tuning:
         """The choices of every kernel but a candidate's own, as a table (for trusted processes)."""
         out: dict = {}
         for name, own, tuner in self.kernels():
-            configs = tuner.configs
             if own:
                 continue
+            configs = tuner.configs
             entry = out.setdefault(name, {"configs": len(configs), "chosen": []})
             if entry["configs"] != len(configs):
                 continue
