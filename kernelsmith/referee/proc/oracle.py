@@ -123,23 +123,17 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
     def unsendable(op: str, e: Exception) -> dict:
         return {"ok": False, "error": f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"[:2000]}
 
-    def after(op: str) -> None:
-        if session is not None and op in ("inputs", "reference", "base", "time_base"):
-            session.release()
-
     def base(msg: dict, values) -> tuple[dict, object]:
         outs = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
         # How many autotune choices the base has now: the judge fetches new ones (autotune_share.py).
         return {"chosen": table_size(session.tuning.table())}, outs
 
-    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
+    def release() -> None:  # what the oracle made now lives in the judge's cache (memory.py)
         if session is not None:
             session.release()
-        return {}, None
 
     handlers = {
         "init": init,
-        "release": release,
         "calibrate": calibrate,
         "inputs": lambda msg, values: ({}, session.harness.make_inputs(msg["shape"], session.dev,
                                                                        int(msg["seed"]))),
@@ -151,7 +145,8 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         "stand_ins": lambda msg, values: ({"stand_ins": sorted(standins.USED)}, None),
     }
     # Harness or base code failing (BaseException too) is the judge's to judge: it is answered.
-    return serve_requests(chan, "oracle", handlers, failed, unsendable, catch=BaseException, after=after)
+    return serve_requests(chan, "oracle", handlers, failed, unsendable, catch=BaseException, release=release,
+                          release_after=frozenset({"inputs", "reference", "base", "time_base"}))
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

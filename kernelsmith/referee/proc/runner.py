@@ -301,10 +301,6 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         out = {"last": r.pop("last_outs", None)}
         return {**r, "runner_s": time.monotonic() - t0}, out
 
-    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
-        session.backend.release()
-        return {}, None
-
     def settle(msg: dict, values) -> tuple[dict, object]:
         report = session.tuning.report()  # before the candidate's module is unloaded
         return {"late": session.settle(), "autotune": report}, None
@@ -327,12 +323,13 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         "call": call,
         "time": time_sets,
         "audit": lambda msg, values: ({}, {"outs": session.audit(values)}),
-        "release": release,
         "integrity": lambda msg, values: ({"found": session.integrity(msg)}, None),
         "autotune": lambda msg, values: ({"seeded": session.share_tuning(msg["table"])}, None),
         "settle": settle,
     }
-    return serve_requests(chan, "runner", handlers, failed, unsendable)
+    # The judge makes room on the device (memory.py): the runner's freed memory goes back.
+    return serve_requests(chan, "runner", handlers, failed, unsendable,
+                          release=lambda: session.backend.release())
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:
