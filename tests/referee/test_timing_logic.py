@@ -178,10 +178,8 @@ def test_result_cached_across_timed_calls_is_caught():
     assert out["violations"] == ["cached_result"] and not out.get("timed")
 
 
-def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_timed():
-    """Base/A-A calls that can compile run inside base_compiles(); the candidate's never do, and
-    no switch happens inside the timed calls (it would add host work to the measurement)."""
-    seen, phase = [], ["warm-up"]
+def _phase_recording(phase: list) -> type:
+    """A FakeBackend class that sets phase[0] to "timed" while its device or host timing runs."""
 
     class Recording(FakeBackend):
         def time_calls(self, fns, reps, order_seed):
@@ -198,7 +196,14 @@ def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_tim
             finally:
                 phase[0] = "warm-up"
 
-    s = FakeSession(Recording([0.2, 0.1, 0.2]))
+    return Recording
+
+
+def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_timed():
+    """Base/A-A calls that can compile run inside base_compiles(); the candidate's never do, and
+    no switch happens inside the timed calls (it would add host work to the measurement)."""
+    seen, phase = [], ["warm-up"]
+    s = FakeSession(_phase_recording(phase)([0.2, 0.1, 0.2]))
     base, aa = s.base_fn, s.aa_fn()
 
     def spy(name, fn):
@@ -221,16 +226,7 @@ def test_a_functions_first_call_on_a_shape_is_never_timed():
     candidate's own kernels tune in the runner, autotune_share.py): base, candidate and A/A copy
     each make theirs in the untimed warm-up, the probe and the timed repetitions come after."""
     firsts, phase = {}, ["warm-up"]
-
-    class Recording(FakeBackend):
-        def time_calls(self, fns, reps, order_seed):
-            phase[0] = "timed"
-            try:
-                return super().time_calls(fns, reps, order_seed)
-            finally:
-                phase[0] = "warm-up"
-
-    s = FakeSession(Recording([0.2, 0.1, 0.2]))
+    s = FakeSession(_phase_recording(phase)([0.2, 0.1, 0.2]))
 
     def first_seen(name, fn):
         def call(**kw):
