@@ -21,7 +21,7 @@ import re
 
 from kernelsmith.launch.follow import Sources, entry_function
 from kernelsmith.launch.inline import HelperCalls, Names, holding, is_launch
-from kernelsmith.launch.syntax import _call_name, jit_functions, line_offsets
+from kernelsmith.launch.syntax import _call_name, folded, jit_functions, line_offsets
 from kernelsmith.launch.values import (
     MAX_PATHS,
     PURE,
@@ -75,7 +75,7 @@ class LaunchEvaluator(HelperCalls):
         self.span = lambda n: (off[n.lineno - 1] + n.col_offset, off[n.end_lineno - 1] + n.end_col_offset)
         consts = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.Constant)}
         exprs = {self.span(n): n for n in ast.walk(tree) if isinstance(n, ast.expr)}
-        self.knob_at: dict[int, tuple[str, int]] = {}  # id(Constant) -> (key, base)
+        self.knob_at: dict[int, tuple[str, int]] = {}  # id(literal or `65536 // 2`) -> (key, base)
         self.override_at: dict[int, tuple[str, int]] = {}  # id(launch argument) -> (key, base)
         self.option_at: dict[int, list] = {}  # insertion offset -> [(option, key, base)]
         sites = set()
@@ -89,6 +89,8 @@ class LaunchEvaluator(HelperCalls):
                     self.override_at[id(exprs[(s, e)])] = (t.key, t.base)
                 elif (s, e) in consts:
                     self.knob_at[id(consts[(s, e)])] = (t.key, t.base)
+                elif (s, e) in exprs and folded(exprs[(s, e)]) is not None:  # an expression of literals
+                    self.knob_at[id(exprs[(s, e)])] = (t.key, t.base)
                 else:
                     raise Unsupported(f"knob {t.key}: a site that is no literal")
                 sites.add(s)
@@ -263,10 +265,10 @@ class LaunchEvaluator(HelperCalls):
             key, base = self.override_at[id(n)]
             if (v := self.values.get(key, base)) != base:
                 return v, True
+        if id(n) in self.knob_at:
+            key, base = self.knob_at[id(n)]
+            return self.values.get(key, base), True
         if isinstance(n, ast.Constant):
-            if id(n) in self.knob_at:
-                key, base = self.knob_at[id(n)]
-                return self.values.get(key, base), True
             return n.value, False
         if isinstance(n, ast.Name):
             return self._name(n.id, st)

@@ -10,6 +10,10 @@ given by keyword, by position (against the kernel's signature) or through a `**c
   thresholds of conditional expressions; names inside them that are launch choices themselves
   (`max_warps`) are followed. Offsets (`+`, `-`, `%`) and arguments of other calls (`x.size(-1)`)
   are semantics, never choices;
+- an expression of literals only (`65536 // 2`, `8 * 32`) as the one literal it computes, where
+  it is a launch value or a part of one: one knob whose value is the whole expression's, written
+  back as one literal (`65536 // 2` -> `16384`); one of no integer value (`65536 / 2`) or of
+  offsets (`4096 - 1`) is none;
 - `num_warps` (and `num_stages` where the kernel loops) at a launch that leaves them to Triton's
   defaults: changing one inserts the keyword;
 - integer names that drive the launch grid, size thresholds of `if` tests that choose a tunable,
@@ -46,13 +50,14 @@ from kernelsmith.launch.syntax import (
     Tunable,
     _call_name,
     _computed,
-    _const_operand,
     _cuda_branch,
     _dict_entries,
     _is_count,
     _literals,
     _pairs,
+    constant,
     dead,
+    folded,
     is_int,
     jit_functions,
     kernel_loops,
@@ -153,8 +158,9 @@ class _Finder(Follower, ast.NodeVisitor):
         )
 
     def add(self, key, kind, node, scope, names, kernels=(), users=()) -> None:
-        """Record the literal `node` as (one site of) tunable `key`."""
-        self.add_span(key, kind, node.value, self.span(node), scope, names, kernels, users)
+        """Record the literal `node` (or expression of literals, `65536 // 2`) as (one site of) tunable
+        `key`, whose value it is."""
+        self.add_span(key, kind, folded(node), self.span(node), scope, names, kernels, users)
 
     def add_span(self, key, kind, base, span, scope, names, kernels=(), users=(), fmt="{}",
                  computed="") -> None:
@@ -271,7 +277,7 @@ class _Finder(Follower, ast.NodeVisitor):
             if name not in self.constexprs[kernel]:
                 return  # a plain runtime int (a page size, a bound): it cannot size a tile
         self.trace = Trace(scope, kernel, name)
-        if is_int(value):
+        if folded(value) is not None:
             self.add(f"{scope}:{kernel}.{name}", kind, value, scope, {name}, {kernel})
         elif isinstance(value, ast.Name):
             self._resolve(value.id, kind, {name, value.id}, kernel, set(), scope)
@@ -286,7 +292,7 @@ class _Finder(Follower, ast.NodeVisitor):
         it is and whose other values replace it (`num_warps=num_warps` -> `num_warps=8`). A block
         size is never overridden (a kernel's tile may have to cover the row): that is said instead."""
         where = sorted(set(self.trace.foreign))
-        if not where or is_int(value):
+        if not where or constant(value):
             return
         if name not in TRITON_DEFAULTS:
             self.note(f"chosen in {', '.join(where)} (another file, which a candidate of this file cannot "
@@ -348,9 +354,13 @@ class _Finder(Follower, ast.NodeVisitor):
         todo: list[tuple[ast.AST, str | None]] = [(node, None)]
         while todo:
             n, role = todo.pop()
-            if role is not None and (c := _const_operand(n)) is not None:
-                if role in ("cap", "floor") or c.value > 1:  # x * 1 and x // 1 are no choice
-                    self.exprs.append((scope, var, role, c, kind, names, kernel, users))
+            if constant(n):
+                # Literals only: one value, as one literal would be (`65536 // 2` is 32768, never a
+                # multiplier and a divisor that launch the same); no choice where it is no integer
+                # (`65536 / 2`) or has no role (the value itself: _literals took it), nor `x * 1`.
+                value = folded(n)
+                if role is not None and value is not None and (role in ("cap", "floor") or value > 1):
+                    self.exprs.append((scope, var, role, n, kind, names, kernel, users))
                 continue
             if isinstance(n, CallPart):
                 self._returned(n.call, n.index, scope, kind, names, kernel, seen)
@@ -368,7 +378,7 @@ class _Finder(Follower, ast.NodeVisitor):
                 live = {"body": n.body, "orelse": n.orelse}
                 if (cuda := _cuda_branch(n.test)) is not None:
                     live = {cuda: live[cuda]}
-                todo.extend((b, role) for b in live.values() if role is not None or not is_int(b))
+                todo.extend((b, role) for b in live.values())
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
                 todo.extend((a, "cap" if n.func.id == "min" else "floor") for a in n.args)
             elif isinstance(n, ast.Call) and _call_name(n.func) == "cdiv" and len(n.args) == 2:

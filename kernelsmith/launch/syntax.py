@@ -7,6 +7,7 @@ Triton kernels and which of them loop (`num_stages` matters there), and small AS
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +22,8 @@ _OTHER_PLATFORM = re.compile(r"hip|rocm|amd|npu|xpu|musa|mlu|mps")
 # Device names a platform switch compares with (`infer_device() == "xpu"`, `x.device.type != "cuda"`).
 _DEVICE_NAMES = {"cuda", "cpu", "hip", "rocm", "npu", "xpu", "musa", "mlu", "mps"}
 _ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)  # size thresholds; == / != switch modes, never tuned
+# The integer arithmetic that builds a size from literals (`65536 // 2`, `8 * 32`).
+_FOLDS = {ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
 class Computed(StrEnum):
@@ -123,21 +126,33 @@ def _call_name(func) -> str:
     return func.id if isinstance(func, ast.Name) else ""
 
 
-def _const_operand(node) -> ast.Constant | None:
-    """The literal holding an operand's value: the integer itself, or the first factor of a product of
-    integers (`8 * 32` elements per warp: one factor is the choice, the rest fixed)."""
+def constant(node) -> bool:
+    """True for an integer literal or an expression of integer literals only (`65536 // 2`, `4096 - 1`)."""
     if is_int(node):
-        return node if node.value > 0 else None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        left, right = _const_operand(node.left), _const_operand(node.right)
-        return left if left is not None and right is not None else None
-    return None
+        return True
+    return isinstance(node, ast.BinOp) and constant(node.left) and constant(node.right)
 
 
-def _literals(value) -> list[ast.Constant]:
-    """The integer literals a value is: itself, or the literal branches of a conditional expression
-    (only the CUDA branch of a platform switch such as `16 if _is_hip else 32`)."""
-    if is_int(value):
+def folded(node) -> int | None:
+    """The integer a literal, or an expression of literals that builds a size, is (`65536 // 2`: 32768;
+    `8 * 32`): one value, so one knob, written back as one literal. None for anything else: names,
+    calls, offsets and masks (`+`, `-`, `%`), a true division's float."""
+    if is_int(node):
+        return node.value
+    if not isinstance(node, ast.BinOp) or type(node.op) not in _FOLDS:
+        return None
+    a, b = folded(node.left), folded(node.right)
+    if a is None or b is None or isinstance(node.op, ast.FloorDiv) and b == 0:
+        return None
+    value = _FOLDS[type(node.op)](a, b)
+    return value if value.bit_length() <= 64 else None
+
+
+def _literals(value) -> list[ast.expr]:
+    """The integer literals a value is: itself (a literal, or an expression of literals `folded`
+    gives one integer for), or the literal branches of a conditional expression (only the CUDA
+    branch of a platform switch such as `16 if _is_hip else 32`)."""
+    if folded(value) is not None:
         return [value]
     if isinstance(value, ast.IfExp):
         branches = {"body": value.body, "orelse": value.orelse}
@@ -147,8 +162,9 @@ def _literals(value) -> list[ast.Constant]:
 
 
 def _computed(value) -> bool:
-    """True when a value, or a branch of it that runs on CUDA, is computed rather than a literal."""
-    if is_int(value):
+    """True when a value, or a branch of it that runs on CUDA, is computed rather than a literal (or
+    an expression of literals only)."""
+    if constant(value):
         return False
     if isinstance(value, ast.IfExp):
         cuda = _cuda_branch(value.test)

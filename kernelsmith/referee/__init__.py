@@ -16,6 +16,7 @@ from kernelsmith.paths import cache_dir
 from kernelsmith.referee.backend import device_info, usable_device
 from kernelsmith.referee.checks.diagnose import key_line
 from kernelsmith.referee.memory import device_memory_cap
+from kernelsmith.referee.proc.autotune_share import checked_table, table_size
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, read_folder
 from kernelsmith.referee.proc.pinned import task_files
 from kernelsmith.referee.proc.process import WorkerDied, WorkerProcess, WorkerTimeout, Zygote
@@ -114,6 +115,10 @@ class Referee:
         # handed to every later worker so a replacement loads the base instead of compiling it.
         self._base_seed: dict[str, str] | None = None
         self.last_seeded = 0
+        # The base's autotune choices (autotune_share.py), made by the first worker's oracle (and
+        # later ones, for new keys), handed to every later worker: the base is tuned once per run.
+        self._autotune: dict = {}
+        self.last_autotune: dict = {}  # the last worker's oracle at boot: {"kernels", "given", "tuned"}
         self.boot_phases: dict | None = None
 
     # -- worker lifecycle ---------------------------------------------------------------------
@@ -124,7 +129,8 @@ class Referee:
                 "stubs": {k: str(v) for k, v in (self.task.target.stubs or {}).items()},
                 "device": self.device, "workdir": str(self.workdir), "seed": self.seed,
                 "base_profiles": self._base_profiles, "calibration": self.calibration,
-                "base_cache_seed": self._base_seed or {}, "input_cache_bytes": self.input_cache_bytes,
+                "base_cache_seed": self._base_seed or {}, "base_autotune": self._autotune,
+                "input_cache_bytes": self.input_cache_bytes,
                 "shared_regions": self.shared_regions, "device_memory_bytes": self.device_memory_bytes}
 
     def _env(self) -> dict[str, str]:
@@ -186,6 +192,8 @@ class Referee:
             return self._ready(self._spawn(), retry=False)
         self.device_info = reply.get("device")
         self.last_seeded = int(reply.get("seeded") or 0)  # base binaries the worker loaded, not compiled
+        self.last_autotune = reply.get("autotune") or {}
+        self._keep_autotune(reply)
         if self.boot_phases is None:  # the first worker's, in seconds: this side's, then the worker's own
             clock = getattr(worker, "spawn_phases", None) or PhaseClock()
             clock.mark("init_answer")
@@ -351,9 +359,21 @@ class Referee:
                 return self._evaluate(code, cid, timing, seed, fresh, contender_at, contender_shapes,
                                       promote_at, retried=True, rendered=rendered)
             return Verdict.rejected("crash", reply.get("error"))
+        self._keep_autotune(reply)
         verdict = Verdict.from_json(reply["verdict"])
         verdict.device = dict(self.device_info or {})
         return verdict
+
+    def _keep_autotune(self, reply: dict) -> None:
+        """Keep a worker's table of the base's autotune choices where it holds more than the one kept
+        (the judge's: made by its oracle, which never runs candidate code)."""
+        table = reply.get("base_autotune")
+        try:
+            table = checked_table(table)
+        except ValueError:
+            return
+        if table_size(table) > table_size(self._autotune):
+            self._autotune = table
 
     # -- context manager ----------------------------------------------------------------------
     def close(self) -> None:

@@ -26,6 +26,7 @@ from kernelsmith.referee.checks.input_cache import InputCache, default_budget, f
 from kernelsmith.referee.checks.shape_trials import TRIALS, Rejected, ShapeTrials, classify_exception
 from kernelsmith.referee.link.errors import BaseRunFailed, CandidateError, InfrastructureError, RunnerFailed
 from kernelsmith.referee.memory import DeviceMemoryShort, Gauge, MemoryPlanner, device_oom, region_growth
+from kernelsmith.referee.proc.autotune_share import checked_report, table_size
 from kernelsmith.referee.proc.compile_cache import BASE_SEED_LIMIT, CompileCaches, make_private, read_folder
 from kernelsmith.referee.proc.judge import RemoteFn, RunnerLink, RunnerTemplate, holds_capabilities
 from kernelsmith.referee.proc.oracle_link import BASE, OracleLink, harness_from_facts
@@ -130,16 +131,34 @@ class Session(ShapeTrials, JudgeTiming):
         self.boot_memory = self.memory.report()["decisions"]
 
     def _compile_base(self, runner_seed: dict, clock: PhaseClock) -> dict:
-        """The base binaries the runner starts with (compiled here for the run's first worker)."""
-        if self.backend.compiles and not self.seeded:
-            # The run's first worker: its oracle compiles the base for every listed shape now, before
-            # any candidate, and the runner starts with those binaries instead of compiling again.
+        """The base binaries the runner starts with (compiled here for the run's first worker), and
+        the base's autotune choices (made here where no earlier worker's were handed over)."""
+        compile_now = self.backend.compiles and not self.seeded
+        # Autotuned kernels are tuned in the oracle before the runner starts, which is then given
+        # their choices instead of tuning the base again (autotune_share.py).
+        tune_now = self.oracle.autotune()[1]["kernels"] > 0 and not self.spec.get("base_autotune")
+        if compile_now or tune_now:
+            # The run's first worker: its oracle compiles (and tunes) the base for every listed shape
+            # now, before any candidate, and the runner starts with those binaries and choices.
             for shape in self.harness.shapes_for(self.device):
                 self._boot(shape, lambda shape=shape: self._base_call(shape, "compiling the base"))
+        if compile_now:
             files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
             runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
+        self.autotune, self.autotune_boot = self.oracle.autotune()
+        if compile_now or tune_now:
             clock.mark("base_compile")
         return runner_seed
+
+    def _share_tuning(self) -> None:
+        """Before a runner call: hand the runner the base's autotune choices it lacks (the oracle
+        tuned a new key meanwhile, a fresh shape's), so it never tunes the base or what it shares."""
+        if self.oracle.chosen > table_size(self.autotune):
+            self.autotune = self.oracle.autotune()[0]
+        size = table_size(self.autotune)
+        if size > self.link.tuning_sent:
+            self.link.request({"op": "autotune", "table": self.autotune})
+            self.link.tuning_sent = size
 
     def _profile_base(self, clock: PhaseClock) -> None:
         """The base's profiles and the run's cached inputs, reference and base outputs."""
@@ -226,7 +245,9 @@ class Session(ShapeTrials, JudgeTiming):
         link.chan.send({"op": "init", "spec": {**self.spec, "runner_cache": folder,
                                                "calibration": self.calibration,
                                                "base_cache_seed": self._runner_seed,
-                                               "base_profiles": self._profiles}})
+                                               "base_profiles": self._profiles,
+                                               "base_autotune": self.autotune}})
+        link.tuning_sent = table_size(self.autotune)
         return folder
 
     def _ready_runner(self, link: RunnerLink, clock: PhaseClock | None = None) -> None:
@@ -316,6 +337,7 @@ class Session(ShapeTrials, JudgeTiming):
         runner gets them from its pinned copy (shared_region.py) instead of a transfer.
         """
         if isinstance(fn, RemoteFn):
+            self._share_tuning()
             return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs, pristine)
         if fn is not BASE:
             raise TypeError(f"the judge runs no function itself: {fn!r}")
@@ -388,8 +410,13 @@ class Session(ShapeTrials, JudgeTiming):
             out["details"]["messages"].append(str(e)[:2000])
         if loaded and not self.link._dead():
             try:
-                late = self.link.request({"op": "settle"})[0].get("late")
+                settled = self.link.request({"op": "settle"})[0]
+                late = settled.get("late")
                 late = [str(x)[:300] for x in late] if isinstance(late, list) else []
+                # Each autotune choice the runner ran with: given (the base's) or its own tuning.
+                tuned = checked_report(settled.get("autotune"))
+                if tuned:
+                    out["details"]["autotune"] = tuned
             except (RunnerFailed, Rejected, CandidateError) as e:
                 out["violations"].append(getattr(e, "reason", "protocol"))
                 late = []

@@ -28,6 +28,9 @@ def summary(stats: list[dict], referees: list) -> list[dict]:
                  "lost": bool(st.get("lost"))} if hasattr(ref, "node") else {}
         out.append({"gpu": st["gpu"], "jobs": st["jobs"], "boot_s": st["boot_s"], **where,
                     "boot_phases": getattr(ref, "boot_phases", None),
+                    # The last worker's oracle at boot: autotuned kernels, (kernel, key) choices it
+                    # was given and made (referee/proc/autotune_share.py); null without a worker.
+                    "autotune": getattr(ref, "last_autotune", None) or None,
                     "compile_wait_s": round(st["compile_wait_s"], 2), "referee_s": round(referee, 2),
                     "span_s": round(span, 2), "busy": round(referee / span, 3) if span else None,
                     "idle_nothing_queued_s": round(st["idle_nothing_queued_s"], 2),

@@ -146,9 +146,13 @@ def test_a_dead_platform_branch_is_never_a_knob(tmp_path):
         ("warps#0", 4), ("if[0]", 32768), ("warps#1", 32), ("if[1]", 8192), ("warps#2", 16),
         ("if[2]", 2048), ("warps#3", 8)]
     assert all(t.helper and not t.per_call for t in helper.values())  # shared: never tabled per call
-    assert {k for k in knobs if k.startswith("None:MAX_FUSED_SIZE")} == {
-        "None:MAX_FUSED_SIZE|mul", "None:MAX_FUSED_SIZE|div"}
-    assert knobs["None:MAX_FUSED_SIZE|div"].base == 4 and notes == []
+    # `65536 // 4` is one value (16384), one knob of the cap's own kind: never a multiplier and a
+    # divisor whose products launch the same.
+    assert {k for k in knobs if k.startswith("None:MAX_FUSED_SIZE")} == {"None:MAX_FUSED_SIZE"}
+    cap = knobs["None:MAX_FUSED_SIZE"]
+    assert (cap.kind, cap.base, notes) == ("block", 16384, [])
+    assert _token_diff(code, render(code, list(knobs.values()), {cap.key: 64})) == [
+        (["65536", "//", "4"], ["64"])]
     out = render(code, list(knobs.values()), {"warps_for:warps#2": 4})
     assert _token_diff(code, out) == [(["16"], ["4"])]
     before, after = code.splitlines(), out.splitlines()

@@ -56,9 +56,10 @@ def test_launches_through_the_helper_and_the_wrapper(entry):
     assert ev.signature({**base, "warps_for:warps#3": 2}, X) == ev.signature(base, X)  # >= 2048 only
     (path,) = ev.signature({**base, "warps_for:warps#0": 2}, X)
     assert dict(next(item for item in path if item[0] == "_row_sum_kernel")[1])["num_warps"] == 2
-    (path,) = ev.signature({**base, "None:MAX_FUSED_SIZE|div": 256}, X)  # the cap: 65536 // 256 = 256
+    # The cap `65536 // 4` is one knob whose value replaces the whole expression.
+    (path,) = ev.signature({**base, "None:MAX_FUSED_SIZE": 256}, X)
     assert dict(next(item for item in path if item[0] == "_row_sum_kernel")[1])["BLOCK_SIZE"] == 64
-    (path,) = ev.signature({**base, "None:MAX_FUSED_SIZE|div": 2048}, X)  # 32 < 64: the cap bites
+    (path,) = ev.signature({**base, "None:MAX_FUSED_SIZE": 32}, X)  # 32 < 64: the cap bites
     assert dict(next(item for item in path if item[0] == "_row_sum_kernel")[1])["BLOCK_SIZE"] == 32
 
 

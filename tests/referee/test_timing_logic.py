@@ -178,10 +178,8 @@ def test_result_cached_across_timed_calls_is_caught():
     assert out["violations"] == ["cached_result"] and not out.get("timed")
 
 
-def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_timed():
-    """Base/A-A calls that can compile run inside base_compiles(); the candidate's never do, and
-    no switch happens inside the timed calls (it would add host work to the measurement)."""
-    seen, phase = [], ["warm-up"]
+def _phase_recording(phase: list) -> type:
+    """A FakeBackend class that sets phase[0] to "timed" while its device or host timing runs."""
 
     class Recording(FakeBackend):
         def time_calls(self, fns, reps, order_seed):
@@ -198,7 +196,14 @@ def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_tim
             finally:
                 phase[0] = "warm-up"
 
-    s = FakeSession(Recording([0.2, 0.1, 0.2]))
+    return Recording
+
+
+def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_timed():
+    """Base/A-A calls that can compile run inside base_compiles(); the candidate's never do, and
+    no switch happens inside the timed calls (it would add host work to the measurement)."""
+    seen, phase = [], ["warm-up"]
+    s = FakeSession(_phase_recording(phase)([0.2, 0.1, 0.2]))
     base, aa = s.base_fn, s.aa_fn()
 
     def spy(name, fn):
@@ -214,6 +219,25 @@ def test_base_and_aa_warm_up_in_the_private_cache_and_nothing_switches_while_tim
     assert {n for n, _ in warm} == {"base", "aa", "cand"} and {n for n, _ in timed} == {"base", "aa", "cand"}
     assert all(inside == (n != "cand") for n, inside in warm)
     assert not any(inside for _, inside in timed)
+
+
+def test_a_functions_first_call_on_a_shape_is_never_timed():
+    """A first call with new sizes is where an autotuned kernel benchmarks its configs (a
+    candidate's own kernels tune in the runner, autotune_share.py): base, candidate and A/A copy
+    each make theirs in the untimed warm-up, the probe and the timed repetitions come after."""
+    firsts, phase = {}, ["warm-up"]
+    s = FakeSession(_phase_recording(phase)([0.2, 0.1, 0.2]))
+
+    def first_seen(name, fn):
+        def call(**kw):
+            firsts.setdefault((name, kw["x"].shape), phase[0])
+            return fn(**kw)
+        return call
+
+    s.base_fn, s._aa = first_seen("base", s.base_fn), first_seen("aa", s.aa_fn())
+    timing.time_candidate(s, first_seen("cand", _rms), cid=1, seed=0, mode="full", out=_verdict_dict(s))
+    shapes = s.harness.shapes_for("interpret")
+    assert len(firsts) == 3 * len(shapes) and set(firsts.values()) == {"warm-up"}
 
 
 def test_timing_some_shapes_then_the_rest_reuses_the_cached_inputs():

@@ -74,8 +74,10 @@ CASES = [
     (
         f"{SGLANG}/activation/gelu_and_mul_triton.py",
         "gelu_and_mul_triton",
-        {"max_warps": ("num_warps", 32), "num_warps|div": ("scale", 8), "num_warps|floor": ("num_warps", 4)},
-        {"num_warps|div": lambda d: d[0] == 1 and d[-1] >= 256},
+        # `cdiv(hidden_dim, 8 * 32)`: the divisor is the product, one knob around 256
+        {"max_warps": ("num_warps", 32), "num_warps|div": ("scale", 256),
+         "num_warps|floor": ("num_warps", 4)},
+        {"num_warps|div": lambda d: d[0] == 4 and d[-1] >= 8192},
     ),
     (
         f"{SGLANG}/attention/merge_state.py",

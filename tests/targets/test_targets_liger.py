@@ -134,3 +134,10 @@ def test_fused_moe_compares_the_pre_activations_the_backward_reads(tmp_path, mon
         verdict = ref.evaluate(skipped, candidate_id=1, timing="none")
     assert base.accepted, base.feedback()
     assert not verdict.accepted and "output 1" in verdict.feedback(), verdict.feedback()
+    # The oracle tuned the three forward kernels (in liger_kernel.ops.fused_moe_kernels, which base and
+    # candidate share); the runner ran them with its choices, on every listed and fresh shape.
+    for v in (base, verdict):
+        tuned = v.details["autotune"]
+        assert {k.rsplit(".", 1)[1] for k in tuned} == {
+            "_fused_up_proj_swiglu_kernel", "_fused_down_proj_kernel", "_token_gather_weighted_sum_kernel"}
+        assert all(c["source"] == "shared" for keys in tuned.values() for c in keys.values()), tuned

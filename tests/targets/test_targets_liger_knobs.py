@@ -13,7 +13,8 @@ import upstreamkit
 
 from kernelsmith.launch.follow import Sources
 from kernelsmith.launch.syntax import AS_COMPUTED
-from kernelsmith.launch.tunables import entry_knobs, render
+from kernelsmith.launch.tunables import entry_knobs, render, space_points
+from kernelsmith.loader import load_operator_module
 from kernelsmith.onboard.config import load_target
 
 TARGET = load_target(upstreamkit.TARGETS / "liger.yaml")
@@ -73,6 +74,23 @@ def test_cross_entropy_offers_only_the_cuda_values():
     sited = {lines[data[:s].count(b"\n")].strip() for t in tunables for s, e in t.sites if s < e}
     assert "MAX_FUSED_SIZE = 65536 // 2" in sited
     assert not sited & {"MAX_FUSED_SIZE = 4096", "MAX_FUSED_SIZE = 2048", "ce_num_warps = 16"}
+
+
+def test_cross_entropy_tile_cap_of_literals_is_one_knob(tmp_path):
+    """`MAX_FUSED_SIZE = 65536 // 2` is one value: one knob of the tile's kind at 32768, never a
+    multiplier and a divisor whose products launch the same (65536 // 2 == 131072 // 4: a grid of
+    11 x 8 x 6 x 6 x 6 = 19008 points then, 12 x 6 x 6 x 6 now); written back as one literal."""
+    code, tunables, _ = _space("cross_entropy")
+    caps = [t for t in tunables if "MAX_FUSED_SIZE" in t.key]
+    assert [(t.key, t.kind, t.base) for t in caps] == [("None:MAX_FUSED_SIZE", "block", 32768)]
+    assert len(caps[0].domain) == 12 and space_points(tunables) == 2592
+    out = render(code, tunables, {"None:MAX_FUSED_SIZE": 16384})
+    changed = [(a, b) for a, b in zip(code.splitlines(), out.splitlines(), strict=True) if a != b]
+    assert changed == [("    MAX_FUSED_SIZE = 65536 // 2", "    MAX_FUSED_SIZE = 16384")]
+    op = TARGET.operator("cross_entropy")
+    mod = load_operator_module(upstreamkit.require("liger"), op.file, code=out, tag="cap", stubs=TARGET.stubs,
+                               source_path=tmp_path / "cross_entropy.py")
+    assert mod.MAX_FUSED_SIZE == 16384  # the CUDA branch's value, as the knob set it
 
 
 @pytest.mark.parametrize("op_name, launches", [

@@ -23,8 +23,6 @@ import numpy as np
 
 from kernelsmith.referee.backend import standins
 
-NAME = "block combine functions"
-
 
 @contextmanager
 def _no_block_truth():
@@ -134,7 +132,7 @@ def patch_combine() -> bool:
             out = tree_reduce(self, input)
         except Exception:  # noqa: BLE001 - a combine function that needs scalars: the interpreter's way
             return original_reduce(self, input)
-        standins.USED.add(NAME)
+        standins.used(standins.StandIn.COMBINE)
         return out
 
     def generic_scan(self, input):
@@ -142,7 +140,7 @@ def patch_combine() -> bool:
             out = tree_scan(self, input)
         except Exception:  # noqa: BLE001 - as above
             return original_scan(self, input)
-        standins.USED.add(NAME)
+        standins.used(standins.StandIn.COMBINE)
         return out
 
     generic_reduce.__ks_standin__ = generic_scan.__ks_standin__ = True

@@ -63,7 +63,7 @@ def accept_list_grids() -> None:
 
     def as_tuple(grid):
         if isinstance(grid, list):
-            standins.USED.add("list grids")
+            standins.used(standins.StandIn.LIST_GRIDS)
             return tuple(grid)
         return grid
 

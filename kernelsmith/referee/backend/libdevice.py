@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-NAME = "libdevice math"
+from kernelsmith.referee.backend.standins import StandIn, used
 
 
 def _torch(name: str):
@@ -88,7 +88,7 @@ def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, 
     if found is None or len(args) != found[1]:
         raise NotImplementedError(f"{symbol}: no libdevice stand-in under the Triton interpreter")
     op, _ = found
-    _used()
+    used(StandIn.LIBDEVICE)
     if op is FMA:
         return self.create_fma(*args)
     scalar = getattr(ret_type, "element_ty", ret_type)
@@ -98,12 +98,6 @@ def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, 
     with np.errstate(all="ignore"):  # inf and NaN come out as the GPU gives them
         result = np.asarray(op(*wide))
     return interpreter.TensorHandle(result.astype(out_dtype), scalar)
-
-
-def _used() -> None:
-    from kernelsmith.referee.backend import standins
-
-    standins.USED.add(NAME)
 
 
 def patch_builder() -> bool:

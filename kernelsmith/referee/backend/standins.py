@@ -9,20 +9,35 @@ of a `tl` function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs
 stays a Python float (`eps.to(tl.float32)` fails); libdevice math is missing (libdevice.py); a
 combine function runs element by element in Python (combine.py); the autotuner would time every
 config by the CPU's clock (here every config ties). Each stand-in here answers as one named GPU
-would (an H200 by default), records its use in `USED`, and the interpreter backend names the ones
+would (an H200 by default), records its `StandIn` member in `USED`, and the interpreter backend names the ones
 used in the verdict's `device`.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from types import SimpleNamespace
 
-# Stand-ins used in this process, by the names the verdict's `device` shows.
+
+class StandIn(str, Enum):
+    """The stand-ins, by the names the verdict's `device` shows: each records its own member."""
+
+    ACTIVE_DRIVER = "active driver"
+    AUTOTUNE = "autotune: first config"
+    COMBINE = "block combine functions"
+    DEVICE_PROPERTIES = "device properties"
+    FLOAT_ARGUMENTS = "float arguments"
+    FP8_CAST = "fp8 cast"
+    LIBDEVICE = "libdevice math"
+    LIST_GRIDS = "list grids"
+    TL_ALIASES = "tl aliases"
+
+
+# Stand-ins used in this process, by name.
 USED: set[str] = set()
-# Every name a stand-in records (here, libdevice.NAME, combine.NAME): the judge believes no other
-# name an oracle reports.
-NAMES = frozenset({"active driver", "autotune: first config", "block combine functions", "device properties",
-                   "float arguments", "fp8 cast", "libdevice math", "list grids", "tl aliases"})
+# The names the judge believes in an oracle's report: no other.
+NAMES = frozenset(s.value for s in StandIn)
+
 
 # Device properties of the GPUs a stand-in can answer for (from the vendors' data sheets).
 GPUS = {
@@ -42,8 +57,9 @@ GPUS = {
 DEFAULT_GPU = "NVIDIA H200"
 
 
-def _used(name: str) -> None:
-    USED.add(name)
+def used(stand_in: StandIn) -> None:
+    """Record that `stand_in` answered in this process."""
+    USED.add(stand_in.value)
 
 
 def torch_properties(gpu: str = DEFAULT_GPU) -> SimpleNamespace:
@@ -60,10 +76,11 @@ def torch_properties(gpu: str = DEFAULT_GPU) -> SimpleNamespace:
 def tied_benchmarker(kernel_call, quantiles=None, **_):
     """`do_bench` for the autotuner under the interpreter: every config ties and none is run, so
     the autotuner keeps the first config its pruning leaves. The interpreter's wall clock says
-    nothing of the GPU's choice, differs from run to run (the base and a candidate would run other
-    configs) and costs a full interpreted run per config and repeat (Liger-Kernel's MoE GEMMs have
-    32 configs: 20-45 s per shape)."""
-    _used("autotune: first config")
+    nothing of the GPU's choice, differs from run to run (a candidate's own kernels would run other
+    configs than the base's, which the oracle chooses once: autotune_share.py) and costs a full
+    interpreted run per config and repeat (Liger-Kernel's MoE GEMMs have 32 configs: 20-45 s per
+    shape)."""
+    used(StandIn.AUTOTUNE)
     return [0.0] * len(quantiles) if quantiles else 0.0
 
 
@@ -85,33 +102,33 @@ class StandInDriver:
         """A cuda target with the GPU's arch (90 for an H200) and warp size 32."""
         from triton.backends.compiler import GPUTarget
 
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return GPUTarget("cuda", self.props["major"] * 10 + self.props["minor"], self.props["warp_size"])
 
     def get_active_torch_device(self):
         """The interpreter's tensors live on the CPU."""
         import torch
 
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return torch.device("cpu")
 
     def get_current_device(self) -> int:
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return 0
 
     def set_current_device(self, device) -> None:
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
 
     def get_current_stream(self, device=None) -> int:
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return 0
 
     def get_device_capability(self, device=None) -> tuple[int, int]:
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return self.props["major"], self.props["minor"]
 
     def get_benchmarker(self):
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         return tied_benchmarker
 
     def get_empty_cache_for_benchmark(self):
@@ -123,7 +140,7 @@ class StandInDriver:
         pass
 
     def _device_properties(self, device=None) -> dict:
-        _used("active driver")
+        used(StandIn.ACTIVE_DRIVER)
         p = self.props
         return {"max_shared_mem": p["max_shared_mem"], "max_num_regs": p["max_num_regs"],
                 "multiprocessor_count": p["multi_processor_count"], "warpSize": p["warp_size"],
@@ -154,19 +171,19 @@ def install_torch_cuda(gpu: str = DEFAULT_GPU) -> bool:
     props = torch_properties(gpu)
 
     def current_device() -> int:
-        _used("device properties")
+        used(StandIn.DEVICE_PROPERTIES)
         return 0
 
     def get_device_properties(device=None):
-        _used("device properties")
+        used(StandIn.DEVICE_PROPERTIES)
         return props
 
     def get_device_capability(device=None) -> tuple[int, int]:
-        _used("device properties")
+        used(StandIn.DEVICE_PROPERTIES)
         return props.major, props.minor
 
     def get_device_name(device=None) -> str:
-        _used("device properties")
+        used(StandIn.DEVICE_PROPERTIES)
         return props.name
 
     for fn in (current_device, get_device_properties, get_device_capability, get_device_name):
@@ -210,7 +227,7 @@ def patch_fp8_casts() -> bool:
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         src_name, dst_name = str(src.dtype.scalar), str(dst_type.scalar)
         if dst_name in _FP8_TORCH and src_name in ("fp32", "fp16", "bf16") and rounding_mode in (None, rtne):
-            _used("fp8 cast")
+            used(StandIn.FP8_CAST)
             return interpreter.TensorHandle(fp8_cast(src.data, src_name, dst_name), dst_type.scalar)
         return original(self, src, dst_type, rounding_mode)
 
@@ -268,7 +285,7 @@ def patch_tl_aliases() -> bool:
                     changed.append((scope, name, value))
                     scope[name] = bound(value)
         if changed:
-            _used("tl aliases")
+            used(StandIn.TL_ALIASES)
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -294,7 +311,7 @@ def patch_float_args() -> bool:
 
     def _implicit_cvt(arg):
         if type(arg) is float:
-            _used("float arguments")
+            used(StandIn.FLOAT_ARGUMENTS)
             handle = interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32)
             return tl.tensor(handle, tl.float32)
         return original(arg)

@@ -3,8 +3,8 @@ answer it, until the judge says exit or goes away.
 
 Each child names what it does per request (`handlers`) and how its failures read to the judge; the
 loop owns what they share: how a request that cannot be taken in is answered, the shared-region
-ops of the channel (`echo`, `regions_off`, `drop_regions`), unknown ops, and a reply that cannot
-travel.
+ops of the channel (`echo`, `regions_off`, `drop_regions`), the `release` of freed device memory,
+unknown ops, and a reply that cannot travel.
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ Handler = Callable[[dict, object], tuple[dict, object]]
 
 def serve(chan: Channel, who: str, handlers: dict[str, Handler], failed: Callable[[BaseException], dict],
           unsendable: Callable[[str, Exception], dict], catch: type[BaseException] = Exception,
-          after: Callable[[str], None] | None = None) -> int:
+          release: Callable[[], None] | None = None, release_after: frozenset[str] = frozenset()) -> int:
     """Answer `chan`'s requests with `handlers[op](msg, values)` until the peer says exit (after
     `handlers["exit"]` where there is one) or goes away; returns the exit status, 0.
 
     `who` names this process in its answer to a request its device had no room to take in (the
     judge makes room and asks again: memory.py). A handler raising `catch` is answered with
     `failed(e)`, called while the exception is being handled (traceback.format_exc() sees it); a
-    reply that cannot travel with `unsendable(op, e)`. `after(op)` runs once the reply is sent and
-    the request's values are dropped."""
+    reply that cannot travel with `unsendable(op, e)`. `release()` gives the child's freed device
+    memory back: when the judge asks (`release`, `drop_regions`), and after each op in `release_after`
+    once its reply is sent and its values are dropped."""
     while True:
         try:
             msg, values = chan.recv()
@@ -51,11 +52,14 @@ def serve(chan: Channel, who: str, handlers: dict[str, Handler], failed: Callabl
                 out = values
             elif op == "regions_off":
                 chan.peer_regions = None
+            elif op == "release":  # the judge makes room on the device (memory.py)
+                if release is not None:
+                    release()
             elif op == "drop_regions":  # the judge closes the regions this step leaves idle (memory.py)
                 if chan.peer_regions is not None:
                     chan.peer_regions.drop()
-                if "release" in handlers:  # and the device memory they and the child's cache held
-                    handlers["release"](msg, values)
+                if release is not None:  # and the device memory they and the child's cache held
+                    release()
             elif op in handlers:
                 fields, out = handlers[op](msg, values)
                 reply.update(fields)
@@ -68,5 +72,5 @@ def serve(chan: Channel, who: str, handlers: dict[str, Handler], failed: Callabl
         except Exception as e:  # noqa: BLE001 - a value that cannot travel (an arbitrary object, ...)
             chan.send(unsendable(op, e))
         values = out = None
-        if after is not None:
-            after(op)
+        if release is not None and op in release_after:
+            release()

@@ -267,6 +267,7 @@ class RunnerLink(ChildLink):
     def __init__(self, pid: int, sock):
         super().__init__(pid, sock)
         self._last_sent: dict[str, torch.Tensor] = {}
+        self.tuning_sent = 0  # the base's autotune choices this runner was given (autotune_share.py)
 
     def set_device(self, device: str, regions: bool = True) -> None:
         """Where received tensors go (the judge's device), and where the shared regions live

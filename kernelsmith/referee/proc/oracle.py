@@ -25,14 +25,16 @@ from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.link.channel import Channel
 from kernelsmith.referee.link.serve import serve as serve_requests
+from kernelsmith.referee.proc.autotune_share import Tuning, checked_table, table_size
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 from kernelsmith.referee.timing.claims import time_base
 
 
 class OracleSession:
-    """The oracle's state: the harness, the base and the base's private Triton cache."""
+    """The oracle's state: the harness, the base, the base's private Triton cache and its autotuning."""
 
     def __init__(self, spec: dict):
+        self.tuning = Tuning()  # the kernels of what loads from here on: the harness and the base
         self.device = spec["device"]
         self.backend = get_backend(self.device)
         self.backend.init_context()
@@ -51,6 +53,12 @@ class OracleSession:
         self.base_fn = self.harness.callable_of(self.base_mod, entry)
         if not callable(self.base_fn):
             raise RuntimeError(f"{file} defines no function {entry!r}")
+        # An earlier worker's choices (handed on by the parent): the base is not tuned again.
+        self.tuning.seed(checked_table(spec.get("base_autotune") or {}))
+
+    def autotune(self) -> dict:
+        """The base's autotune choices as a table, and how many were given and made here."""
+        return {"table": self.tuning.table(), **self.tuning.counts()}
 
     def sizes(self, shape: dict) -> dict:
         """The harness's bytes_moved and flops of one shape (None where it has no such function)."""
@@ -115,29 +123,30 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
     def unsendable(op: str, e: Exception) -> dict:
         return {"ok": False, "error": f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"[:2000]}
 
-    def after(op: str) -> None:
-        if session is not None and op in ("inputs", "reference", "base", "time_base"):
-            session.release()
+    def base(msg: dict, values) -> tuple[dict, object]:
+        outs = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
+        # How many autotune choices the base has now: the judge fetches new ones (autotune_share.py).
+        return {"chosen": table_size(session.tuning.table())}, outs
 
-    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
+    def release() -> None:  # what the oracle made now lives in the judge's cache (memory.py)
         if session is not None:
             session.release()
-        return {}, None
 
     handlers = {
         "init": init,
-        "release": release,
         "calibrate": calibrate,
         "inputs": lambda msg, values: ({}, session.harness.make_inputs(msg["shape"], session.dev,
                                                                        int(msg["seed"]))),
         "reference": lambda msg, values: ({}, C.as_tuple(session.harness.reference(**values))),
-        "base": lambda msg, values: ({}, session.call(values, float(msg["dirty"]), msg.get("sizes") or [])),
+        "base": base,
+        "autotune": lambda msg, values: (session.autotune(), None),
         "time_base": lambda msg, values: (session.time_base(values, int(msg["seed"])), None),
         "sizes": lambda msg, values: (session.sizes(msg["shape"]), None),
         "stand_ins": lambda msg, values: ({"stand_ins": sorted(standins.USED)}, None),
     }
     # Harness or base code failing (BaseException too) is the judge's to judge: it is answered.
-    return serve_requests(chan, "oracle", handlers, failed, unsendable, catch=BaseException, after=after)
+    return serve_requests(chan, "oracle", handlers, failed, unsendable, catch=BaseException, release=release,
+                          release_after=frozenset({"inputs", "reference", "base", "time_base"}))
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

@@ -23,6 +23,7 @@ from kernelsmith.referee.backend.standins import NAMES
 from kernelsmith.referee.link.channel import Foreign, pair
 from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import room_for
+from kernelsmith.referee.proc.autotune_share import checked_table
 from kernelsmith.referee.proc.judge import ChildLink, make_non_dumpable
 
 
@@ -128,6 +129,7 @@ class OracleLink(ChildLink):
         theirs.close()
         super().__init__(pid, mine)
         self.sizes: dict[str, tuple[int | None, int | None]] = {}
+        self.chosen = 0  # the base's autotune choices in the oracle, as its last base call said
 
     def set_device(self, device: str, regions: bool = True) -> None:
         """Where received tensors go (the judge's device), and whether they cross through regions
@@ -207,11 +209,26 @@ class OracleLink(ChildLink):
     def call_base(self, inputs: dict, dirty: float, sizes) -> tuple:
         """The base's outputs on `inputs` (write-only outputs poisoned, the allocator dirtied there)."""
         tensors = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-        _, out = self.request({"op": "base", "dirty": dirty, "sizes": list(sizes)}, inputs,
-                              reply_bytes=room_for(tensors, sizes))
+        reply, out = self.request({"op": "base", "dirty": dirty, "sizes": list(sizes)}, inputs,
+                                  reply_bytes=room_for(tensors, sizes))
         if not isinstance(out, tuple):
             raise OracleFailed("the base's outputs are not a tuple")
+        if type(reply.get("chosen")) is int:
+            self.chosen = reply["chosen"]
         return _plain(out, "the base")
+
+    def autotune(self) -> tuple[dict, dict]:
+        """(the base's autotune choices as a table, {"kernels", "given", "tuned"} counts) in the
+        oracle (autotune_share.py)."""
+        reply, _ = self.request({"op": "autotune"})
+        try:
+            table = checked_table(reply.get("table"))
+        except ValueError as e:
+            raise OracleFailed(f"the harness process's autotune table is malformed: {e}") from None
+        counts = {k: reply.get(k) for k in ("kernels", "given", "tuned")}
+        if not all(type(v) is int and v >= 0 for v in counts.values()):
+            raise OracleFailed("the harness process's autotune counts are malformed")
+        return table, counts
 
     def time_base(self, originals: list[dict], seed: int) -> tuple[float, float, list[int]]:
         """Check (b)'s base timing, run in the oracle: (median ms, host ms per call, late reps)."""

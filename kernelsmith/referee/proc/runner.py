@@ -32,6 +32,7 @@ from kernelsmith.referee.checks.snapshot import Snapshot
 from kernelsmith.referee.checks.trials import FreshOutputs
 from kernelsmith.referee.link.channel import Channel
 from kernelsmith.referee.link.serve import serve as serve_requests
+from kernelsmith.referee.proc.autotune_share import Tuning, checked_table
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 
 
@@ -67,6 +68,8 @@ class RunnerSession:
         self.monitor = Monitor(self.device, roots)
         preload_lazy_torch()
         self.monitor.install()
+        self.tuning = Tuning()  # the kernels of what loads from here on: the harness, base, A/A, candidates
+        self.shared_tuning: dict = {}  # the base's autotune choices the judge gave (autotune_share.py)
         self.harness = load_harness(spec["harness"], spec.get("variant"))
         self.monitor.wrap_reference(self.harness.module)
         self.base_code = (self.root / self.file).read_text()
@@ -78,6 +81,8 @@ class RunnerSession:
         if not callable(self.base_fn):
             raise RuntimeError(f"{self.file} defines no function {self.entry!r}")
         self.monitor.own_modules.add(self.base_mod.__name__)
+        # The base runs with the oracle's choices: it is never tuned here.
+        self.share_tuning(spec.get("base_autotune") or {})
         self._aa_fn = None
         self.fresh_outputs = FreshOutputs()
         self.calibration = self.backend.calibrate([], spec.get("calibration"))
@@ -110,7 +115,15 @@ class RunnerSession:
                 mod = load_operator_module(self.root, self.file, code=self.base_code, tag="aa",
                                            source_path=path, stubs=self.stubs)
             self._aa_fn = self._entry_fn(mod)
+            self.tuning.seed(self.shared_tuning)  # the A/A copy runs with the base's choices
         return self._aa_fn
+
+    def share_tuning(self, table: dict) -> int:
+        """Take the base's autotune choices (the judge's table): every kernel of that name but a
+        candidate's own runs with them wherever it has not chosen itself. Returns how many were put."""
+        for name, entry in checked_table(table).items():
+            self.shared_tuning[name] = entry
+        return self.tuning.seed(self.shared_tuning)
 
     def named(self, name: str):
         """The function a request names: the loaded candidate, the base or the A/A copy."""
@@ -288,9 +301,9 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         out = {"last": r.pop("last_outs", None)}
         return {**r, "runner_s": time.monotonic() - t0}, out
 
-    def release(msg: dict, values) -> tuple[dict, object]:  # the judge makes room on the device (memory.py)
-        session.backend.release()
-        return {}, None
+    def settle(msg: dict, values) -> tuple[dict, object]:
+        report = session.tuning.report()  # before the candidate's module is unloaded
+        return {"late": session.settle(), "autotune": report}, None
 
     def failed(e: BaseException) -> dict:
         if isinstance(e, Rejected):
@@ -310,11 +323,13 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         "call": call,
         "time": time_sets,
         "audit": lambda msg, values: ({}, {"outs": session.audit(values)}),
-        "release": release,
         "integrity": lambda msg, values: ({"found": session.integrity(msg)}, None),
-        "settle": lambda msg, values: ({"late": session.settle()}, None),
+        "autotune": lambda msg, values: ({"seeded": session.share_tuning(msg["table"])}, None),
+        "settle": settle,
     }
-    return serve_requests(chan, "runner", handlers, failed, unsendable)
+    # The judge makes room on the device (memory.py): the runner's freed memory goes back.
+    return serve_requests(chan, "runner", handlers, failed, unsendable,
+                          release=lambda: session.backend.release())
 
 
 def start(sock, log_fds: tuple[int, int]) -> None:

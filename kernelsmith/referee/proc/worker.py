@@ -60,8 +60,8 @@ def main() -> int:
                 reply = {"ok": True, "device": session.backend.info(),
                          "base_profiles": session.base_profiles(), "calibration": session.calibration,
                          "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
-                         "seeded": session.seeded,
-                         "boot_phases": session.boot_phases}
+                         "seeded": session.seeded, "base_autotune": session.autotune,
+                         "autotune": session.autotune_boot, "boot_phases": session.boot_phases}
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):
@@ -71,7 +71,7 @@ def main() -> int:
                     code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
                     fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"),
                     contender_shapes=msg.get("contender_shapes"), promote_at=msg.get("promote_at"),
-                    rendered=bool(msg.get("rendered")))}
+                    rendered=bool(msg.get("rendered"))), "base_autotune": session.autotune}
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except InfrastructureError as e:  # the parent judges the candidate again on a new worker
