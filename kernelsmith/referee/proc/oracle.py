@@ -55,6 +55,16 @@ class OracleSession:
             raise RuntimeError(f"{file} defines no function {entry!r}")
         # An earlier worker's choices (handed on by the parent): the base is not tuned again.
         self.tuning.seed(checked_table(spec.get("base_autotune") or {}))
+        # Its autotuned kernels, found once: every base call asks how many choices they hold.
+        self.tuners = [t for _, own, t in self.tuning.kernels() if not own]
+        self._made, self._chosen = -1, 0
+
+    def chosen(self) -> int:
+        """How many choices the base's table holds (made again only after a kernel chose anew)."""
+        made = sum(len(t.cache) for t in self.tuners)
+        if made != self._made:
+            self._made, self._chosen = made, table_size(self.tuning.table())
+        return self._chosen
 
     def autotune(self) -> dict:
         """The base's autotune choices as a table, and how many were given and made here."""
@@ -126,7 +136,7 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
     def base(msg: dict, values) -> tuple[dict, object]:
         outs = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
         # How many autotune choices the base has now: the judge fetches new ones (autotune_share.py).
-        return {"chosen": table_size(session.tuning.table())}, outs
+        return {"chosen": session.chosen()}, outs
 
     def release() -> None:  # what the oracle made now lives in the judge's cache (memory.py)
         if session is not None:
