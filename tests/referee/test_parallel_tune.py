@@ -21,7 +21,8 @@ import torch
 from kernelsmith.referee.proc import parallel_tune
 from kernelsmith.referee.proc.compile_child import install_fake_driver
 
-install_fake_driver(["cuda", 90, 32])
+if sys.argv[2] == "stand-in":
+    install_fake_driver(["cuda", 90, 32])
 on = parallel_tune.install(int(sys.argv[1]))
 compiled_on, cached_at_bench = [], []
 
@@ -32,8 +33,10 @@ def bench(kernel_call, quantiles=None, **_):
     return [float(len(cached_at_bench)), 0.0, 0.0]  # the first config benchmarked is the fastest
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((64, 1), (128, 2), (256, 4), (512, 4))],
-                 key=["n"], do_bench=bench)
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((64, 1), (128, 2), (256, 4), (512, 4))]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], do_bench=bench)
 @triton.jit
 def _kern(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.static_assert(BLOCK <= 256)
@@ -52,7 +55,7 @@ def recording_compile(*a, **k):
 
 
 _compiler.compile = recording_compile
-x = torch.empty(1000)
+x = torch.empty(1000, device="cpu" if sys.argv[2] == "stand-in" else "cuda")
 _kern[(1,)](x, torch.empty_like(x), 1000)
 print(json.dumps({"on": on, "compiled_on": compiled_on, "cached_at_bench": cached_at_bench,
                   "best": str(_kern.cache[(1000, "torch.float32", "torch.float32")]),
@@ -60,12 +63,14 @@ print(json.dumps({"on": on, "compiled_on": compiled_on, "cached_at_bench": cache
 '''
 
 
-def _tune(tmp_path, threads: int) -> dict:
+def _tune(tmp_path, threads: int, driver: str = "stand-in") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(CUDA_VISIBLE_DEVICES="", TRITON_CACHE_DIR=str(tmp_path / f"cache{threads}"))
+    env["TRITON_CACHE_DIR"] = str(tmp_path / f"cache{threads}")
+    if driver == "stand-in":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     script = tmp_path / "tune_child.py"  # Triton reads a kernel's source from its file
     script.write_text(CHILD)
-    out = subprocess.run([sys.executable, str(script), str(threads)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, str(script), str(threads), driver], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -79,6 +84,16 @@ def test_each_config_compiles_on_the_threads_before_the_first_benchmark(tmp_path
     assert seen["cached_at_bench"][0] == 3, seen
     assert sum(name.startswith("ks-compile") for name in seen["compiled_on"]) == 4, seen
     assert seen["compiled_on"][-1] == "MainThread"
+    assert seen["best"].startswith("BLOCK: 64,"), seen
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_configs_compile_on_the_threads_too(tmp_path):
+    """Triton's own CUDA driver and the installed Triton's AsyncCompileMode (its API differs between
+    releases): the same account as with the stand-in driver."""
+    seen = _tune(tmp_path, 2, driver="cuda")
+    assert seen["on"] and seen["submitted"] == 4 and seen["cached_at_bench"][0] == 3, seen
+    assert sum(name.startswith("ks-compile") for name in seen["compiled_on"]) == 4, seen
     assert seen["best"].startswith("BLOCK: 64,"), seen
 
 
