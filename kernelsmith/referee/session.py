@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kernelsmith.harness.facts import MalformedFacts, shape_key
-from kernelsmith.referee.backend import get_backend, standins
+from kernelsmith.interpreter import standins
+from kernelsmith.referee.backend import get_backend
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks import static
 from kernelsmith.referee.checks.input_cache import InputCache, default_budget, fresh_copy

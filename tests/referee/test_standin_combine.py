@@ -12,7 +12,7 @@ import json, os
 os.environ["TRITON_INTERPRET"] = "1"
 import torch, triton, triton.language as tl
 from kernelsmith.referee.backend.interpret import InterpretBackend
-from kernelsmith.referee.backend import standins
+from kernelsmith.interpreter import standins
 backend = InterpretBackend()
 backend.init_context()
 out = {}

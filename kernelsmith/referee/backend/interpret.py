@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from kernelsmith.referee.backend import combine, libdevice, standins
+from kernelsmith.interpreter import combine, libdevice, standins
 from kernelsmith.referee.backend.base import Backend
 
 

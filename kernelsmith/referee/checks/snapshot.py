@@ -21,7 +21,7 @@ WATCHED = (
     "kernelsmith.referee.session", "kernelsmith.referee.checks.shape_trials",
     "kernelsmith.referee.timing.ab", "kernelsmith.referee.checks.snapshot",
     "kernelsmith.referee.proc.worker", "kernelsmith.referee.checks.trials",
-    "kernelsmith.referee.checks.trials.FreshOutputs", "kernelsmith.referee.backend.standins",
+    "kernelsmith.referee.checks.trials.FreshOutputs", "kernelsmith.interpreter.standins",
     "kernelsmith.referee.backend.cuda", "kernelsmith.referee.backend.interpret",
     "kernelsmith.referee.proc.runner", "kernelsmith.referee.proc.runner.RunnerSession",
     "kernelsmith.referee.link.channel",

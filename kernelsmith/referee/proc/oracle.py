@@ -19,8 +19,9 @@ import traceback
 from pathlib import Path
 
 from kernelsmith.harness.model import load_harness
+from kernelsmith.interpreter import standins
 from kernelsmith.loader import load_operator_module
-from kernelsmith.referee.backend import get_backend, standins
+from kernelsmith.referee.backend import get_backend
 from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.link.channel import Channel

@@ -19,7 +19,7 @@ import torch
 
 from kernelsmith.harness.facts import _NAME_RE, HarnessFacts, MalformedFacts, shape_key
 from kernelsmith.harness.model import Harness
-from kernelsmith.referee.backend.standins import NAMES
+from kernelsmith.interpreter.standins import NAMES
 from kernelsmith.referee.link.channel import Foreign, pair
 from kernelsmith.referee.link.errors import DeviceOutOfMemory, PeerGone, ProtocolError
 from kernelsmith.referee.link.shared_region import room_for

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from kernelsmith.referee.backend import standins
+from kernelsmith.interpreter import standins
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from kernelsmith.referee.backend.standins import StandIn, used
+from kernelsmith.interpreter.standins import StandIn, used
 
 
 def _torch(name: str):
