@@ -118,7 +118,8 @@ class Referee:
         # The base's autotune choices (autotune_share.py), made by the first worker's oracle (and
         # later ones, for new keys), handed to every later worker: the base is tuned once per run.
         self._autotune: dict = {}
-        self.last_autotune: dict = {}  # the last worker's oracle at boot: {"kernels", "given", "tuned"}
+        # The last worker's oracle at boot: {"kernels", "given", "tuned", "compiled"}.
+        self.last_autotune: dict = {}
         self.boot_phases: dict | None = None
 
     # -- worker lifecycle ---------------------------------------------------------------------

@@ -60,7 +60,7 @@ def test_the_base_runs_with_the_oracles_choices_in_every_runner_and_later_worker
         # Two listed shapes and the fresh ones: one key each (n and the two tensors' dtypes).
         assert len(chosen) == 2 + len(verdict.fresh_shapes) >= 3, chosen
         assert all(c["source"] == "shared" and c["config"].startswith("MARK: 0,") for c in chosen.values())
-    assert first == {"kernels": 1, "given": 0, "tuned": 2}  # the listed shapes, tuned at boot
+    assert first == {"kernels": 1, "given": 0, "tuned": 2, "compiled": 0}  # listed shapes; interpreted
     assert second["given"] >= 2 + len(base.fresh_shapes) and second["tuned"] == 0
 
 

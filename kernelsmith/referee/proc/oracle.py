@@ -25,6 +25,7 @@ from kernelsmith.referee.checks import correctness as C
 from kernelsmith.referee.checks.diagnose import interpreter_failure
 from kernelsmith.referee.link.channel import Channel
 from kernelsmith.referee.link.serve import serve as serve_requests
+from kernelsmith.referee.proc import parallel_tune
 from kernelsmith.referee.proc.autotune_share import Tuning, checked_table, table_size
 from kernelsmith.referee.proc.compile_cache import CompileCaches
 from kernelsmith.referee.timing.claims import time_base
@@ -39,6 +40,8 @@ class OracleSession:
         self.backend = get_backend(self.device)
         self.backend.init_context()
         self.dev = self.backend.device
+        if self.device == "cuda":  # the base's tuning compiles its configs at once (parallel_tune.py)
+            parallel_tune.install(parallel_tune.compile_threads())
         # The judge made this folder, empty; the base compiles only here (compile_cache.py).
         self.caches = CompileCaches(Path(spec["base_cache"]))
         seed = spec.get("base_cache_seed") or {}
@@ -67,8 +70,10 @@ class OracleSession:
         return self._chosen
 
     def autotune(self) -> dict:
-        """The base's autotune choices as a table, and how many were given and made here."""
-        return {"table": self.tuning.table(), **self.tuning.counts()}
+        """The base's autotune choices as a table, how many were given and made here, and how many
+        configs compiled on the parallel threads."""
+        return {"table": self.tuning.table(), **self.tuning.counts(),
+                "compiled": parallel_tune.COMPILED[0]}
 
     def sizes(self, shape: dict) -> dict:
         """The harness's bytes_moved and flops of one shape (None where it has no such function)."""

@@ -218,14 +218,14 @@ class OracleLink(ChildLink):
         return _plain(out, "the base")
 
     def autotune(self) -> tuple[dict, dict]:
-        """(the base's autotune choices as a table, {"kernels", "given", "tuned"} counts) in the
-        oracle (autotune_share.py)."""
+        """(the base's autotune choices as a table, {"kernels", "given", "tuned", "compiled"} counts)
+        in the oracle (autotune_share.py, parallel_tune.py)."""
         reply, _ = self.request({"op": "autotune"})
         try:
             table = checked_table(reply.get("table"))
         except ValueError as e:
             raise OracleFailed(f"the harness process's autotune table is malformed: {e}") from None
-        counts = {k: reply.get(k) for k in ("kernels", "given", "tuned")}
+        counts = {k: reply.get(k) for k in ("kernels", "given", "tuned", "compiled")}
         if not all(type(v) is int and v >= 0 for v in counts.values()):
             raise OracleFailed("the harness process's autotune counts are malformed")
         return table, counts

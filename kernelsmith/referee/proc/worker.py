@@ -30,10 +30,12 @@ def main() -> int:
     sys.stdout = sys.stderr
     fd = None
     session = None
+    sent_autotune = 0  # the base's autotune choices the parent was sent (it keeps the largest table)
     # Imported before the fork (no device is touched), so the runner does not import torch again.
     from kernelsmith.referee import session as _session  # noqa: F401
     from kernelsmith.referee.link.errors import BaseRunFailed, InfrastructureError
     from kernelsmith.referee.proc import runner as _runner  # noqa: F401
+    from kernelsmith.referee.proc.autotune_share import table_size
     from kernelsmith.referee.proc.judge import RunnerTemplate
     from kernelsmith.referee.proc.oracle_link import OracleLink
 
@@ -62,6 +64,7 @@ def main() -> int:
                          "base_cache": str(session.caches.private), "runner_cache": session.runner_cache,
                          "seeded": session.seeded, "base_autotune": session.autotune,
                          "autotune": session.autotune_boot, "boot_phases": session.boot_phases}
+                sent_autotune = table_size(session.autotune)
             elif op == "evaluate":
                 code = None
                 if msg.get("source_path"):
@@ -71,7 +74,10 @@ def main() -> int:
                     code, msg.get("source_path"), int(msg["candidate_id"]), msg["timing"], int(msg["seed"]),
                     fresh=bool(msg.get("fresh_compile")), contender_at=msg.get("contender_at"),
                     contender_shapes=msg.get("contender_shapes"), promote_at=msg.get("promote_at"),
-                    rendered=bool(msg.get("rendered"))), "base_autotune": session.autotune}
+                    rendered=bool(msg.get("rendered")))}
+                if table_size(session.autotune) > sent_autotune:  # the parent keeps it: only when it grew
+                    reply["base_autotune"] = session.autotune
+                    sent_autotune = table_size(session.autotune)
             else:
                 reply = {"ok": False, "error": f"unknown request {op!r}"}
         except InfrastructureError as e:  # the parent judges the candidate again on a new worker

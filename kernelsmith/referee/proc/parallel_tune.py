@@ -1,0 +1,78 @@
+"""An autotuned kernel's configs compiled in parallel threads before Triton benchmarks them.
+
+Triton's autotuner, on a new key, benchmarks its configs one after another, and each config's first
+launch compiles it: Liger-Kernel's fused_moe has three kernels of 32 to 40 configs at 1-3 s a compile
+each, so tuning the base took minutes in the oracle, all of it on one core. Here, at the moment the
+autotuner has pruned its configs for a new key (and before the first benchmark), every config is
+compiled through `fn.warmup` under Triton's AsyncCompileMode on a thread pool: Triton's compiler
+releases the GIL in its passes and ptxas is a subprocess, so the threads compile at once, and the
+benchmarks then find each binary in the kernel's cache. Which config wins is untouched: the same
+benchmarks choose. A config that fails to compile here is left to its benchmark, which fails it as
+before (Triton counts it as infinitely slow).
+
+Installed only in the oracle (the base's tuning, the run's one), on a GPU: a runner may not start
+threads while a candidate runs (the integrity check counts them), and under the interpreter nothing
+compiles.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+MAX_THREADS = 16
+COMPILED = [0]  # configs this process submitted to its compile threads (for the autotune counts)
+
+
+def compile_threads(cores: int | None = None) -> int:
+    """Compile threads for one tuning process: half the cores (the rest serve the GPU workers and the
+    search's compile processes), at most MAX_THREADS."""
+    return max(1, min(MAX_THREADS, (cores or os.cpu_count() or 2) // 2))
+
+
+def precompile(tuner, configs: list, kwargs: dict, pool) -> int:
+    """Compile each of `configs` of `tuner` (an Autotuner inside its `run`, arguments bound) on `pool`;
+    returns how many were submitted. Errors are left to the benchmarks."""
+    from triton.runtime._async_compile import AsyncCompileMode, active_mode
+
+    if active_mode.get() is not None:  # the kernel's own code compiles asynchronously already
+        return 0
+    args = list(tuner.nargs.values())  # run() bound them in arg_names order
+    meta = {k: v for k, v in kwargs.items() if k not in ("warmup", "grid")}
+    grid = kwargs.get("grid", (1,))
+    submitted = 0
+    with AsyncCompileMode(pool, ignore_errors=True):
+        for config in configs:
+            try:
+                tuner.fn.warmup(*args, grid=grid, **meta, **config.all_kwargs())
+                submitted += 1
+            except Exception:  # noqa: BLE001 - e.g. a config clashing with a given argument: its benchmark says so
+                continue
+    return submitted
+
+
+def install(threads: int) -> bool:
+    """Make every autotuner of this process compile a new key's configs on `threads` threads before
+    benchmarking them; False where that cannot be (one thread, or a Triton without AsyncCompileMode)."""
+    if threads < 2:
+        return False
+    try:
+        from triton.runtime import _async_compile  # noqa: F401 - Triton 3.4 and later
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return False
+    if getattr(Autotuner.prune_configs, "_ks_parallel", False):
+        return True
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ks-compile")
+    prune = Autotuner.prune_configs
+
+    def prune_configs(self, kwargs):
+        configs = prune(self, kwargs)
+        # run() and warmup() call this with the arguments bound; only a benchmark of several needs it.
+        if len(configs) > 1 and getattr(self, "nargs", None):
+            COMPILED[0] += precompile(self, configs, kwargs, pool)
+        return configs
+
+    prune_configs._ks_parallel = True
+    Autotuner.prune_configs = prune_configs
+    return True
