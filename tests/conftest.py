@@ -1,4 +1,4 @@
-"""Shared test setup: the Triton interpreter without CUDA, a private cache folder, GPU skip."""
+"""Shared test setup: the Triton interpreter without CUDA, private cache folders, GPU skip."""
 
 import os
 import socket
@@ -17,13 +17,41 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ks_session_cache(tmp_path_factory):
+    """The kernelsmith cache of this test process (None with KERNELSMITH_KEEP_CACHE=1: the user's).
+
+    Session and module fixtures (a Ray cluster, referees, the fault tests' runs) are made before any
+    test's own cache is set: without this they would write the user's ~/.cache/kernelsmith and its
+    state file. tests/upstreamkit.py found the release checkouts in the user's cache at import,
+    before this.
+    """
+    base = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNELSMITH_STATE", str(base / "ks-state.json"))
+        if os.environ.get("KERNELSMITH_KEEP_CACHE") == "1":
+            yield None
+            return
+        cache = base / "ks-cache"
+        cache.mkdir(exist_ok=True)
+        mp.setenv("KERNELSMITH_CACHE", str(cache))
+        yield cache
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Tests share one private kernelsmith cache, never the user's (checkouts, state, device data)."""
+    """Each test its own kernelsmith cache and state file, never another test's nor the user's.
+
+    The state file is the record of past runs (scan's "never optimized", what a scheduled run skips)
+    and a release checkout in the cache says `cached`: shared, what a test saw would depend on which
+    tests ran before it in the same process, which pytest-xdist's grouping decides. The state file is
+    named on its own so it stays the test's where a folder shares a cache on purpose
+    (tests/faults/conftest.py); with KERNELSMITH_KEEP_CACHE=1 only the cache is the user's.
+    """
+    own = tmp_path_factory.mktemp("ks-cache")
+    monkeypatch.setenv("KERNELSMITH_STATE", str(own / "state.json"))
     if os.environ.get("KERNELSMITH_KEEP_CACHE") != "1":
-        cache = tmp_path_factory.getbasetemp() / "ks-cache"
-        cache.mkdir(exist_ok=True)
-        monkeypatch.setenv("KERNELSMITH_CACHE", str(cache))
+        monkeypatch.setenv("KERNELSMITH_CACHE", str(own))
 
 
 @pytest.fixture(autouse=True)

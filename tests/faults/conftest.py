@@ -17,11 +17,13 @@ from faultkit import BUDGET, RUN, ks, rows
 from kernelsmith.faultpoint import ENV
 
 
-def _cache_env(factory) -> dict:
-    # A session fixture is set up before the autouse per-test cache fixture: the same cache, named here.
-    cache = factory.getbasetemp() / "ks-cache"
-    cache.mkdir(exist_ok=True)
-    return {"KERNELSMITH_CACHE": str(cache)}
+@pytest.fixture(autouse=True)
+def _session_cache_shared(_private_cache, ks_session_cache, monkeypatch):
+    """The fault tests resume, report and verify the session's runs, whose checkouts are worktrees of
+    the test process's cache (a cache reads its own worktrees through its store; another cache's
+    would be a foreign folder): that cache, not one of their own. The state file stays the test's."""
+    if ks_session_cache is not None:
+        monkeypatch.setenv("KERNELSMITH_CACHE", str(ks_session_cache))
 
 
 def _once(request, factory, name: str, make: Callable[[Path], dict]) -> dict:
@@ -45,7 +47,7 @@ def uninterrupted(request, tmp_path_factory):
     """The rows of an uninterrupted run (rewrite, budget 6, seed 0: three generations of two)."""
     def make(folder: Path) -> dict:
         out = folder / "run"
-        proc = ks(*RUN, *BUDGET, "--out", str(out), env=_cache_env(tmp_path_factory))
+        proc = ks(*RUN, *BUDGET, "--out", str(out))
         assert proc.returncode == 0, proc.stderr
         got = rows(out / "archive.sqlite")
         assert [r["generation"] for r in got] == [0, 1, 1, 2, 2, 3, 3]
@@ -54,13 +56,13 @@ def uninterrupted(request, tmp_path_factory):
     return _once(request, tmp_path_factory, "uninterrupted", make)["rows"]
 
 
-def _kill_report_resume(folder: Path, env: dict, point: str) -> dict:
+def _kill_report_resume(folder: Path, point: str) -> dict:
     """A run (rewrite, budget 6, seed 0) with a TMPDIR of its own killed with SIGKILL right after the
     write `point` (faultpoint.py); `report` on it; a live process's referee folder added to that
     TMPDIR; `--resume`. What each step did and left."""
     tmp, out = folder / "tmp", folder / "run"
     tmp.mkdir()
-    env = {**env, "TMPDIR": str(tmp)}
+    env = {"TMPDIR": str(tmp)}
     killed = ks(*RUN, *BUDGET, "--out", str(out), env={**env, ENV: point})
     left = [p for p in tmp.iterdir() if p.name.startswith("kernelsmith-referee-")]
     archive = out / "archive.sqlite"
@@ -89,7 +91,7 @@ def killed_then_resumed(request, tmp_path_factory):
     def get(point: str) -> dict:
         name = "killed-" + point.replace("#", "-").replace(":", "-")
         return _once(request, tmp_path_factory, name,
-                     lambda folder: _kill_report_resume(folder, _cache_env(tmp_path_factory), point))
+                     lambda folder: _kill_report_resume(folder, point))
 
     return get
 
@@ -99,7 +101,7 @@ def _finished(tmp_path_factory):
     # One per worker: its checkout is a worktree of this worker's cache, which the tests' runs use
     # (a cache reads its own worktrees through its store; another cache's would be a foreign folder).
     out = tmp_path_factory.mktemp("finished") / "run"
-    proc = ks(*RUN, "--budget", "2", "--seed", "0", "--out", str(out), env=_cache_env(tmp_path_factory))
+    proc = ks(*RUN, "--budget", "2", "--seed", "0", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     return out
 

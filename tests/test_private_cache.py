@@ -1,0 +1,39 @@
+"""Each test's kernelsmith state file and cache are its own (tests/conftest.py): what one test records
+is never what the next one in the same process sees, whichever tests pytest-xdist puts together, and
+fixtures made before any test's own cache is set write no user cache either."""
+
+import os
+
+import pytest
+
+from kernelsmith.onboard.state import entry, load_state, record_run, save_state, state_path
+from kernelsmith.paths import cache_dir
+
+KEEP_CACHE = os.environ.get("KERNELSMITH_KEEP_CACHE") == "1"
+
+
+@pytest.fixture(scope="module")
+def module_fixture_places():
+    """Where a module fixture, made before its first test's own cache is set, keeps state and cache."""
+    return state_path(), cache_dir()
+
+
+def test_a_test_records_a_run_and_fills_its_cache():
+    state = load_state()
+    record_run(state, "fix", "scale", source_hash="0" * 64)
+    save_state(state)
+    (cache_dir() / "left-by-the-first-test").write_text("x")
+    assert entry(load_state(), "fix", "scale")["source_hash"] == "0" * 64
+
+
+def test_the_next_test_in_the_process_sees_neither():
+    assert load_state()["operators"] == {}
+    assert not (cache_dir() / "left-by-the-first-test").exists()
+
+
+def test_module_fixtures_write_the_test_processs_cache(module_fixture_places, tmp_path_factory):
+    state, cache = module_fixture_places
+    base = tmp_path_factory.getbasetemp()
+    assert state.is_relative_to(base) and state != state_path()
+    if not KEEP_CACHE:  # KERNELSMITH_KEEP_CACHE=1 asks for the user's cache on purpose
+        assert cache.is_relative_to(base) and cache != cache_dir()
