@@ -39,19 +39,17 @@ def ks_session_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Each test its own kernelsmith cache and state file, never another test's nor the user's.
+def _private_cache(tmp_path_factory, ks_session_cache, monkeypatch):
+    """Each test its own state file; the test process's kernelsmith cache, never the user's.
 
-    The state file is the record of past runs (scan's "never optimized", what a scheduled run skips)
-    and a release checkout in the cache says `cached`: shared, what a test saw would depend on which
-    tests ran before it in the same process, which pytest-xdist's grouping decides. The state file is
-    named on its own so it stays the test's where a folder shares a cache on purpose
-    (tests/faults/conftest.py); with KERNELSMITH_KEEP_CACHE=1 only the cache is the user's.
+    The state file is the record of past runs (scan's "never optimized", what a scheduled run skips):
+    shared, what a test saw would depend on which tests ran before it in the same process, which
+    pytest-xdist's grouping decides. The cache holds checkouts and snapshots keyed by their content,
+    made once per process; a test that asserts what is cached (a release checkout's `cached`) takes
+    a cache of its own (tests/targets/test_targets_release.py). With KERNELSMITH_KEEP_CACHE=1 the
+    cache is the user's.
     """
-    own = tmp_path_factory.mktemp("ks-cache")
-    monkeypatch.setenv("KERNELSMITH_STATE", str(own / "state.json"))
-    if os.environ.get("KERNELSMITH_KEEP_CACHE") != "1":
-        monkeypatch.setenv("KERNELSMITH_CACHE", str(own))
+    monkeypatch.setenv("KERNELSMITH_STATE", str(tmp_path_factory.mktemp("ks-state") / "state.json"))
 
 
 @pytest.fixture(autouse=True)

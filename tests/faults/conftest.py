@@ -17,15 +17,6 @@ from faultkit import BUDGET, RUN, ks, rows
 from kernelsmith.faultpoint import ENV
 
 
-@pytest.fixture(autouse=True)
-def _session_cache_shared(_private_cache, ks_session_cache, monkeypatch):
-    """The fault tests resume, report and verify the session's runs, whose checkouts are worktrees of
-    the test process's cache (a cache reads its own worktrees through its store; another cache's
-    would be a foreign folder): that cache, not one of their own. The state file stays the test's."""
-    if ks_session_cache is not None:
-        monkeypatch.setenv("KERNELSMITH_CACHE", str(ks_session_cache))
-
-
 def _once(request, factory, name: str, make: Callable[[Path], dict]) -> dict:
     """What `make(folder)` found (plain data), made once per test session: under xdist the workers'
     temporary folders share a parent, where the first worker to take the lock saves it for the others.

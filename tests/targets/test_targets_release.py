@@ -70,6 +70,13 @@ def write_target(folder: Path, package: str = "  spec: eng==1.0\n  prefix: pytho
     return yaml
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """A cache of each test's own: these tests assert whether a release checkout was `cached`, which
+    in the test process's cache would depend on the tests that ran before."""
+    monkeypatch.setenv("KERNELSMITH_CACHE", str(tmp_path / "ks-cache"))
+
+
 @pytest.fixture
 def eng(tmp_path):
     """(target, wheel) for the eng release."""
