@@ -25,9 +25,11 @@ COMPILED = [0]  # configs this process submitted to its compile threads (for the
 
 
 def compile_threads(cores: int | None = None) -> int:
-    """Compile threads for one tuning process: half the cores (the rest serve the GPU workers and the
-    search's compile processes), at most MAX_THREADS."""
-    return max(1, min(MAX_THREADS, (cores or os.cpu_count() or 2) // 2))
+    """Compile threads for the oracle's tuning: all cores but two (the judge's and the search's
+    process), at most MAX_THREADS. It tunes while the run's first worker starts, before any
+    candidate compiles: Liger's fused_moe tuned its first key in 59.6 s with 14 threads on a 16-core
+    H100 machine, in more than 80 s with 8, and in more than 150 s one config after another."""
+    return max(1, min(MAX_THREADS, (cores or os.cpu_count() or 2) - 2))
 
 
 def precompile(tuner, configs: list, kwargs: dict, pool) -> int:
