@@ -328,7 +328,7 @@ class Session(ShapeTrials, JudgeTiming):
 
     # -- calls --------------------------------------------------------------------------------
     def call(self, fn, inputs: dict, dirty: float, rec, sizes: list[int] = (),
-             pristine: dict | None = None) -> tuple:
+             pristine: dict | None = None, untimed: bool = False) -> tuple:
         """One call of `fn` with poisoned outputs; returns its outputs (private to the judge).
 
         `fn`: `BASE`, the trusted base run by the oracle on a copy of `inputs` (which the judge's
@@ -337,13 +337,15 @@ class Session(ShapeTrials, JudgeTiming):
         `sizes`: byte sizes of the expected outputs, used to dirty the allocator for them.
         `pristine`: the cached inputs `inputs` copies bit for bit (write-only outputs aside): the
         runner gets them from its pinned copy (shared_region.py) instead of a transfer.
+        `untimed`: a call never timed (a fresh shape's): the base's new autotune keys are not
+        benchmarked in the oracle.
         """
         if isinstance(fn, RemoteFn):
             self._share_tuning()
             return self.link.call(fn, inputs, dirty, rec is not None, sizes, self.harness.outputs, pristine)
         if fn is not BASE:
             raise TypeError(f"the judge runs no function itself: {fn!r}")
-        return self.oracle.call_base(inputs, dirty, sizes)
+        return self.oracle.call_base(inputs, dirty, sizes, untimed)
 
     def expected(self, inputs: dict) -> tuple:
         """The reference outputs for `inputs` (on copies, so the reference cannot disturb them)."""

@@ -1,6 +1,7 @@
 """A new key's autotune configs compile on parallel threads before Triton benchmarks them, and the
-benchmarks still choose (kernelsmith/referee/proc/parallel_tune.py). Real compiles for sm_90 on this
-CPU: Triton's driver is replaced by the compile-only stand-in the compile processes use."""
+benchmarks still choose; a key met only where nothing is timed takes the first config that runs
+(kernelsmith/referee/proc/parallel_tune.py). Real compiles for sm_90 on this CPU: Triton's driver is
+replaced by the compile-only stand-in the compile processes use."""
 
 import json
 import os
@@ -8,6 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from kernelsmith.referee.proc import parallel_tune
 
@@ -107,3 +112,55 @@ def test_one_thread_leaves_triton_as_it_is(tmp_path):
 @pytest.mark.parametrize("cores, threads", [(2, 1), (3, 1), (4, 2), (16, 14), (128, 16)])
 def test_compile_threads_leave_two_cores(cores, threads):
     assert parallel_tune.compile_threads(cores) == threads
+
+
+# -- a key met only on calls never timed takes the first config that runs ---------------------------
+STARTED: list[int] = []  # the MARK of each config whose launch began (its pre_hook ran)
+BENCHED: list[int] = []  # one entry per config the kernel's own benchmarker timed
+
+
+def _started(mark):
+    def hook(nargs):
+        STARTED.append(mark)
+        if mark == 0:  # as when a config asks for more shared memory than the GPU has
+            raise OutOfResources(1 << 20, 228 << 10, "shared memory")
+    return hook
+
+
+def _own_bench(kernel_call, quantiles=None, **_):
+    kernel_call()
+    BENCHED.append(len(BENCHED))
+    return [3.0 - len(BENCHED)] * 3  # the later a config, the faster: the last one wins
+
+
+@triton.autotune(configs=[triton.Config({"MARK": m}, pre_hook=_started(m)) for m in (0, 1, 2)], key=["n"],
+                 do_bench=_own_bench)
+@triton.jit
+def _marked_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MARK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2 + MARK * 0, mask=offs < n)
+
+
+def _launch(n):
+    x = torch.randn(n, device="cuda" if torch.cuda.is_available() else "cpu")  # else the interpreter
+    out = torch.empty_like(x)
+    _marked_kernel[(1,)](x, out, n, BLOCK=128)
+    assert torch.equal(out, x * 2)
+
+
+def test_an_untimed_key_takes_the_first_config_that_runs_and_compiles_no_other():
+    STARTED.clear()
+    BENCHED.clear()
+    before = dict(vars(_marked_kernel))
+    with parallel_tune.first_that_runs([_marked_kernel]):
+        _launch(100)
+    # Config 0 could not run, config 1 ran and was taken; config 2 never started; no benchmark ran.
+    assert _marked_kernel.cache[(100, "torch.float32", "torch.float32")] is _marked_kernel.configs[1]
+    assert STARTED == [0, 1, 1] and BENCHED == []  # the chosen config launched once more for the call
+    assert {k: vars(_marked_kernel).get(k) for k in ("do_bench", "prune_configs")} == \
+        {k: before.get(k) for k in ("do_bench", "prune_configs")}
+    # Outside, a new key is benchmarked as Triton does it: every config, the fastest taken.
+    STARTED.clear()
+    _launch(37)
+    assert len(BENCHED) == 2 and _marked_kernel.cache[(37, "torch.float32", "torch.float32")] \
+        is _marked_kernel.configs[2]

@@ -113,7 +113,7 @@ class ShapeTrials(ListedInputs):
 
     def base_outputs(self, inputs: dict, sizes: list[int]) -> tuple:
         """The trusted base's outputs on a copy of `inputs` (a fresh shape's: not cached)."""
-        return self.call(self.base_fn, C.clone_inputs(inputs), float("nan"), None, sizes)
+        return self.call(self.base_fn, C.clone_inputs(inputs), float("nan"), None, sizes, untimed=True)
 
     def check_shape(self, fn, shape: dict, si: int, cid: int, seed: int, rec: Record) -> dict:
         """Trials on one listed shape: reference match, poisoning, inputs unchanged, determinism,
@@ -247,7 +247,7 @@ class ShapeTrials(ListedInputs):
         sizes = _nbytes(expected)
         like = None if fn is self.base_fn else self.base_outputs(inputs, sizes)
         try:
-            outs = self.call(fn, inputs, float("nan"), rec, sizes)
+            outs = self.call(fn, inputs, float("nan"), rec, sizes, untimed=True)
             self.check_outputs(outs, expected, where, outs if like is None else like)
         except Rejected as r:
             if r.reason in ("incorrect", "unwritten_output", "shape_mismatch", "dtype_mismatch"):

@@ -16,6 +16,7 @@ import base64
 import os
 import sys
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 from kernelsmith.harness.model import load_harness
@@ -92,15 +93,18 @@ class OracleSession:
                 "flops": h.flops is not None,
                 "sizes": [self.sizes(s) for s in h.shapes_for(self.device)]}
 
-    def call(self, inputs: dict, dirty: float, sizes: list[int]) -> tuple:
-        """One call of the base with poisoned write-only outputs (as the judge's Session did)."""
+    def call(self, inputs: dict, dirty: float, sizes: list[int], untimed: bool = False) -> tuple:
+        """One call of the base with poisoned write-only outputs (as the judge's Session did);
+        `untimed`: a call never timed (a fresh shape's), whose new autotune keys take the first
+        config that runs (parallel_tune.first_that_runs)."""
         h = self.harness
         for name in [n for n in (h.outputs or []) if n not in h.inplace]:
             C.poison(inputs[name])
         # Named outputs are the caller's buffers: no blocks of their sizes (as in runner.call).
         C.dirty_allocator(self.dev, dirty, sizes if h.outputs is None else ())
         self.backend.synchronize()
-        with self.caches.base():
+        quick = parallel_tune.first_that_runs(self.tuners) if untimed else nullcontext()
+        with self.caches.base(), quick:
             ret = self.base_fn(**inputs)
             self.backend.synchronize()
         return C.as_tuple(ret) if h.outputs is None else tuple(inputs[n] for n in h.outputs)
@@ -140,7 +144,7 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         return {"ok": False, "error": f"cannot return the answer to {op!r}: {type(e).__name__}: {e}"[:2000]}
 
     def base(msg: dict, values) -> tuple[dict, object]:
-        outs = session.call(values, float(msg["dirty"]), msg.get("sizes") or [])
+        outs = session.call(values, float(msg["dirty"]), msg.get("sizes") or [], msg.get("untimed") is True)
         # How many autotune choices the base has now: the judge fetches new ones (autotune_share.py).
         return {"chosen": session.chosen()}, outs
 

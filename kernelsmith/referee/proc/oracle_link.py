@@ -206,11 +206,12 @@ class OracleLink(ChildLink):
             raise OracleFailed("the reference's outputs are not a tuple")
         return _plain(out, "reference")
 
-    def call_base(self, inputs: dict, dirty: float, sizes) -> tuple:
-        """The base's outputs on `inputs` (write-only outputs poisoned, the allocator dirtied there)."""
+    def call_base(self, inputs: dict, dirty: float, sizes, untimed: bool = False) -> tuple:
+        """The base's outputs on `inputs` (write-only outputs poisoned, the allocator dirtied there);
+        `untimed`: a call never timed (a fresh shape's: its new autotune keys are not benchmarked)."""
         tensors = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
-        reply, out = self.request({"op": "base", "dirty": dirty, "sizes": list(sizes)}, inputs,
-                                  reply_bytes=room_for(tensors, sizes))
+        reply, out = self.request({"op": "base", "dirty": dirty, "sizes": list(sizes), "untimed": untimed},
+                                  inputs, reply_bytes=room_for(tensors, sizes))
         if not isinstance(out, tuple):
             raise OracleFailed("the base's outputs are not a tuple")
         if type(reply.get("chosen")) is int:

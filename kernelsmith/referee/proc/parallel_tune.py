@@ -13,12 +13,19 @@ before (Triton counts it as infinitely slow).
 Installed only in the oracle (the base's tuning, the run's one), on a GPU: a runner may not start
 threads while a candidate runs (the integrity check counts them), and under the interpreter nothing
 compiles.
+
+A key met only on a call that is never timed (a fresh shape's correctness trial: every candidate
+draws its own, and Liger's fused_moe makes each inner size a key of its own) needs no benchmarks:
+any config that runs gives a right answer. There (`first_that_runs`) the autotuner takes the first
+of its configs that compiles and runs, and compiles no other.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 MAX_THREADS = 16
 COMPILED = [0]  # configs this process submitted to its compile threads (for the autotune counts)
@@ -76,5 +83,46 @@ def install(threads: int) -> bool:
         return configs
 
     prune_configs._ks_parallel = True
+    prune_configs._ks_original = prune
     Autotuner.prune_configs = prune_configs
     return True
+
+
+class _FirstThatRuns:
+    """One autotuner's stand-in benchmarker: the first config of a key that runs wins; the others
+    are neither compiled nor run (their "time" is infinite)."""
+
+    def __init__(self, tuner):
+        self.tuner, self.found = tuner, False
+        self.prune = getattr(type(tuner).prune_configs, "_ks_original", type(tuner).prune_configs)
+
+    def prune_configs(self, kwargs):
+        self.found = False  # called once per new key, right before its benchmarks
+        return self.prune(self.tuner, kwargs)
+
+    def do_bench(self, kernel_call, quantiles=None, **_):
+        if self.found:
+            return [math.inf, math.inf, math.inf]
+        kernel_call()  # a config that cannot compile raises here; the autotuner counts it infinite
+        self.found = True
+        return [0.0, 0.0, 0.0]
+
+
+@contextmanager
+def first_that_runs(tuners):
+    """While inside: each of `tuners` (Autotuners) meeting a new key takes the first of its configs
+    that runs instead of benchmarking them all (for calls that are never timed)."""
+    saved = []
+    for tuner in tuners:
+        space = vars(tuner)
+        saved.append((tuner, {k: space[k] for k in ("do_bench", "prune_configs") if k in space}))
+        quick = _FirstThatRuns(tuner)
+        space["do_bench"], space["prune_configs"] = quick.do_bench, quick.prune_configs
+    try:
+        yield
+    finally:
+        for tuner, before in saved:
+            space = vars(tuner)
+            for k in ("do_bench", "prune_configs"):
+                space.pop(k, None)
+            space.update(before)
