@@ -129,3 +129,56 @@ def test_choices_are_taken_for_the_base_and_its_copy_only_where_the_kernel_has_t
 def test_a_malformed_table_is_refused(table):
     with pytest.raises(ValueError):
         checked_table(table)
+
+
+# The later config is faster in every process, and the output does not show which one ran.
+LATER_IS_FASTER = '''
+import torch
+import triton
+import triton.language as tl
+
+BENCHED = []
+
+
+def _bench(kernel_call, quantiles=None, **_):
+    kernel_call()
+    BENCHED.append(len(BENCHED) % 2)
+    return [2.0 - BENCHED[-1]] * 3
+
+
+@triton.autotune(configs=[triton.Config({"MARK": 0}), triton.Config({"MARK": 1})], key=["n"], do_bench=_bench)
+@triton.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MARK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + MARK * 0, mask=mask)
+
+
+def double(x):
+    out = torch.empty_like(x)
+    _double_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+    return out
+'''
+
+
+def test_a_fresh_shapes_key_is_not_benchmarked_in_the_oracle(tmp_path, monkeypatch):
+    """Listed shapes are timed: their keys are benchmarked (the faster config 1 wins). A fresh shape
+    is only checked for correctness: its key takes the first config that runs (0), and the runner is
+    handed that choice like any other."""
+    from kernelsmith.onboard.task import load_task
+    from kernelsmith.referee import Referee
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    tiny_task(tmp_path, "double", "double", HARNESS)
+    (tmp_path / "proj" / "tiny" / "kern.py").write_text(LATER_IS_FASTER)
+    task = load_task(str(tmp_path / "targets" / "tiny.yaml"), "double", checkout=str(tmp_path / "proj"))
+    with Referee(task, device="interpret", seed=3, timeout_s=120, prefork=False) as ref:
+        verdict = ref.evaluate(None)
+    assert verdict.accepted, verdict.feedback()
+    chosen = verdict.details["autotune"][KERNEL]
+    listed = {f'[{n}, "torch.float32", "torch.float32"]' for n in (100, 37)}
+    fresh = {f'[{s["n"]}, "torch.float32", "torch.float32"]' for s in verdict.fresh_shapes} - listed
+    assert fresh and set(chosen) == listed | fresh, chosen
+    assert all(chosen[k]["config"].startswith("MARK: 1,") for k in listed), chosen
+    assert all(chosen[k]["config"].startswith("MARK: 0,") for k in fresh), chosen
+    assert all(c["source"] == "shared" for c in chosen.values())
