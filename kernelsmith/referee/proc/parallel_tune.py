@@ -1,4 +1,5 @@
-"""An autotuned kernel's configs compiled in parallel threads before Triton benchmarks them.
+"""How the oracle tunes the base's autotuned kernels quickly: a timed key's configs compiled on
+threads before Triton benchmarks them; an untimed key's first config that runs, nothing benchmarked.
 
 Triton's autotuner, on a new key, benchmarks its configs one after another, and each config's first
 launch compiles it: Liger-Kernel's fused_moe has three kernels of 32 to 40 configs at 1-3 s a compile
