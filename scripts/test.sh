@@ -9,6 +9,6 @@ bash scripts/setup.sh
 bash scripts/release_checkouts.sh
 # Two test processes (pytest-xdist): the suite is mostly waiting on subprocesses and the Triton
 # interpreter. Whole files per process (`--dist loadfile`): a module's fixtures (a Ray cluster,
-# shared Referees, finished runs) are made once, not once per process (2 cores: 905 s, 11.5 CPU-min,
-# against 1000 s, 13.8 CPU-min with tests dealt one by one).
+# shared Referees, finished runs) are made once, not once per process (2 cores: 867-915 s, against
+# about 1000 s with tests dealt one by one).
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_PROCESSES:-2}" --dist loadfile "$@"
