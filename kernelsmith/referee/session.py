@@ -137,8 +137,7 @@ class Session(ShapeTrials, JudgeTiming):
         compile_now = self.backend.compiles and not self.seeded
         # Autotuned kernels are tuned in the oracle before the runner starts, which is then given
         # their choices instead of tuning the base again (autotune_share.py).
-        self.autotune, self.autotune_boot = self.oracle.autotune()
-        tune_now = self.autotune_boot["kernels"] > 0 and not self.spec.get("base_autotune")
+        tune_now = self.oracle.autotuned > 0 and not self.spec.get("base_autotune")
         if compile_now or tune_now:
             # The run's first worker: its oracle compiles (and tunes) the base for every listed shape
             # now, before any candidate, and the runner starts with those binaries and choices.
@@ -147,8 +146,8 @@ class Session(ShapeTrials, JudgeTiming):
         if compile_now:
             files = read_folder(self.caches.private, BASE_SEED_LIMIT) or {}
             runner_seed = {k: base64.b64encode(v).decode() for k, v in files.items()}
+        self.autotune, self.autotune_boot = self.oracle.autotune()  # after the base calls chose
         if compile_now or tune_now:
-            self.autotune, self.autotune_boot = self.oracle.autotune()  # what the base calls chose
             clock.mark("base_compile")
         return runner_seed
 

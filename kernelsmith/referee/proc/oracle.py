@@ -130,7 +130,8 @@ def serve(chan: Channel, own_userns: bool = False) -> int:
         nonlocal session
         session = OracleSession(msg["spec"])
         chan.device = session.dev
-        return {"facts": session.facts(), "seeded": session.seeded, "own_userns": own_userns}, None
+        return {"facts": session.facts(), "seeded": session.seeded, "own_userns": own_userns,
+                "autotuned": len(session.tuners)}, None
 
     def calibrate(msg: dict, values) -> tuple[dict, object]:
         session.backend.calibrate([], msg.get("calibration"))

@@ -130,6 +130,7 @@ class OracleLink(ChildLink):
         super().__init__(pid, mine)
         self.sizes: dict[str, tuple[int | None, int | None]] = {}
         self.chosen = 0  # the base's autotune choices in the oracle, as its last base call said
+        self.autotuned = 0  # the base's autotuned kernels (of several configs), as the oracle's init said
 
     def set_device(self, device: str, regions: bool = True) -> None:
         """Where received tensors go (the judge's device), and whether they cross through regions
@@ -188,7 +189,8 @@ class OracleLink(ChildLink):
     def start_session(self, spec: dict) -> tuple[dict, int, bool]:
         """Load the harness and the base there: (its facts, base binaries it seeded, own user namespace)."""
         reply, _ = self.request({"op": "init", "spec": spec})
-        seeded = reply.get("seeded")
+        seeded, autotuned = reply.get("seeded"), reply.get("autotuned")
+        self.autotuned = autotuned if type(autotuned) is int and autotuned >= 0 else 0
         return reply.get("facts"), seeded if type(seeded) is int else 0, reply.get("own_userns") is True
 
     def make_inputs(self, shape: dict, device: str, seed: int) -> dict:
