@@ -6,7 +6,8 @@ under a wall clock. The child (`main`) imports the harness, calls `make_inputs(s
 under torch's FakeTensorMode for every listed shape (SHAPES and CPU_SHAPES: what the search uses on
 "cuda" and "interpret"), and prints one JSON line: the facts harness/facts.py checks and rebuilds. A
 harness that does not load answers {"config_error": ...}; one that crashes, hangs or answers
-malformed data is one error naming the harness file.
+malformed data is one error naming the harness file. The facts are kept between commands while
+every file the harness read is unchanged (harness/factstore.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import copy
 import hashlib
 import inspect
 import json
+import os
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
 from kernelsmith.errors import ConfigError, KernelsmithError
+from kernelsmith.harness import factstore
 from kernelsmith.harness.facts import MAX_TEXT, REFERENCE_LIMIT, HarnessFacts, MalformedFacts, shape_key
 from kernelsmith.sandbox.spawn import private_stdout
 
@@ -65,13 +69,18 @@ def _plain_list(h, attr: str, value) -> list:
         raise ConfigError(h.path, f"must hold plain values (numbers, strings, lists): {e}", attr) from None
 
 
-def collect(path: str, variant: str | None = None) -> dict:
+def collect(path: str, variant: str | None = None, reads: factstore.ReadLog | None = None) -> dict:
     """The facts of the harness at `path` with the shapes of `variant` (this runs the harness: call
-    it only in the sandbox)."""
+    it only in the sandbox); `reads` records what the harness's code opens meanwhile."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from kernelsmith.harness.model import load_harness
 
+    # The first FakeTensorMode imports torch._dynamo, a thousand files that are torch's, not the
+    # harness's reads.
+    FakeTensorMode()
+    if reads is not None:
+        reads.recording = True
     h = load_harness(path, variant)
     records, seen = [], set()
     for shape in h.shapes + h.cpu_shapes:
@@ -104,8 +113,11 @@ def main() -> int:
     """Gather the facts for the spec in argv[1]; the answer goes to a private copy of stdout."""
     answer = private_stdout()  # what the harness prints goes to stderr, never into the answer
     spec = json.loads(sys.argv[1])
+    reads = factstore.ReadLog(skip=[os.environ.get("TMPDIR", "")])
     try:
-        result = {"facts": collect(spec["harness"], spec.get("variant"))}
+        facts = collect(spec["harness"], spec.get("variant"), reads)
+        reads.recording = False
+        result = {"facts": facts, "reads": reads.answer(Path(__file__).resolve().parents[1])}
     except ConfigError as e:  # the harness does not import or lacks a required name
         result = {"config_error": {"message": e.message, "field": e.field}}
     except Exception as e:  # noqa: BLE001 - the harness itself failed
@@ -122,21 +134,32 @@ def gather(harness: str | Path, cwd: str | Path, timeout_s: float | None = None,
     """The facts of `harness` with the shapes of `variant`, from one child in the sandbox ("harness"
     profile); ConfigError when the harness does not load, HarnessFactsError (naming it) when its
     child crashes, hangs or answers malformed data. One child per harness file's content, variant
-    (and cwd) per process."""
+    (and cwd) per process; with the sandbox on, none while the facts kept by an earlier command
+    still hold (harness/factstore.py)."""
     from kernelsmith import sandbox
 
     path = Path(harness).resolve()
     if not path.is_file():
         raise ConfigError(path, "harness file not found")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    key = (str(path), digest, variant, str(Path(cwd).resolve()), sandbox.enabled())
+    folder = Path(cwd).resolve()
+    key = (str(path), digest, variant, str(folder), sandbox.enabled())
     with _LOCK:
         if key not in _GATHERED:
-            _GATHERED[key] = _gather(path, cwd, timeout_s, variant)
+            name = factstore.entry_name(path, digest, variant, folder) if sandbox.enabled() else None
+            facts = None if name is None else factstore.load(name, path)
+            if facts is None:
+                started = time.time_ns()
+                facts, reads = _gather(path, cwd, timeout_s, variant)
+                if name is not None:
+                    factstore.save(name, facts, reads, started)
+            _GATHERED[key] = facts
         return copy.deepcopy(_GATHERED[key])
 
 
-def _gather(path: Path, cwd: str | Path, timeout_s: float | None, variant: str | None) -> HarnessFacts:
+def _gather(path: Path, cwd: str | Path, timeout_s: float | None,
+            variant: str | None) -> tuple[HarnessFacts, object]:
+    """(the facts, what the child says its harness read) from one sandboxed child."""
     from kernelsmith.harness.box import HarnessChildError, config_error, run_child, shown
 
     try:
@@ -146,7 +169,7 @@ def _gather(path: Path, cwd: str | Path, timeout_s: float | None, variant: str |
         error = config_error(answer, path)
         if error is not None:
             raise error
-        return HarnessFacts.from_json(answer.get("facts"), path)
+        return HarnessFacts.from_json(answer.get("facts"), path), answer.get("reads")
     except HarnessChildError as e:
         raise HarnessFactsError(f"{e} (the search reads the harness's shapes and input sizes in this child; "
                                 "`kernelsmith harness check` runs it too)") from None
