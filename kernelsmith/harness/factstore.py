@@ -95,7 +95,8 @@ def _digests(reads: list[tuple[str, str]], before_ns: int | None = None) -> list
             try:
                 if kind == "dir":
                     st = os.fstat(fd)
-                    data = "\0".join(sorted(os.listdir(fd))).encode()
+                    # bytecode caches come and go with any import; they never decide which module loads
+                    data = "\0".join(sorted(n for n in os.listdir(fd) if n != "__pycache__")).encode()
                 else:
                     data = safefs.read_file(path, MAX_READ_BYTES - total)
                     st = os.stat(path, follow_symlinks=False)
@@ -132,7 +133,7 @@ def load(name: str, path: Path) -> HarnessFacts | None:
     """The kept facts under `name` while every file and folder they were gathered from is as it
     was; None otherwise."""
     try:
-        entry = json.loads(safefs.read_file(cache_dir() / STORE / name, MAX_ENTRY_BYTES))
+        entry = json.loads(safefs.read_file(_folder() / name, MAX_ENTRY_BYTES))
         reads = checked_reads(entry["reads"])
         if reads is None or not isinstance(entry["digests"], list) or _digests(reads) != entry["digests"]:
             return None
@@ -148,7 +149,7 @@ def save(name: str, facts: HarnessFacts, reads, started_ns: int) -> None:
     digests = None if reads is None else _digests(reads, before_ns=started_ns)
     if digests is None:
         return
-    folder = cache_dir() / STORE
+    folder = _folder()
     data = json.dumps({"reads": [list(r) for r in reads], "digests": digests, "facts": facts.to_json()})
     if len(data) > MAX_ENTRY_BYTES:
         return
@@ -157,6 +158,11 @@ def save(name: str, facts: HarnessFacts, reads, started_ns: int) -> None:
         _prune(folder)
     except (OSError, safefs.UnsafePath):
         pass  # a cache that cannot be written costs the next command a child, nothing else
+
+
+def _folder() -> Path:
+    # The cache's own location is the user's choice (it may lie behind a link); below it, no link.
+    return cache_dir().resolve() / STORE
 
 
 def _prune(folder: Path) -> None:

@@ -30,7 +30,10 @@ def reference(n):
 
 @pytest.fixture
 def children(tmp_path, monkeypatch):
-    """The harness folder, with a fresh cache; the facts children each `command()` starts."""
+    """The harness folder, with a fresh cache (behind a link, as the user may put it); the facts
+    children each `command()` starts."""
+    (tmp_path / "cache-disk").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "cache-disk")
     monkeypatch.setenv("KERNELSMITH_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "h"
     folder.mkdir()
@@ -55,6 +58,8 @@ def test_facts_are_kept_while_what_the_harness_read_is_unchanged(children):
     folder, command = children
     assert command() == ([{"rows": 4, "width": 8}], 1)
     assert command() == ([{"rows": 4, "width": 8}], 0)  # kept: no child
+    (folder / "__pycache__").mkdir()  # what importing it here leaves changes nothing it reads
+    assert command() == ([{"rows": 4, "width": 8}], 0)
     (folder / "rows.txt").write_text("5\n")  # a file it opened
     assert command() == ([{"rows": 5, "width": 8}], 1)
     assert command() == ([{"rows": 5, "width": 8}], 0)
