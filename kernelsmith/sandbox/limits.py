@@ -1,5 +1,6 @@
 """What a sandbox profile may hold and reach beyond its mounts: the host memory cap of the
-candidate profile (a setting), whether Unix sockets may be made, and which folders are emptied."""
+candidate profile (a setting), the cores left for compile pools, whether Unix sockets may be made,
+and which folders are emptied."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def candidate_memory_bytes(env: dict[str, str] | None = None) -> int | None:
         raise ConfigError(f"${MEMORY_ENV}", f"{value[:40]!r} is below 256M, too little for a worker "
                           "to import torch")
     return cap
+
+
+def spare_cores(reserved: int, cap: int, cores: int | None = None) -> int:
+    """Cores left for compiling once `reserved` busy processes have one each: at least 1, at most
+    `cap` (`cores`: the machine's count by default)."""
+    return max(1, min(cap, (cores or os.cpu_count() or 2) - reserved))
 
 
 def format_size(n: int) -> str:

@@ -29,6 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 from kernelsmith.safefs import open_dir, write_file
+from kernelsmith.sandbox.limits import spare_cores
 from kernelsmith.scratch import ScratchDir
 
 JOB_TIMEOUT_S = 180.0
@@ -46,8 +47,7 @@ def compile_processes(n_gpus: int, cores: int | None = None) -> int:
     Real kernels' verdicts are compile-bound (the sampler's GPU was busy 21% with five processes on
     16 cores), so every core not needed by a GPU worker or the loop compiles.
     """
-    cores = cores or os.cpu_count() or 2
-    return max(1, min(MAX_COMPILE_PROCESSES, cores - 2 - n_gpus))
+    return spare_cores(2 + n_gpus, MAX_COMPILE_PROCESSES, cores)
 
 
 def device_facts() -> dict | None:

@@ -69,3 +69,25 @@ def test_the_page_links_the_methods_page_and_the_csv():
     text = (DOCS / "results.md").read_text(encoding="utf-8")
     assert "(measuring.md)" in text and (DOCS / "measuring.md").is_file()
     assert "(results.csv)" in text
+
+
+def _svs_rows() -> list[dict]:
+    """docs/search-vs-sweep.md's table as dicts keyed by its header."""
+    lines = [line for line in (DOCS / "search-vs-sweep.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("|")]
+    header = _cells(lines[0])
+    return [dict(zip(header, _cells(line), strict=True)) for line in lines[2:]]
+
+
+def test_each_search_vs_sweep_row_names_its_gpu_commit_and_a_ratio_that_matches_its_geomeans():
+    rows = _svs_rows()
+    assert len(rows) >= 4
+    for row in rows:
+        assert row["device"] in {"H100", "H200"}, row
+        assert re.fullmatch(r"[0-9a-f]{7,40}", row["commit"]), row
+        sweep = re.match(rf"({NUMBER})x", row["sweep"])
+        opt = re.match(rf"({NUMBER})x", row["optimize"])
+        if sweep and opt:
+            ratio = float(opt.group(1)) / float(sweep.group(1))
+            assert abs(float(row["ratio"]) - ratio) < 0.002, row
+    assert "(search-vs-sweep.md)" in (DOCS / "results.md").read_text(encoding="utf-8")

@@ -24,9 +24,10 @@ of its configs that compiles and runs, and compiles no other.
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+
+from kernelsmith.sandbox.limits import spare_cores
 
 MAX_THREADS = 16
 COMPILED = [0]  # configs this process submitted to its compile threads (for the autotune counts)
@@ -37,7 +38,7 @@ def compile_threads(cores: int | None = None) -> int:
     process), at most MAX_THREADS. It tunes while the run's first worker starts, before any
     candidate compiles: Liger's fused_moe tuned its first key in 59.6 s with 14 threads on a 16-core
     H100 machine, in more than 80 s with 8, and in more than 150 s one config after another."""
-    return max(1, min(MAX_THREADS, (cores or os.cpu_count() or 2) - 2))
+    return spare_cores(2, MAX_THREADS, cores)
 
 
 def precompile(tuner, configs: list, kwargs: dict, pool) -> int:
