@@ -17,14 +17,17 @@ from kernelsmith.errors import ConfigError
 from kernelsmith.harness.entry import entry_caller, parse_outputs, resolve_entry
 from kernelsmith.harness.variants import parse_variants, shape_list, variant_shapes
 
-# Default (atol, rtol) by output dtype name (docs/design.md, Pinned details).
+# Default (atol, rtol) by output dtype name (docs/design.md, Pinned details). fp8's rtol is one unit
+# in the last place (3 and 2 mantissa bits): a kernel's fp32 division (Triton's `/` is approximate)
+# moves a value that lies within an fp32 ulp of an fp8 rounding boundary across it, about one
+# element in a million.
 DEFAULT_TOLERANCE = {
     "float64": {"atol": 1e-7, "rtol": 1e-7},
     "float32": {"atol": 1e-4, "rtol": 1e-4},
     "float16": {"atol": 1e-2, "rtol": 1e-2},
     "bfloat16": {"atol": 1e-2, "rtol": 1e-2},
-    "float8_e4m3fn": {"atol": 1e-1, "rtol": 1e-1},
-    "float8_e5m2": {"atol": 2e-1, "rtol": 2e-1},
+    "float8_e4m3fn": {"atol": 1e-1, "rtol": 0.125},
+    "float8_e5m2": {"atol": 2e-1, "rtol": 0.25},
 }
 
 

@@ -274,3 +274,16 @@ def test_the_verdict_schema_and_its_rules_live_on_the_verdict():
     noisy = Verdict.from_json({**v.to_json(), "timing": timing_block(1.05, True, "full")})
     assert noisy.noisy and noisy.trusted_speedup() is None and not noisy.shape_timings_usable
     assert "NOISY" in noisy.feedback() and "(noisy)" in noisy.summary()
+
+
+def test_the_default_fp8_tolerance_takes_one_step_of_the_format_and_not_two():
+    from kernelsmith.harness.model import DEFAULT_TOLERANCE
+
+    for name, codes in (("float8_e4m3fn", range(1, 0x7E)), ("float8_e5m2", range(1, 0x7B))):
+        dtype = getattr(torch, name)
+        tol = (DEFAULT_TOLERANCE[name]["atol"], DEFAULT_TOLERANCE[name]["rtol"])
+        exact = torch.tensor(list(codes), dtype=torch.uint8).view(dtype)
+        for step, ok in ((1, True), (-1, True), (2, False)):
+            moved = (exact.view(torch.uint8).int() + step).clamp(1, max(codes)).to(torch.uint8).view(dtype)
+            check = C.compare(moved, exact, tol, "y")
+            assert (check.problem is None) == ok, (name, step, check.message)
