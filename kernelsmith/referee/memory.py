@@ -200,6 +200,7 @@ class MemoryPlanner:
         self.gauge, self.cache = gauge, cache
         self.sizes: dict[str, ShapeBytes] = {}  # shape key -> its largest sizes seen
         self.copies: dict[tuple[str, int], int] = {}  # (shape key, seed) -> rotation copies chosen
+        self.sets: dict[tuple[str, int], int] = {}  # (shape key, seed) -> input sets, where fewer
         self.decisions: list[dict] = []
         self.least: int | None = None
 
@@ -342,6 +343,19 @@ class MemoryPlanner:
                                    "copies": chosen, "of": n_fns, "need_bytes": need_of(n_fns),
                                    "free_bytes": room})
         return chosen
+
+    def timing_sets(self, shape: dict, seed: int, most: int) -> int:
+        """How many input sets a timing of `shape` rotates: `most`, or fewer where an earlier timing
+        of this shape and seed had to take fewer (a run's measurements stay alike)."""
+        return min(most, self.sets.get((_key(shape), int(seed)), most))
+
+    def fewer_sets(self, shape: dict, seed: int, sets: int, need: int | None, free: int) -> int:
+        """After one copy of `sets` input sets did not fit: the sets to time with instead."""
+        self.sets[(_key(shape), int(seed))] = sets - 1
+        self.decisions.append({"shape": shape, "step": "timing", "action": "fewer_sets", "sets": sets - 1,
+                               "of": sets, "need_bytes": need, "free_bytes": free,
+                               "note": "one copy of every input set did not fit: timed on fewer sets"})
+        return sets - 1
 
     def fewer_after_oom(self, shape: dict, seed: int, copies: int) -> int | None:
         """After a timing ran out of device memory with `copies`: the copies to retry with (None:

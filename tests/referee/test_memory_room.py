@@ -236,6 +236,28 @@ def test_the_runners_regions_make_way_for_the_oracles_timing_of_the_base(tmp_pat
     assert again.memory.decisions == judge.memory.decisions  # the same cap: the same choices
 
 
+@pytest.mark.parametrize(("cap_mib", "sets"), [(80, 2), (56, 1)])
+def test_a_shape_whose_input_sets_do_not_fit_with_one_copy_is_timed_on_fewer_sets(tmp_path, cap_mib, sets):
+    """The largest shape (4 MiB in, 4 MiB out) at caps where one copy of its three timed input sets
+    does not fit even with every other cached entry gone: it is timed on fewer sets (the verdict's
+    memory decisions say how many, of how many), not refused, and every later timing of the shape
+    keeps that count."""
+    judge, out = _slots_timed(tmp_path / "t", cap_mib * MIB)
+    assert out["timed"] and out["violations"] == [], out["details"]
+    assert all(s["speedup"] is not None for s in out["shapes"])
+    big = judge.harness.shapes_for("interpret")[-1]
+    fewer = [d for d in judge.memory.decisions if d["action"] == "fewer_sets"]
+    steps = range(timing.INPUT_SETS - 1, sets - 1, -1)
+    assert [(d["sets"], d["of"]) for d in fewer] == [(n, n + 1) for n in steps]
+    assert all(d["shape"] == big and d["need_bytes"] > d["free_bytes"] for d in fewer)
+    assert judge.memory.timing_sets(big, 0, timing.INPUT_SETS) == sets
+    judge.memory.begin()
+    timing.time_candidate(judge, RemoteFn("cand"), cid=2, seed=0, mode="screen", out=_verdict_dict(judge))
+    assert not [d for d in judge.memory.decisions if d["action"] == "fewer_sets"]  # the count is kept
+    again, _ = _slots_timed(tmp_path / "again", cap_mib * MIB)
+    assert [d for d in again.memory.decisions if d["action"] == "fewer_sets"] == fewer
+
+
 # -- a referee on a simulated device: the regions closed and made again through the real children -------
 SHARED_CAP = 30_000_000  # test_memory.CACHES: above the largest shape alone (21M is not), below it
 # beside both children's regions as the largest shape's calls grow them

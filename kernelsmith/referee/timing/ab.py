@@ -204,7 +204,8 @@ def timed_output_ok(session, outs: tuple, expected: tuple) -> bool:
 
 def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, mode: str,
               host: bool = True, copies: int | None = None) -> dict:
-    """The interleaved loop on copies of `originals` (INPUT_SETS input sets): raw per-call times of
+    """The interleaved loop on copies of `originals` (INPUT_SETS input sets, fewer where the device
+    memory is short): raw per-call times of
     base, candidate (and A/A), host times, and the last timed candidate call's outputs
     (`last_outs`, on set `last_set`). Runs where the candidate is loaded (the runner). `copies`:
     copies of the sets (rotation.py; default one per function, fewer where memory is short)."""
@@ -252,7 +253,7 @@ def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, 
         # Base and A/A compile only in the private Triton cache (compile_cache.py); the switch
         # happens here, around the warm-up, never inside a timed region.
         with session.base_compiles() if session.trusted(orig) else nullcontext():
-            for r in range(INPUT_SETS):
+            for r in range(len(originals)):
                 f(r)
     backend.synchronize()
     late_before = backend.late_reps()

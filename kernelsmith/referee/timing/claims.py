@@ -214,34 +214,53 @@ class JudgeTiming:
     def _claims_in_memory(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str,
                           host: bool) -> dict:
         """`_claims` with as many copies of the input sets as the free device memory allows
-        (memory.py); a request the device runs out of memory in is made again with one copy fewer."""
+        (memory.py); a request the device runs out of memory in is made again with one copy fewer,
+        and where one copy of every set does not fit, with one input set fewer (down to one)."""
         from kernelsmith.referee.timing.ab import INPUT_SETS
 
         planner = getattr(self, "memory", None)
-        entries = self.timing_entries(shape, seed, INPUT_SETS)
-        self.listed_expected(entries[0])  # the outputs' size is part of the need
         n_fns = 3 if mode == "full" else 2
         if planner is None:
+            entries = self.timing_entries(shape, seed, INPUT_SETS)
+            self.listed_expected(entries[0])
             return self._with_own_base(self._claims(fn, shape, si, cid, seed, mode, host, entries, None),
                                        shape, entries, seed)
+        n_sets = planner.timing_sets(shape, seed, INPUT_SETS)
+        while True:
+            entries = self.timing_entries(shape, seed, n_sets)
+            self.listed_expected(entries[0])  # the outputs' size is part of the need
+            try:
+                r = self._claims_with_copies(fn, shape, si, cid, seed, mode, host, entries, n_fns)
+                break
+            except DeviceMemoryShort as short:
+                if n_sets <= 1:
+                    raise
+                # Sets of this size rotate for nothing but cached results (an input set far larger
+                # than any cache is read from memory whichever comes): fewer of them, not no timing.
+                n_sets = planner.fewer_sets(shape, seed, n_sets, short.need, short.free)
+        return self._with_own_base(r, shape, entries, seed)
+
+    def _claims_with_copies(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool,
+                            entries: list, n_fns: int) -> dict:
+        """`_claims` on `entries` with the rotation copies that fit; DeviceMemoryShort where even one
+        does not."""
+        planner = self.memory
         # The oracle's regions are idle while the runner times, once the base is timed here.
         idle = self.idle_while("runner") if (json.dumps(shape, sort_keys=True), seed) in self.own_base else ()
         copies = planner.timing_copies(shape, seed, lambda c: self.timing_need(shape, seed, c, entries),
                                        n_fns, keep=[e.key for e in entries], idle=idle)
         while True:
             try:
-                r = self._claims(fn, shape, si, cid, seed, mode, host, entries, copies)
-                break
+                return self._claims(fn, shape, si, cid, seed, mode, host, entries, copies)
             except CandidateError as e:
                 if not device_oom(e.text):
                     raise
                 fewer = planner.fewer_after_oom(shape, seed, copies)
                 if fewer is None:
                     need = self.timing_need(shape, seed, 1, entries)
-                    raise DeviceMemoryShort(shape, need, planner.room() or 0, "timing with one copy of its "
-                                            "input sets", planner.sizes_of(shape)) from None
+                    raise DeviceMemoryShort(shape, need, planner.room() or 0, f"timing with one copy of its "
+                                            f"{len(entries)} input set(s)", planner.sizes_of(shape)) from None
                 copies = fewer
-        return self._with_own_base(r, shape, entries, seed)
 
     def _with_own_base(self, r: dict, shape: dict, entries: list, seed: int) -> dict:
         """The runner's checked claims `r` with the judge's own base (`judge_base_ms`, `judge_host_ms`),
@@ -259,14 +278,12 @@ class JudgeTiming:
         """Device bytes a timing of `shape` with `copies` copies needs beyond the cache: the runner's
         side, or the oracle's timing of the base where this worker has not timed it yet, and the
         judge's regions they grow."""
-        from kernelsmith.referee.timing.ab import INPUT_SETS
-
         sizes = self.memory.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
-        sets = INPUT_SETS * sizes.inputs
-        need = sizes.timing(copies, INPUT_SETS) + region_growth(self.link, sets, sizes.outputs)
+        sets = len(entries) * sizes.inputs
+        need = sizes.timing(copies, len(entries)) + region_growth(self.link, sets, sizes.outputs)
         if (json.dumps(shape, sort_keys=True), seed) not in self.own_base:
             grow = region_growth(getattr(self, "oracle", None), sets)
-            need = max(need, sizes.base_timing(INPUT_SETS) + grow)
+            need = max(need, sizes.base_timing(len(entries)) + grow)
         return need
 
     def _claims(self, fn, shape: dict, si: int, cid: int, seed: int, mode: str, host: bool,
@@ -275,7 +292,6 @@ class JudgeTiming:
         {"forged": [violation, why]}."""
         from kernelsmith.referee.timing.ab import (
             FULL,
-            INPUT_SETS,
             SCREEN,
             changed_inputs_message,
             timed_output_ok,
@@ -300,7 +316,7 @@ class JudgeTiming:
         if changed:  # the runner's own check; a lying runner is bounded by (b) as for any base it times
             return {"forged": ["input_mutation", changed_inputs_message(changed[:8])]}
         last, k = (out or {}).get("last") if isinstance(out, dict) else None, reply.get("last_set")
-        if not (isinstance(last, tuple) and isinstance(k, int) and 0 <= k < INPUT_SETS):
+        if not (isinstance(last, tuple) and isinstance(k, int) and 0 <= k < len(entries)):
             raise RunnerFailed("protocol", "the runner did not return its last timed output")
         r["timed_output_ok"] = timed_output_ok(self, last, self.listed_expected(entries[k]))
         r["originals"] = originals
@@ -308,15 +324,13 @@ class JudgeTiming:
 
     def _own_base_in_memory(self, shape: dict, entries: list, seed: int) -> tuple[float, float]:
         """`own_base_ms` on the timing sets, with room made for the oracle's copies (memory.py)."""
-        from kernelsmith.referee.timing.ab import INPUT_SETS
-
         originals = [e.originals for e in entries]
         planner = getattr(self, "memory", None)
         if planner is None:
             return self.own_base_ms(originals, seed)
         sizes = planner.sizes_of(shape) or entries[0].sizes(self.harness.outputs is None)
-        need = sizes.base_timing(INPUT_SETS) + region_growth(getattr(self, "oracle", None),
-                                                             INPUT_SETS * sizes.inputs)
+        need = sizes.base_timing(len(entries)) + region_growth(getattr(self, "oracle", None),
+                                                               len(entries) * sizes.inputs)
         return self.with_room(shape, need, [e.key for e in entries], "the judge's own timing of the base",
                               lambda: self.own_base_ms(originals, seed), keep_outputs=False,
                               idle=self.idle_while("oracle"))
