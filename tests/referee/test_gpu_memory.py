@@ -16,9 +16,10 @@ pytestmark = pytest.mark.gpu
 GIB = 1 << 30
 # Free device memory left to the referee. Its processes' contexts and flush buffers take about 3
 # GiB; the demo's shapes, cached with their regions and timed with all copies, about 20 GiB more;
-# the largest alone about 14 GiB with one copy.
+# the largest alone about 14 GiB with one copy of its three input sets, about 2 GiB with one set
+# (5 GiB left was enough for it; with 3.5 GiB a child crashed before any shape was judged).
 TIGHT_LEFT = 20 * GIB
-TOO_LITTLE_LEFT = 5 * GIB
+TOO_LITTLE_LEFT = 4 * GIB + GIB // 4
 
 
 def _ballast(left: int):
@@ -44,8 +45,8 @@ def test_a_shape_set_that_exceeds_free_memory_is_judged_and_timed():
     decisions = memory["decisions"] + memory["boot_decisions"]
     # Idle regions closed, fewer copies, evictions or regenerated data: something had to give.
     assert decisions, memory
-    assert {d["action"] for d in decisions} <= {"dropped_regions", "fewer_copies", "evicted", "regenerate",
-                                                 "skipped_at_boot"}
+    assert {d["action"] for d in decisions} <= {"dropped_regions", "fewer_copies", "fewer_sets", "evicted",
+                                                 "regenerate", "skipped_at_boot"}
     allocator = memory["judge_allocator"]
     assert 0 < allocator["allocated"] <= allocator["reserved"], allocator
     assert 0 <= memory["least_free_bytes"] < TIGHT_LEFT
