@@ -84,3 +84,23 @@ def test_kept_facts_are_not_used_when_tampered_with_or_without_the_sandbox(child
     monkeypatch.setattr(sandbox, "enabled", lambda: False)
     assert command() == ([{"rows": 4, "width": 8}], 1)  # without the sandbox nothing kept is read
     assert entry.read_bytes() == good
+
+
+def test_paths_a_child_names_are_read_as_plain_files_only_never_through_links_or_pipes(tmp_path, monkeypatch):
+    """The child's list of what it read is hostile input: a link, a pipe (whose read would block) or
+    a device named there keeps nothing, at once."""
+    import os
+    import time
+
+    from kernelsmith.harness import factstore
+
+    monkeypatch.setenv("KERNELSMITH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "real.txt").write_text("4\n")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
+    os.mkfifo(tmp_path / "pipe")
+    start = time.monotonic()
+    for path in (tmp_path / "link.txt", tmp_path / "pipe", "/dev/zero", tmp_path / "absent"):
+        factstore.save("entry.json", None, [["file", str(path)]], time.time_ns())
+        assert not (tmp_path / "cache" / "harness-facts" / "entry.json").exists(), path
+    assert factstore._digests([("file", str(tmp_path / "real.txt"))]) is not None
+    assert time.monotonic() - start < 5

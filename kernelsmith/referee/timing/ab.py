@@ -205,10 +205,10 @@ def timed_output_ok(session, outs: tuple, expected: tuple) -> bool:
 def time_loop(session, fn, originals: list[dict], si: int, cid: int, seed: int, mode: str,
               host: bool = True, copies: int | None = None) -> dict:
     """The interleaved loop on copies of `originals` (INPUT_SETS input sets, fewer where the device
-    memory is short): raw per-call times of
-    base, candidate (and A/A), host times, and the last timed candidate call's outputs
-    (`last_outs`, on set `last_set`). Runs where the candidate is loaded (the runner). `copies`:
-    copies of the sets (rotation.py; default one per function, fewer where memory is short)."""
+    memory is short): raw per-call times of base, candidate (and A/A), host times, and the last
+    timed candidate call's outputs (`last_outs`, on set `last_set`). Runs where the candidate is
+    loaded (the runner). `copies`: copies of the sets (rotation.py; default one per function, fewer
+    where memory is short)."""
     cfg = FULL if mode == "full" else SCREEN
     h, backend = session.harness, session.backend
     last: dict = {}
