@@ -2,6 +2,8 @@
 its code read, and every folder it listed, is unchanged; without the sandbox, or from an entry that
 was tampered with, they are gathered anew."""
 
+import shutil
+
 import pytest
 
 from kernelsmith import sandbox
@@ -28,18 +30,44 @@ def reference(n):
 '''
 
 
+FILES = {"harness.py": HARNESS, "_sizes.py": "WIDTH = 8\n", "rows.txt": "4\n"}
+SHAPES = [{"rows": 4, "width": 8}]
+
+
+def _as_written(folder):
+    """The harness folder as FILES make it (a test before may have changed it)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for name, text in FILES.items():
+        (folder / name).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def gathered_once(tmp_path_factory):
+    """(the harness folder, a cache keeping its facts): one facts child for the module's tests (each
+    child costs 4-5 s), which start from a copy of that cache."""
+    base = tmp_path_factory.mktemp("factstore")
+    _as_written(base / "h")
+    calls = []
+    real = harnessfacts._gather
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNELSMITH_CACHE", str(base / "kept"))
+        mp.setattr(harnessfacts, "_GATHERED", {})
+        mp.setattr(harnessfacts, "_gather", lambda *a: calls.append(a) or real(*a))
+        assert gather(base / "h" / "harness.py", base).shapes == SHAPES and len(calls) == 1  # a fresh cache
+    assert len(list((base / "kept" / "harness-facts").glob("*.json"))) == 1
+    return base / "h", base / "kept"
+
+
 @pytest.fixture
-def children(tmp_path, monkeypatch):
-    """The harness folder, with a fresh cache (behind a link, as the user may put it); the facts
-    children each `command()` starts."""
-    (tmp_path / "cache-disk").mkdir()
+def children(gathered_once, tmp_path, monkeypatch):
+    """The harness folder as written, with a copy of the module's cache (behind a link, as the user
+    may put it); the facts children each `command()` starts."""
+    folder, kept = gathered_once
+    _as_written(folder)
+    shutil.copytree(kept, tmp_path / "cache-disk")
     (tmp_path / "cache").symlink_to(tmp_path / "cache-disk")
     monkeypatch.setenv("KERNELSMITH_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "h"
-    folder.mkdir()
-    (folder / "harness.py").write_text(HARNESS)
-    (folder / "_sizes.py").write_text("WIDTH = 8\n")
-    (folder / "rows.txt").write_text("4\n")
     calls = []
     real = harnessfacts._gather
     monkeypatch.setattr(harnessfacts, "_gather", lambda *a: calls.append(a) or real(*a))
@@ -48,7 +76,7 @@ def children(tmp_path, monkeypatch):
         """The facts as a new command gets them (nothing gathered in this process yet)."""
         monkeypatch.setattr(harnessfacts, "_GATHERED", {})
         before = len(calls)
-        facts = gather(folder / "harness.py", tmp_path)
+        facts = gather(folder / "harness.py", folder.parent)
         return facts.shapes, len(calls) - before
     return folder, command
 
@@ -56,8 +84,7 @@ def children(tmp_path, monkeypatch):
 @needs_sandbox
 def test_facts_are_kept_while_what_the_harness_read_is_unchanged(children):
     folder, command = children
-    assert command() == ([{"rows": 4, "width": 8}], 1)
-    assert command() == ([{"rows": 4, "width": 8}], 0)  # kept: no child
+    assert command() == (SHAPES, 0)  # kept by the module's command: no child
     (folder / "__pycache__").mkdir()  # what importing it here leaves changes nothing it reads
     assert command() == ([{"rows": 4, "width": 8}], 0)
     (folder / "rows.txt").write_text("5\n")  # a file it opened
@@ -71,8 +98,8 @@ def test_facts_are_kept_while_what_the_harness_read_is_unchanged(children):
 @needs_sandbox
 def test_kept_facts_are_not_used_when_tampered_with_or_without_the_sandbox(children, tmp_path, monkeypatch):
     _, command = children
-    assert command()[1] == 1
     [entry] = (tmp_path / "cache" / "harness-facts").glob("*.json")
+    assert command()[1] == 0  # the entry is good as kept
     good = entry.read_bytes()
     entry.write_text('{"reads": [], "digests": [], "facts": {"shapes": "all of them"}}')
     assert command() == ([{"rows": 4, "width": 8}], 1)  # gathered anew, and kept again
