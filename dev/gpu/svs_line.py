@@ -7,8 +7,10 @@ operator, variant, the sweep's final geomean (its winner re-measured on new inpu
 optimize's, their ratio, the minutes optimize's search used of those given, evaluations per held
 GPU-minute of each (evaluations / (GPUs x wall time), as kernelsmith.search.efficiency counts them),
 whether optimize covered its space (it stopped with no new proposal to make) and how much of its grid
-the sweep judged, the independent re-times of both winners and their ratio, and the issue's bars
-(optimize at >= 95% and >= 100% of the sweep; >= 90% of its minutes unless the space was covered).
+the sweep judged, whether both runs ended on the same winner code, the independent re-times of both
+winners and their ratio, and the issue's bars (optimize at >= 95% and >= 100% of the sweep, a tie
+where both winners are the same code: their final geomeans then differ by the two measurements'
+noise alone; >= 90% of its minutes unless the space was covered).
 A missing or failed run is said so on the line.
 """
 
@@ -26,6 +28,12 @@ def _load(run_dir: Path) -> tuple[dict, dict] | None:
                 json.loads((run_dir / "result.json").read_text()))
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def _winner_code(run_dir: Path) -> dict[str, str] | None:
+    """The winner's files (name -> text), None where the run has none."""
+    files = sorted((run_dir / "winner").glob("*.py")) if (run_dir / "winner").is_dir() else []
+    return {f.name: f.read_text() for f in files} or None
 
 
 def _evals_per_held_minute(run: dict, result: dict) -> float | None:
@@ -81,12 +89,14 @@ def row(pair: str, sweep_dir: Path, opt_dir: Path, retime_json: Path, minutes: f
     out["retime_device"] = retime.get("device")
     s, o = out.get("sweep_final"), out.get("optimize_final")
     out["ratio"] = round(o / s, 4) if s and o else None
+    code = _winner_code(sweep_dir)
+    out["same_winner"] = code is not None and code == _winner_code(opt_dir)
     rs, ro = out["retime"].get("sweep"), out["retime"].get("optimize")
     out["retime_ratio"] = round(ro / rs, 4) if rs and ro else None
     used = out.get("optimize_minutes_used")
     out["bars"] = {
         "at_least_95pct": out["ratio"] is not None and out["ratio"] >= 0.95,
-        "at_least_100pct": out["ratio"] is not None and out["ratio"] >= 1.0,
+        "at_least_100pct": out["ratio"] is not None and (out["ratio"] >= 1.0 or out["same_winner"]),
         "minutes_spent": bool(out.get("covered")) or (used is not None and used >= 0.9 * minutes),
     }
     return out
@@ -107,7 +117,8 @@ def render(r: dict) -> str:
     return (f"{r['target']}:{r['operator']} | {r['variant']} | sweep {_x(r.get('sweep_final'))} "
             f"({r.get('sweep_grid', '-')}) | optimize {_x(r.get('optimize_final'))} "
             f"({r.get('mutator') or '-'}) "
-            f"| ratio {r['ratio'] if r['ratio'] is not None else '-'} | {spent} "
+            f"| ratio {r['ratio'] if r['ratio'] is not None else '-'}"
+            f"{' (same winner code)' if r.get('same_winner') else ''} | {spent} "
             f"| evals/held GPU-min sweep {r.get('sweep_evals_per_held_min', '-')} "
             f"optimize {r.get('optimize_evals_per_held_min', '-')} | {cover} | {retime} | {bars}"
             + (f" | {why}" if why else ""))

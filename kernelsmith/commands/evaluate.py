@@ -81,7 +81,7 @@ def print_verdict(verdict, op_name: str) -> None:
     if verdict.error:
         console.print(verdict.error.strip()[-1500:], markup=False, highlight=False)
     timed_cols = ("base ms", "cand ms", "speedup", "95% CI", "host ms", "% roofline")
-    cols = ("shape", "max abs err", "bitwise = base") + (timed_cols if verdict.timed else ())
+    cols = ("shape", "max abs err", "bitwise = base", "check s") + (timed_cols if verdict.timed else ())
     table = Table(show_header=True, header_style="bold")
     for col in cols:
         table.add_column(col, justify="left" if col == "shape" else "right")
@@ -91,7 +91,8 @@ def print_verdict(verdict, op_name: str) -> None:
             return "-" if v is None else fmt.format(v)
         ci = s.get("ci95")
         row = [", ".join(f"{k}={v}" for k, v in s["shape"].items()), f("max_abs_err", "{:.2e}"),
-               "-" if s.get("bitwise_identical") is None else ("yes" if s["bitwise_identical"] else "no")]
+               "-" if s.get("bitwise_identical") is None else ("yes" if s["bitwise_identical"] else "no"),
+               f("check_s", "{:.1f}")]
         if verdict.timed:
             row += [f("baseline_ms"), f("candidate_ms"), f("speedup", "{:.3f}x"),
                     f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-", f("host_ms"), f("pct_roofline", "{:.0f}%")]

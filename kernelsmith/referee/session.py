@@ -503,7 +503,11 @@ class Session(ShapeTrials, JudgeTiming):
             clock.mark("load")
             for si, shape in enumerate(shapes):
                 out["details"]["failed_shape"] = shape  # until it passes (diagnose.py names it)
-                out["shapes"].append(self.check_shape(fn, shape, si, cid, seed, WATCHED))
+                began = time.perf_counter()
+                checked = self.check_shape(fn, shape, si, cid, seed, WATCHED)
+                # Which shape a verdict's seconds go to (inputs made, evictions, the calls).
+                checked["check_s"] = round(time.perf_counter() - began, 3)
+                out["shapes"].append(checked)
             clock.mark("correctness")
             for shape in C.fresh_shapes_for(self.harness, self.device, seed, cid):
                 out["details"]["failed_shape"] = shape

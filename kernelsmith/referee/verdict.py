@@ -142,7 +142,7 @@ def _first_reason(names: list[str]) -> str | None:
 
 # -- the verdict's schema (docs/design.md, Pinned details: Verdict JSON), written here only -----------
 SHAPE_KEYS = ("shape", "max_abs_err", "baseline_ms", "candidate_ms", "speedup", "ci95",
-              "device_ms", "host_ms", "bitwise_identical", "pct_roofline")
+              "device_ms", "host_ms", "bitwise_identical", "pct_roofline", "check_s")
 TIMING_METHOD = "CUDA events after an L2 flush and a ~100us GPU spin"
 
 

@@ -16,6 +16,8 @@ def test_base_is_accepted_with_per_shape_details(referees):
     assert verdict.device["name"].startswith("Triton interpreter") and verdict.eval_s > 0
     assert [s["shape"]["dtype"] for s in verdict.shapes] == ["float16", "float32"]
     assert all(s["bitwise_identical"] and s["max_abs_err"] < 1e-2 for s in verdict.shapes)
+    # Each shape's correctness seconds, within the verdict's own.
+    assert 0 < sum(s["check_s"] for s in verdict.shapes) <= verdict.eval_s
     assert len(verdict.fresh_shapes) == 2
 
 
@@ -77,6 +79,7 @@ def test_evaluate_command_exit_codes(capsys, tmp_path):
     assert cli_main(["--targets", str(MINISERVE.parents[1] / "targets"), *argv, "--json"]) == 0
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["accepted"] and verdict["timed"] is False and verdict["geomean_speedup"] is None
+    assert all(s["check_s"] > 0 for s in verdict["shapes"])
     cheat = CORPUS / "cheats" / "silu_and_mul__noop.py"
     targets = ["--targets", str(MINISERVE.parents[1] / "targets")]
     assert cli_main([*targets, *argv, "--candidate", str(cheat)]) == 1
