@@ -22,6 +22,11 @@ def demo_task(op: str):
     return load_task(str(DEMO_YAML), op, checkout=str(MINISERVE))
 
 
+def untimed(shapes: list[dict]) -> list[dict]:
+    """A verdict's per-shape results without their seconds (`check_s`: wall time, never alike twice)."""
+    return [{k: v for k, v in s.items() if k != "check_s"} for s in shapes]
+
+
 @contextmanager
 def interpret_referee(home: Path, seed: int, op: str = "rms_norm"):
     """A demo operator's interpreter Referee with Triton's and the XDG caches under `home` (one per
