@@ -29,6 +29,10 @@ def device_env(env: dict[str, str], device: str | None, gpu: int | None = None) 
     if device == "interpret":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+        # A referee runs several torch processes at once (judge, runner, oracle, a spare): with a
+        # thread per core in each, OpenMP's threads spin at the end of every parallel op while the
+        # others wait for a core. The interpreter's tensors are small; one thread each is faster.
+        env.setdefault("OMP_NUM_THREADS", "1")
     elif gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return env
