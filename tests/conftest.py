@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-# One OpenMP thread per torch process, this one and every process a test starts (they inherit it).
-# The suite runs two test processes on two cores, each with referee workers, runners and oracles;
+# One OpenMP thread per torch process, this one and every process a test starts (they inherit it;
+# the product sets it for interpreter workers only, sandbox/spawn.device_env). The suite runs three
+# test processes on two cores, each with referee workers, runners and oracles;
 # with a thread per core in each, OpenMP's threads spin at the end of every parallel op while other
 # processes hold the cores: test_memory's eviction test took 17 s and about twice the CPU it takes
 # with one (6.5 s). No test depends on torch's thread count. Set before torch is imported.

@@ -2,11 +2,14 @@
 its code read, and every folder it listed, is unchanged; without the sandbox, or from an entry that
 was tampered with, they are gathered anew."""
 
+import os
 import shutil
+import time
 
 import pytest
 
 from kernelsmith import sandbox
+from kernelsmith.harness import factstore
 from kernelsmith.harness import gather as harnessfacts
 from kernelsmith.harness.gather import gather
 
@@ -116,11 +119,6 @@ def test_kept_facts_are_not_used_when_tampered_with_or_without_the_sandbox(child
 def test_paths_a_child_names_are_read_as_plain_files_only_never_through_links_or_pipes(tmp_path, monkeypatch):
     """The child's list of what it read is hostile input: a link, a pipe (whose read would block) or
     a device named there keeps nothing, at once."""
-    import os
-    import time
-
-    from kernelsmith.harness import factstore
-
     monkeypatch.setenv("KERNELSMITH_CACHE", str(tmp_path / "cache"))
     (tmp_path / "real.txt").write_text("4\n")
     (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
