@@ -204,9 +204,9 @@ class MemoryPlanner:
         self.decisions: list[dict] = []
         self.least: int | None = None
 
-    def begin(self) -> None:
-        """Start recording for one evaluation."""
-        self.decisions, self.least = [], None
+    def begin(self, carried=()) -> None:
+        """Start recording for one evaluation, from the decisions `carried` (made for it before)."""
+        self.decisions, self.least = list(carried), None
 
     def report(self) -> dict:
         """The verdict's `details.memory`: the least room measured, the bytes the judge holds (in

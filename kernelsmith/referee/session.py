@@ -37,6 +37,7 @@ from kernelsmith.referee.verdict import REJECTIONS, in_progress
 from kernelsmith.scratch import remove_tree
 
 WATCHED = True  # `rec` of a call the runner's monitor watches (the Record lives in the runner)
+WARM_STEP = "warming a new runner"  # the memory decisions' name for a new runner's first base call
 
 
 
@@ -110,6 +111,7 @@ class Session(ShapeTrials, JudgeTiming):
         self.inputs = InputCache(default_budget(self.device) if budget is None else int(budget))
         cap = spec.get("device_memory_bytes")
         self.runner_ready = False  # the runner answers requests (a "release" among them)
+        self._runner_decisions: list[dict] = []  # memory decisions for the runner started after a verdict
         self.memory = MemoryPlanner(Gauge(self.backend.free_memory, None if cap is None else int(cap),
                                           self._held_bytes, self._release_memory, self._held_parts),
                                     self.inputs)
@@ -286,12 +288,46 @@ class Session(ShapeTrials, JudgeTiming):
         if link.chan.regions is not None and link.chan.regions.device.type == "cpu":
             link.chan.regions.pins.budget = self.inputs.budget
         self.runner_cache = self._send_init(link)
-        shape = self.harness.shapes_for(self.device)[0]
-        originals = self.listed(shape, self._profile_seed, 0).originals
+        shape, entry, need = self._warm_step(link)
+        if need is not None:
+            # The cache may have grown into the device since the last runner booted (it fills what
+            # is free): room for the new runner's warm-up call, or the base runs out of memory there.
+            try:
+                self.memory.make_room(shape, need, [entry.key], True, WARM_STEP, self.idle_while("runner"))
+            except DeviceMemoryShort:
+                pass  # tried again, with every other entry dropped, when its answer says so
         # The first call's one-off set-up (the interpreter's too), paid before the candidate's.
-        link.chan.send({"op": "profile", "key": json.dumps(shape, sort_keys=True), "warm": True}, originals,
-                       pin=list(C.tensors_of(originals).values()))
+        link.chan.send(self._warm_request(shape), entry.originals,
+                       pin=list(C.tensors_of(entry.originals).values()))
         self.pending = link
+
+    def _warm_step(self, link: RunnerLink) -> tuple:
+        """(shape, cache entry, device bytes) of a new runner's warm-up: the base once on the first
+        listed shape's first trial (bytes None before that shape's sizes are known)."""
+        shape = self.harness.shapes_for(self.device)[0]
+        entry = self.listed(shape, self._profile_seed, 0)
+        need = self.call_need(shape, link)
+        return shape, entry, None if need is None else need + self.memory.sizes_of(shape).inputs
+
+    @staticmethod
+    def _warm_request(shape: dict) -> dict:
+        return {"op": "profile", "key": json.dumps(shape, sort_keys=True), "warm": True}
+
+    def _warm_again(self, link: RunnerLink, error: CandidateError) -> None:
+        """A new runner's warm-up answered with an error. No candidate code has loaded there: where
+        the device ran out of memory, every other cache entry is dropped and the call made again
+        (as `with_room` does); anything else, or running out again, is the referee's failure, not
+        the candidate's."""
+        if not device_oom(error.text):
+            raise RunnerFailed("infrastructure", f"a new runner's warm-up call of the base failed: {error}")
+        shape, entry, _ = self._warm_step(link)
+        self.memory.evict_all(shape, [entry.key], WARM_STEP, self.idle_while("runner"))
+        try:
+            link.request(self._warm_request(shape), entry.originals,
+                         pin=list(C.tensors_of(entry.originals).values()))
+        except CandidateError as e:
+            raise RunnerFailed("infrastructure", f"a new runner's warm-up call of the base, with every "
+                               f"other cached entry dropped: {e}") from None
 
     def _take_next_runner(self, clock: PhaseClock) -> None:
         """Make the started replacement the runner, once its init and warm-up are answered."""
@@ -304,7 +340,10 @@ class Session(ShapeTrials, JudgeTiming):
         if not reply.get("own_userns") and holds_capabilities():
             raise RunnerFailed("infrastructure", "a new runner could not enter a user namespace of its own")
         clock.mark("runner_init")
-        link.receive()
+        try:
+            link.receive()
+        except CandidateError as e:
+            self._warm_again(link, e)
         clock.mark("runner_warm")
 
     def close_runners(self) -> None:
@@ -394,6 +433,10 @@ class Session(ShapeTrials, JudgeTiming):
         out = in_progress()
         loaded = False
         took, runner_clock = time.monotonic(), PhaseClock()
+        # This evaluation's memory decisions (details.memory), from those made for its runner's
+        # warm-up after the previous verdict on.
+        self.memory.begin(self._runner_decisions)
+        self._runner_decisions = []
         self.dirty = self.dirty or (fresh and self.loaded_any)
         try:
             self._take_next_runner(runner_clock)
@@ -451,10 +494,12 @@ class Session(ShapeTrials, JudgeTiming):
         # successor booting until the next evaluation (details.runner: what waiting for it cost).
         out["details"]["runner"] = {"pid": self.link.pid, "fresh_wait_s": started_s,
                                     "spawned": self.template.spawned, "phase_s": runner_clock.phases}
+        mark = len(self.memory.decisions)
         try:
             self.start_next_runner()
         except RunnerFailed as e:
             out["details"]["messages"].append(f"the next runner could not be started: {e.message}")
+        self._runner_decisions = self.memory.decisions[mark:]
         # What crossed to the runner and back, and the judge's seconds spent copying it.
         out["details"]["channel"] = dict(self.link.chan.stats)
         if self.regions_off:
@@ -470,7 +515,6 @@ class Session(ShapeTrials, JudgeTiming):
         clock = PhaseClock()
         out["details"]["phase_s"] = clock.phases  # the first calls of each shape include compilation
         self.inputs.begin()  # this evaluation's cache hits and misses (details.input_cache)
-        self.memory.begin()  # this evaluation's memory decisions (details.memory)
         loaded = False
         shapes = self.harness.shapes_for(self.device)
         try:

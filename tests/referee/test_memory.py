@@ -501,3 +501,41 @@ def test_a_trial_on_caches_written_in_place_plans_for_both_processes_copies():
     planner = _planner(cache, cache.bytes() + sizes.call())
     planner.make_room(shape, sizes.call(), keep=[entry.key], what="a correctness trial")
     assert planner.decisions == []
+
+
+# A base whose first call in every process runs out of device memory: what a new runner's warm-up
+# met on the 80 GB card when the judge's cache had grown into the device since the first runner
+# booted (LMDeploy fill_kv_cache at batch 512 x history 2048, the final re-measurement).
+OOM_FIRST_CALL = '''
+
+_fill_slots_once = fill_slots
+_first = [True]
+
+
+def fill_slots(cache, src, slots):
+    if _first[0]:
+        _first[0] = False
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.12 GiB.")
+    _fill_slots_once(cache, src, slots)
+'''
+
+
+def test_a_new_runner_out_of_memory_in_its_warm_up_is_made_room_for_not_the_candidates_crash(
+        tmp_path, monkeypatch):
+    from kernelsmith.onboard.task import load_task
+    from kernelsmith.referee import Referee
+    from kernelsmith.referee.session import WARM_STEP
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    task = tiny_task(tmp_path / "t", "fill_slots", "fill_slots", CACHES)
+    kern = task.root / "tiny" / "kern.py"
+    kern.write_text(kern.read_text() + OOM_FIRST_CALL)
+    task, base = load_task(str(task.target.path), "fill_slots", checkout=str(task.root)), kern.read_text()
+    with Referee(task, device="interpret", seed=3, timeout_s=300, device_memory_bytes=TOGETHER_CAP) as ref:
+        loaded = ref.evaluate(base + "\n# a model's edit\n", candidate_id=2, timing="none")
+        fresh = ref.evaluate(base + "\n# another edit\n", candidate_id=3, timing="none")
+    for v in (loaded, fresh):
+        assert v.accepted, (v.violations, v.details.get("messages"))
+    warm = [d for d in fresh.details["memory"]["decisions"] if d["step"] == WARM_STEP]
+    assert warm and "ran out of memory" in warm[-1].get("note", ""), fresh.details["memory"]["decisions"]
+    assert warm[-1]["shape"] == {"blocks": 16384, "d": 8}  # the first listed shape, the warm-up's
