@@ -34,16 +34,34 @@ PRINT = builtins.print  # before any Ray driver ran in this process
 
 class SlowNodeReferee(model_referee.ModelReferee):
     """The model referee, inside a Ray actor: takes a while per candidate, notes which node started
-    each one (a file per start) and puts its node into the verdict."""
+    each one (a file per start) and puts its node into the verdict. Its first evaluation waits (up
+    to a minute) until a referee has started on both nodes: on a busy machine one node's worker
+    can boot seconds after the other, which would otherwise take every evaluation."""
+
+    def __init__(self, task, **kw):
+        super().__init__(task, **kw)
+        (_ready_dir() / ray.get_runtime_context().get_node_id()).touch()
+        self.waited = False
 
     def evaluate(self, code, *, candidate_id=0, timing="full", **kw):
         node = ray.get_runtime_context().get_node_id()
         log = Path(os.environ[LOG_ENV])
+        deadline = time.monotonic() + 60
+        while not self.waited and len(list(_ready_dir().iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.waited = True
         (log / f"{candidate_id}-{node}-{time.monotonic_ns()}").touch()
         time.sleep(float(os.environ.get("KS_RAY_TEST_SLEEP", "0.3")))
         v = super().evaluate(code, candidate_id=candidate_id, timing=timing, **kw)
         v.details = {**(v.details or {}), "node": node}
         return v
+
+
+def _ready_dir() -> Path:
+    """Where each referee notes its node on starting (beside the starts' log, not in it)."""
+    ready = Path(os.environ[LOG_ENV] + "-ready")
+    ready.mkdir(exist_ok=True)
+    return ready
 
 
 class SlowBuilds(model_referee.SlowBuildPrecompiler):
