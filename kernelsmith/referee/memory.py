@@ -108,6 +108,13 @@ class ShapeBytes:
         child = self.inputs + (3 * self.outputs if self.returned else 0)
         return judge + child
 
+    def profile(self) -> int:
+        """The runner's profile of the base on one set (runner.profile; a new runner's warm-up too):
+        the set it received, the copy it keeps and one more copy per call, and where the entry
+        returns its outputs, three calls' (the watched call's are held by the fresh-output check
+        while the next ones run). The judge keeps nothing of the reply but a record."""
+        return 3 * self.inputs + (3 * self.outputs if self.returned else 0)
+
     def make(self) -> int:
         """Making one input set: the oracle's build of it and the judge's copy."""
         return 2 * self.inputs

@@ -220,6 +220,14 @@ class Session(ShapeTrials, JudgeTiming):
             return None
         return sizes.call() + region_growth(link, sizes.inputs, sizes.reply)
 
+    def profile_need(self, shape: dict, link) -> int | None:
+        """Device bytes the runner's profile of the base on `shape` needs beyond the cache, with the
+        growth of the regions that carry its set (None before the shape's first entry)."""
+        sizes = self.memory.sizes_of(shape)
+        if sizes is None:
+            return None
+        return sizes.profile() + region_growth(link, sizes.inputs, 0)
+
     def _base_call(self, shape: dict, what: str) -> None:
         """The base once on the run's first trial of `shape`, in the oracle (compiling it there)."""
         entry = self.listed(shape, self._profile_seed, 0)
@@ -306,8 +314,7 @@ class Session(ShapeTrials, JudgeTiming):
         listed shape's first trial (bytes None before that shape's sizes are known)."""
         shape = self.harness.shapes_for(self.device)[0]
         entry = self.listed(shape, self._profile_seed, 0)
-        need = self.call_need(shape, link)
-        return shape, entry, None if need is None else need + self.memory.sizes_of(shape).inputs
+        return shape, entry, self.profile_need(shape, link)
 
     @staticmethod
     def _warm_request(shape: dict) -> dict:
@@ -404,8 +411,7 @@ class Session(ShapeTrials, JudgeTiming):
         originals = entry.originals
         if warm and judge:
             self._base_call(shape, "warming the base")  # the judge's own base
-        need = self.call_need(shape, self.link)
-        reply, _ = self.with_room(shape, None if need is None else need + self.memory.sizes_of(shape).inputs,
+        reply, _ = self.with_room(shape, self.profile_need(shape, self.link),
                                   [entry.key], "profiling the base", lambda: self.link.request(
                                       {"op": "profile", "key": key, "warm": warm}, originals,
                                       pin=list(C.tensors_of(originals).values())),

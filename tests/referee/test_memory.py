@@ -539,3 +539,23 @@ def test_a_new_runner_out_of_memory_in_its_warm_up_is_made_room_for_not_the_cand
     warm = [d for d in fresh.details["memory"]["decisions"] if d["step"] == WARM_STEP]
     assert warm and "ran out of memory" in warm[-1].get("note", ""), fresh.details["memory"]["decisions"]
     assert warm[-1]["shape"] == {"blocks": 16384, "d": 8}  # the first listed shape, the warm-up's
+
+
+def test_a_profile_of_the_base_is_planned_for_what_the_runner_holds_not_for_a_correctness_trial():
+    """The decode harness on an 80 GB card, scaled to KiB: a new runner's warm-up (the base's profile)
+    holds the set it received and two copies in the runner, nothing in the judge; planned as a
+    correctness trial (twice that and more) it evicted other shapes' entries at every new runner."""
+    cache = InputCache(None)
+    big, other = {"batch": 512, "max_history": 2048}, {"batch": 128, "max_history": 4096}
+    entry = cache.get(big, 0, lambda: {"k": torch.zeros(16 * KIB), "v": torch.zeros(16 * KIB)})
+    _fill(cache, other, 0, 64)
+    inplace = ShapeBytes(128 * KIB, 128 * KIB, False)
+    assert inplace.profile() == 3 * inplace.inputs < inplace.call()
+    returned = ShapeBytes(128 * KIB, 8 * KIB, True)
+    assert returned.profile() == 3 * returned.inputs + 3 * returned.outputs
+    planner = _planner(cache, cache.bytes() + inplace.profile())
+    planner.note_sizes(big, inplace)
+    planner.make_room(big, inplace.profile(), keep=[entry.key], what="warming a new runner")
+    assert planner.decisions == [] and len(cache.entries) == 2  # the other shape's entry stays
+    with pytest.raises(DeviceMemoryShort):  # the old plan: a correctness trial and a set more
+        planner.make_room(big, inplace.call() + inplace.inputs, keep=[entry.key], what="warming a new runner")
