@@ -524,7 +524,7 @@ def test_a_new_runner_out_of_memory_in_its_warm_up_is_made_room_for_not_the_cand
         tmp_path, monkeypatch):
     from kernelsmith.onboard.task import load_task
     from kernelsmith.referee import Referee
-    from kernelsmith.referee.session import WARM_STEP
+    from kernelsmith.referee.runners import WARM_STEP
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     task = tiny_task(tmp_path / "t", "fill_slots", "fill_slots", CACHES)
