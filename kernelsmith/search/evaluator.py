@@ -242,8 +242,11 @@ class Evaluator:
                     if self._closing:
                         return
                     self._booting += 1
+                lost_at_boot = None
                 try:
                     starter()  # the cold start, overlapped with the other GPUs' and with proposing
+                except WorkerLost as e:  # its Ray node died while it booted: nothing to retry there
+                    lost_at_boot = e
                 except Exception:  # noqa: BLE001 - the first evaluation retries and turns it into a verdict
                     pass
                 finally:
@@ -251,6 +254,10 @@ class Evaluator:
                         self._booting -= 1
                         self.changed.notify_all()
                 self.stats[i]["boot_s"] = round(time.monotonic() - t0, 3)
+                if lost_at_boot is not None:
+                    self.stats[i]["lost_why"] = str(lost_at_boot)
+                    self._retire(i)
+                    return
             while True:
                 with self.changed:
                     if self._stopped():  # what is left stays pending in the archive: a resume runs it

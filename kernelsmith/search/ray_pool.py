@@ -223,7 +223,8 @@ class RayPool:
         facts = task.harness.to_json() if isinstance(task.harness, HarnessFacts) else None
         spec = (task.target, task.operator.name, str(task.root), task.base_sha, task.base_code, facts)
         self.actors = []
-        for w in plan(device, workers_per_node):
+        self.planned = plan(device, workers_per_node)
+        for w in self.planned:
             self.actors.append(remote.options(
                 num_cpus=0,  # it waits on its referee's worker process; the cluster's CPUs stay for that
                 num_gpus=1 if w["gpu"] else 0,
@@ -237,15 +238,19 @@ class RayPool:
 
     def factory(self, task, *, device: str, gpu: int, seed: int) -> RemoteReferee:
         """Evaluator's referee_factory: `gpu` is the worker index."""
-        return RemoteReferee(self.actors[gpu])
+        return RemoteReferee(self.actors[gpu], self.planned[gpu])
 
 
 class RemoteReferee:
     """The driver's handle on one actor's Referee (start, evaluate, close), Evaluator-shaped."""
 
-    def __init__(self, actor):
+    def __init__(self, actor, planned: dict | None = None):
         self.actor = actor
-        self.node = self.ip = self.gpu = None
+        # The node it was placed on, known before it answers: a node that dies while its worker
+        # boots is still named in the report.
+        self.node, self.ip = (planned or {}).get("node"), (planned or {}).get("ip")
+        self.gpu = None
+        self.located = False
         self.boot_phases = None
         self.lost = False
 
@@ -270,9 +275,10 @@ class RemoteReferee:
         self.boot_phases = self._get(self.actor.start.remote())
 
     def _locate(self) -> None:
-        if self.node is None:
+        if not self.located:
             where = self._get(self.actor.locate.remote())
             self.node, self.ip, self.gpu = where["node"], where["ip"], where["gpu"]
+            self.located = True
 
     def evaluate(self, code, **kwargs):
         """The actor's verdict; WorkerLost when the actor or its node died before answering."""

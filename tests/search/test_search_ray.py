@@ -35,8 +35,9 @@ PRINT = builtins.print  # before any Ray driver ran in this process
 class SlowNodeReferee(model_referee.ModelReferee):
     """The model referee, inside a Ray actor: takes a while per candidate, notes which node started
     each one (a file per start) and puts its node into the verdict. Its first evaluation waits (up
-    to a minute) until a referee has started on both nodes: on a busy machine one node's worker
-    can boot seconds after the other, which would otherwise take every evaluation."""
+    to three minutes) until a referee has started on every node the test expects (`_expected_nodes`):
+    on a busy machine one node's worker can boot seconds after the others (CI saw boots of 65-72 s),
+    and the others would otherwise take every evaluation."""
 
     def __init__(self, task, **kw):
         super().__init__(task, **kw)
@@ -46,8 +47,9 @@ class SlowNodeReferee(model_referee.ModelReferee):
     def evaluate(self, code, *, candidate_id=0, timing="full", **kw):
         node = ray.get_runtime_context().get_node_id()
         log = Path(os.environ[LOG_ENV])
-        deadline = time.monotonic() + 60
-        while not self.waited and len(list(_ready_dir().iterdir())) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 180
+        while not self.waited and len(list(_ready_dir().iterdir())) < _expected_nodes() \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
         self.waited = True
         (log / f"{candidate_id}-{node}-{time.monotonic_ns()}").touch()
@@ -62,6 +64,13 @@ def _ready_dir() -> Path:
     ready = Path(os.environ[LOG_ENV] + "-ready")
     ready.mkdir(exist_ok=True)
     return ready
+
+
+def _expected_nodes() -> int:
+    """How many nodes' referees the first evaluations wait for: 2, or what the running test wrote
+    (the module's nodes read the driver's files, not its environment, which they were started without)."""
+    f = Path(os.environ[LOG_ENV] + "-nodes")
+    return int(f.read_text()) if f.is_file() else 2
 
 
 class SlowBuilds(model_referee.SlowBuildPrecompiler):
@@ -156,17 +165,22 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
     victim_id = victim.node_id
     out = tmp_path / "run"
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(optimize(*_config(c, out, budget=10))))
-    t.start()
-    deadline = time.monotonic() + 60
-    # Kill the node while it is evaluating a candidate: within the 1.5 s its first one sleeps (on a
-    # busy 2-core CI machine the other nodes had finished the run before the victim started a second).
-    while time.monotonic() < deadline:
-        mine = [cid for cid, node in _starts(log, before) if node == victim_id]
-        if mine:
-            break
-        time.sleep(0.05)
-    c.remove_node(victim, allow_graceful=False)
+    nodes = Path(os.environ[LOG_ENV] + "-nodes")
+    nodes.write_text("3")  # the module's two nodes wait for the victim's referee before evaluating
+    try:
+        t = threading.Thread(target=lambda: result.update(optimize(*_config(c, out, budget=10))))
+        t.start()
+        deadline = time.monotonic() + 300
+        # Kill the node while it is evaluating a candidate: within the 1.5 s its first one sleeps (on a
+        # busy 2-core CI machine the other nodes had finished the run before the victim started a second).
+        mine = []
+        while time.monotonic() < deadline and t.is_alive() and not mine:
+            mine = [cid for cid, node in _starts(log, before) if node == victim_id]
+            time.sleep(0.05)
+        c.remove_node(victim, allow_graceful=False)
+    finally:
+        nodes.unlink()
+    assert mine, "the victim node's worker never started a candidate: nothing was killed mid-evaluation"
     t.join(120)
     assert not t.is_alive() and result
     lost = [w for w in result["evaluator"] if w["node"] == victim_id]

@@ -81,6 +81,41 @@ def test_a_lost_workers_candidate_is_evaluated_by_another(tmp_path):
         assert ev.stats[0]["lost"] and not ev.stats[1].get("lost")
 
 
+def test_a_worker_lost_while_it_boots_is_retired_before_any_candidate(tmp_path):
+    """A Ray node killed while its worker boots (CI saw one boot take 72 s): the worker is retired
+    at once, named lost in the statistics, and the others evaluate every candidate; before, it
+    stayed "alive" with no job and the report did not say its node had died."""
+    task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
+    evaluated: list = []
+
+    class DiesBooting(model_referee.ModelReferee):
+        def start(self):
+            if self.gpu == 0:
+                raise WorkerLost("worker 0 lost with its node while booting")
+
+        def evaluate(self, code, *, candidate_id=0, **kw):
+            evaluated.append((self.gpu, candidate_id))
+            return super().evaluate(code, candidate_id=candidate_id, **kw)
+
+    with Archive(tmp_path / "a.sqlite") as archive:
+        rows = _rows(archive, task, 3)
+        ev = Evaluator(task, archive, device="interpret", gpus=[0, 1], seed=0, referee_factory=DiesBooting)
+        try:
+            assert ev.run(rows) == 3
+        finally:
+            ev.close()
+        assert {gpu for gpu, _ in evaluated} == {1}
+        assert ev.stats[0]["lost"] and ev.stats[0]["jobs"] == 0 and "while booting" in ev.stats[0]["lost_why"]
+
+
+def test_a_remote_worker_names_its_planned_node_before_it_answers():
+    """The report names a Ray worker's node even when the node died before the worker located itself."""
+    from kernelsmith.search.ray_pool import RemoteReferee
+
+    ref = RemoteReferee(actor=None, planned={"node": "n-1", "ip": "192.0.2.7", "gpu": False})
+    assert (ref.node, ref.ip, ref.gpu, ref.located) == ("n-1", "192.0.2.7", None, False)
+
+
 def test_every_worker_lost_stops_the_run_with_the_rows_pending(tmp_path):
     task = load_task("demo", "silu_and_mul", targets=str(ROOT / "targets"))
     with Archive(tmp_path / "a.sqlite") as archive:
