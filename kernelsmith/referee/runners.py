@@ -85,7 +85,7 @@ class RunnerSwaps:
             except DeviceMemoryShort:
                 pass  # tried again, with every other entry dropped, when its answer says so
         # The first call's one-off set-up (the interpreter's too), paid before the candidate's.
-        link.chan.send(self._warm_request(shape), entry.originals,
+        link.chan.send(self._profile_request(shape), entry.originals,
                        pin=list(C.tensors_of(entry.originals).values()))
         self.pending = link
 
@@ -97,22 +97,24 @@ class RunnerSwaps:
         return shape, entry, self.profile_need(shape, link)
 
     @staticmethod
-    def _warm_request(shape: dict) -> dict:
-        return {"op": "profile", "key": json.dumps(shape, sort_keys=True), "warm": True}
+    def _profile_request(shape: dict, warm: bool = True) -> dict:
+        """The runner's request to profile the base on `shape` (and, `warm`, compile it there)."""
+        return {"op": "profile", "key": json.dumps(shape, sort_keys=True), "warm": warm}
 
     def _warm_again(self, link: RunnerLink, error: CandidateError) -> None:
         """A new runner's warm-up answered with an error. No candidate code has loaded there: where
         the device ran out of memory, every other cache entry is dropped and the call made again
-        (as `with_room` does); anything else, or running out again, is the referee's failure, not
-        the candidate's."""
-        if not device_oom(error.text):
+        (`with_room`'s second try); anything else, or running out again, is the referee's failure,
+        not the candidate's."""
+        if not device_oom(error.text):  # before the session is touched: nothing of it is needed
             raise RunnerFailed("infrastructure", f"a new runner's warm-up call of the base failed: {error}")
         shape, entry, _ = self._warm_step(link)
-        self.memory.evict_all(shape, [entry.key], WARM_STEP, self.idle_while("runner"))
         try:
-            link.request(self._warm_request(shape), entry.originals,
-                         pin=list(C.tensors_of(entry.originals).values()))
-        except CandidateError as e:
+            self.with_room(shape, None, [entry.key], WARM_STEP,
+                           lambda: link.request(self._profile_request(shape), entry.originals,
+                                                pin=list(C.tensors_of(entry.originals).values())),
+                           idle=self.idle_while("runner"), failed=error)
+        except (CandidateError, DeviceMemoryShort) as e:
             raise RunnerFailed("infrastructure", f"a new runner's warm-up call of the base, with every "
                                f"other cached entry dropped: {e}") from None
 

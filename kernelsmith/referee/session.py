@@ -293,7 +293,7 @@ class Session(RunnerSwaps, ShapeTrials, JudgeTiming):
             self._base_call(shape, "warming the base")  # the judge's own base
         reply, _ = self.with_room(shape, self.profile_need(shape, self.link),
                                   [entry.key], "profiling the base", lambda: self.link.request(
-                                      {"op": "profile", "key": key, "warm": warm}, originals,
+                                      self._profile_request(shape, warm), originals,
                                       pin=list(C.tensors_of(originals).values())),
                                   idle=self.idle_while("runner"))
         if key not in self._profiles:

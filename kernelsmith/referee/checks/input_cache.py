@@ -333,22 +333,26 @@ class ListedInputs:
         return [link] if link is not None and getattr(self, "runner_ready", False) else []
 
     def with_room(self, shape: dict, need: int | None, keep, what: str, step: Callable[[], object],
-                  keep_outputs: bool = True, idle=()):
+                  keep_outputs: bool = True, idle=(), failed: Exception | None = None):
         """`step()` on `shape` with room made for `need` bytes beside the cache entries `keep`, their
         outputs too unless `keep_outputs` is False, the regions of the children `idle` closed where
         that helps (memory.py; `need` None: unknown before the shape's first entry). A step the
         device still runs out of memory in is tried once more with every other cache entry dropped;
-        failing again, it is DeviceMemoryShort."""
+        failing again, it is DeviceMemoryShort. `failed`: the error of a first try made elsewhere
+        (a new runner's warm-up, sent ahead): only the second try is made, where it was for memory."""
         planner = getattr(self, "memory", None)
+        if failed is not None and (planner is None or not device_oom(str(failed))):
+            raise failed
         if planner is None:
             return step()
-        if need is not None:
-            planner.make_room(shape, need, keep, keep_outputs, what, idle)
-        try:
-            return step()
-        except Exception as e:  # noqa: BLE001 - only the device's out-of-memory error is handled here
-            if not device_oom(str(e)):
-                raise
+        if failed is None:
+            if need is not None:
+                planner.make_room(shape, need, keep, keep_outputs, what, idle)
+            try:
+                return step()
+            except Exception as e:  # noqa: BLE001 - only the device's out-of-memory error is handled here
+                if not device_oom(str(e)):
+                    raise
         planner.evict_all(shape, keep, what, idle)
         try:
             return step()
