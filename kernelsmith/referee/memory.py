@@ -9,12 +9,12 @@ Before each step that allocates on a shape's scale the judge measures the free d
 shape's cached tensors (`ShapeBytes`). Where it does not fit, in this order: the regions shared
 with the child the step leaves idle closed (the runner's while the oracle times the base, the
 oracle's during a correctness trial; made again at the next message's size), fewer rotation
-copies for the timing (down to one), other shapes' cached entries evicted (least recently used
-first), then this shape's own cached data not needed by the step dropped (made again when next
-needed). After each stage the room is measured again, not assumed from the bytes counted free: an
-eviction can give the device back less than it held. Each decision is recorded for the verdict's
-`details.memory`. A step that does not fit even then raises `DeviceMemoryShort`, naming the
-shape, its need and the memory free.
+copies for the timing (down to one), other shapes' cached entries evicted (most recently used
+first: a verdict asks for its entries in the same order every time), then this shape's own
+cached data not needed by the step dropped (made again when next needed). After each stage the
+room is measured again, not assumed from the bytes counted free: an eviction can give the device
+back less than it held. Each decision is recorded for the verdict's `details.memory`. A step that
+does not fit even then raises `DeviceMemoryShort`, naming the shape, its need and the memory free.
 
 `Referee(device_memory_bytes=N)` (or $KERNELSMITH_DEVICE_MEMORY) caps the bytes the judge counts as
 held by the referee (cache, regions, pins) plus a step's need at N, on any backend: a GPU shared
@@ -269,7 +269,11 @@ class MemoryPlanner:
                                            "closed: made again, at the size a message needs, when next used"})
             if self.fits(need):
                 return
-        others = [(k, self.cache.evict) for k in list(self.cache.entries) if k[0] != key and k not in keep]
+        # Most recently used first: a verdict asks for its entries in the same order every time, and
+        # on such a cycle the entry used last is the one needed again latest (least recent first
+        # evicted each entry just before its turn came round: no hit in a cache too small for all).
+        others = [(k, self.cache.evict) for k in reversed(self.cache.entries)
+                  if k[0] != key and k not in keep]
         freed, taken, room = self._free(need, others)
         if taken:
             self.decisions.append({"shape": shape, "step": what, "action": "evicted",
