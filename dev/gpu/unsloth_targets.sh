@@ -15,7 +15,7 @@ mkdir -p "$D"
 CO="$PWD/.carry/unsloth"
 . dev/gpu/gpu_lib.sh
 tree_env
-OPS=${UNSLOTH_OPS:-"swiglu swiglu_backward geglu geglu_backward"}
+OPS=${UNSLOTH_OPS:-"swiglu swiglu_backward geglu geglu_backward geglu_approx geglu_approx_backward"}
 DEVICE=${DEVICE:-cuda}  # DEVICE=interpret tries the script on a machine without a GPU
 step() {  # name, then the kernelsmith arguments
   local name=$1 t0=$SECONDS
