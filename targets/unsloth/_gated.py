@@ -1,7 +1,8 @@
-"""What Unsloth's gated-MLP harnesses share: swiglu.py and geglu.py (forward, h = act(gate) * up over
-[batch, seq_len, hd]) and swiglu_backward.py and geglu_backward.py (the in-place backward over
-[tokens, hd]). Each harness keeps its own GPU shapes (its models' widths) and its reference; they
-import this module relatively, and the referee pins it with them."""
+"""What Unsloth's gated-MLP harnesses share: the forwards (swiglu.py, geglu.py, geglu_approx.py:
+h = act(gate) * up over [batch, seq_len, hd]) and the in-place backwards (swiglu_backward.py,
+geglu_backward.py, geglu_approx_backward.py, over [tokens, hd]). Each keeps its reference; the GELU
+ones share their GPU shapes (Gemma's widths), SwiGLU's are Llama's. They import this module
+relatively, and the referee pins it with them."""
 
 import torch
 
@@ -15,6 +16,20 @@ BACKWARD_CPU_SHAPES = [
     {"tokens": 5, "hd": 40, "dtype": "float32"},
 ]
 BACKWARD_VARY = {"tokens": [1, 7, 333], "hd": [40, 1000, 4096]}
+GEGLU_FORWARD_SHAPES = [
+    {"batch": 1, "seq_len": 1, "hd": 16384, "dtype": "bfloat16"},
+    {"batch": 1, "seq_len": 128, "hd": 16384, "dtype": "bfloat16"},
+    {"batch": 4, "seq_len": 2048, "hd": 16384, "dtype": "bfloat16"},
+    {"batch": 8, "seq_len": 4096, "hd": 9216, "dtype": "bfloat16"},
+    {"batch": 2, "seq_len": 2048, "hd": 24576, "dtype": "float16"},
+]
+GEGLU_BACKWARD_SHAPES = [
+    {"tokens": 1, "hd": 16384, "dtype": "bfloat16"},
+    {"tokens": 512, "hd": 16384, "dtype": "bfloat16"},
+    {"tokens": 8192, "hd": 16384, "dtype": "bfloat16"},
+    {"tokens": 32768, "hd": 9216, "dtype": "bfloat16"},
+    {"tokens": 4096, "hd": 24576, "dtype": "float16"},
+]
 
 
 def _normal(shape: dict, size: tuple, scales: tuple[float, ...], device: str, seed: int) -> list:
@@ -30,6 +45,11 @@ def forward_inputs(shape: dict, device: str, seed: int, names: tuple[str, str]) 
     [batch, seq_len, hd] each, under the entry's `names` for them."""
     size = (shape["batch"], shape["seq_len"], shape["hd"])
     return dict(zip(names, _normal(shape, size, (2.0, 1.0), device, seed), strict=True))
+
+
+def gelu_forward_inputs(shape: dict, device: str, seed: int) -> dict:
+    """The GELU forwards' inputs: `forward_inputs` under their entries' names, gate and up."""
+    return forward_inputs(shape, device, seed, ("gate", "up"))
 
 
 def backward_inputs(shape: dict, device: str, seed: int) -> dict:

@@ -5,21 +5,12 @@ import math
 
 import torch
 
-from ._gated import FORWARD_CPU_SHAPES, FORWARD_VARY, forward_bytes, forward_inputs
+from ._gated import FORWARD_CPU_SHAPES, FORWARD_VARY, GEGLU_FORWARD_SHAPES, forward_bytes, gelu_forward_inputs
 
-SHAPES = [
-    {"batch": 1, "seq_len": 1, "hd": 16384, "dtype": "bfloat16"},
-    {"batch": 1, "seq_len": 128, "hd": 16384, "dtype": "bfloat16"},
-    {"batch": 4, "seq_len": 2048, "hd": 16384, "dtype": "bfloat16"},
-    {"batch": 8, "seq_len": 4096, "hd": 9216, "dtype": "bfloat16"},
-    {"batch": 2, "seq_len": 2048, "hd": 24576, "dtype": "float16"},
-]
+SHAPES = GEGLU_FORWARD_SHAPES
 CPU_SHAPES, VARY, bytes_moved = FORWARD_CPU_SHAPES, FORWARD_VARY, forward_bytes
 
-
-def make_inputs(shape: dict, device: str, seed: int) -> dict:
-    """The gate and up projections, [batch, seq_len, hd] each."""
-    return forward_inputs(shape, device, seed, ("gate", "up"))
+make_inputs = gelu_forward_inputs  # the gate and up projections, [batch, seq_len, hd] each
 
 
 def reference(gate, up):

@@ -5,15 +5,9 @@ import math
 
 import torch
 
-from ._gated import BACKWARD_CPU_SHAPES, BACKWARD_VARY, backward_bytes, backward_inputs
+from ._gated import BACKWARD_CPU_SHAPES, BACKWARD_VARY, GEGLU_BACKWARD_SHAPES, backward_bytes, backward_inputs
 
-SHAPES = [
-    {"tokens": 1, "hd": 16384, "dtype": "bfloat16"},
-    {"tokens": 512, "hd": 16384, "dtype": "bfloat16"},
-    {"tokens": 8192, "hd": 16384, "dtype": "bfloat16"},
-    {"tokens": 32768, "hd": 9216, "dtype": "bfloat16"},
-    {"tokens": 4096, "hd": 24576, "dtype": "float16"},
-]
+SHAPES = GEGLU_BACKWARD_SHAPES
 OUTPUTS = ["DW", "e", "g"]
 INPLACE = ["DW", "e", "g"]  # read, then overwritten
 CPU_SHAPES, VARY = BACKWARD_CPU_SHAPES, BACKWARD_VARY
