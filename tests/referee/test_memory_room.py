@@ -62,7 +62,7 @@ def test_a_step_is_given_room_by_what_the_device_gives_back_not_by_what_was_evic
     cache = InputCache(None)
     big, small = {"batch": 512}, {"batch": 64}
     for t in range(3):
-        _trial(cache, small, t, 9)  # 81 KiB of the other shapes, least recently used
+        _trial(cache, small, t, 9)  # 81 KiB of the other shapes
     timed = [_trial(cache, big, t, 24) for t in range(3)]  # 3 x 72 KiB: what its timing uses
     _trial(cache, big, "1.7", 24)  # the arena redraw of trial 1: no timing uses it
     regions = 143 * KIB
