@@ -5,7 +5,7 @@
 # fewer rotation copies, evicted shapes, regenerated data; details.memory_short where a shape did not
 # fit), what the judge holds by holder (cache, runner_regions, oracle_regions) and its allocator
 # (allocated vs reserved), and the peak device memory in use over all processes (nvidia-smi, sampled
-# every 200 ms). About 4 minutes of GPU time.
+# every 200 ms). About 4 minutes of GPU time (FKV_OPT_TIMEOUT, default 240 s: the optimize step's limit).
 #   bash dev/gpu/fill_kv_cache_80gb.sh
 #   FKV_OP=fill_kv_cache@decode bash dev/gpu/fill_kv_cache_80gb.sh  (the decode variant: 2048 tokens of
 #   history in every one of its 512 sequences)
@@ -44,7 +44,7 @@ echo "evaluate: exit $? in $((SECONDS - t0)) s"
 tail -n 12 "$D/evaluate.err"
 
 t0=$SECONDS
-timeout 150 python3 -P -m kernelsmith optimize lmdeploy "$OP" --checkout "$CO" --device cuda \
+timeout "${FKV_OPT_TIMEOUT:-240}" python3 -P -m kernelsmith optimize lmdeploy "$OP" --checkout "$CO" --device cuda \
   --mutator params --minutes 1 --seed 0 --out "$D/run" --no-progress > "$D/optimize.log" 2>&1
 echo "optimize: exit $? in $((SECONDS - t0)) s"
 tail -n 8 "$D/optimize.log"
