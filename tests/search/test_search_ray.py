@@ -181,7 +181,7 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
     finally:
         nodes.unlink()
     assert mine, "the victim node's worker never started a candidate: nothing was killed mid-evaluation"
-    t.join(120)
+    t.join(300)
     assert not t.is_alive() and result
     lost = [w for w in result["evaluator"] if w["node"] == victim_id]
     assert len(lost) == 1 and lost[0]["lost"], result["evaluator"]
