@@ -14,7 +14,7 @@ from tiny_project import tiny_task
 from kernelsmith.cli import main
 from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure
-from kernelsmith.referee.checks.input_cache import InputCache
+from kernelsmith.referee.checks.input_cache import InputCache, ListedInputs
 from kernelsmith.referee.link.errors import CandidateError
 from kernelsmith.referee.memory import MEMORY_ENV, DeviceMemoryShort, Gauge, MemoryPlanner, ShapeBytes
 from kernelsmith.referee.proc.judge import RemoteFn
@@ -67,6 +67,29 @@ def test_entries_asked_for_in_the_same_order_every_verdict_are_hits_where_most_o
             _fill(cache, shape, 0, 100)
         hits.append(cache.stats["hits"] - before)
     assert hits == [0, 3, 3, 2]  # least recent first: [0, 0, 0, 0]
+
+
+def test_a_first_try_made_elsewhere_gets_only_the_second_try():
+    """`with_room(failed=...)` (a new runner's warm-up, answered out of memory): every other entry is
+    dropped and the step made once; a failure not for memory is raised as it was, nothing dropped."""
+    from types import SimpleNamespace
+
+    cache = InputCache(None)
+    a, b = {"s": "a"}, {"s": "b"}
+    _fill(cache, a, 0, 100)
+    keep = _fill(cache, b, 0, 100)
+    holder = SimpleNamespace(memory=_planner(cache, 600 * KIB))
+    calls = []
+    crash = CandidateError("crash", "RuntimeError: the base broke")
+    with pytest.raises(CandidateError):
+        ListedInputs.with_room(holder, b, None, [keep.key], "warming", lambda: calls.append(1), failed=crash)
+    assert calls == [] and len(cache.entries) == 2
+    oom = CandidateError("crash", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert ListedInputs.with_room(holder, b, None, [keep.key], "warming", lambda: calls.append(1) or "ok",
+                                  failed=oom) == "ok"
+    assert calls == [1] and list(cache.entries) == [keep.key]
+    (dropped,) = holder.memory.decisions
+    assert dropped["step"] == "warming" and dropped["shapes"] == [a]
 
 
 def test_a_step_that_cannot_fit_names_the_shape_its_need_and_the_free_memory():
