@@ -281,7 +281,8 @@ class MemoryPlanner:
                                    "need_bytes": need, "free_bytes": room})
             if self.fits(need):
                 return
-        own = [(k, self.cache.evict) for k in list(self.cache.entries) if k[0] == key and k not in keep]
+        # This shape's other trials, most recent first too (the one just done is needed again latest).
+        own = [(k, self.cache.evict) for k in reversed(self.cache.entries) if k[0] == key and k not in keep]
         if not keep_outputs:
             own += [(k, self.cache.drop_outputs) for k in keep]
         freed, _, room = self._free(need, own)

@@ -50,21 +50,22 @@ def test_room_comes_from_other_shapes_most_recent_first_then_from_this_shapes_un
     assert [d["action"] for d in planner.decisions] == ["evicted", "evicted", "regenerate"]
 
 
-def test_entries_asked_for_in_the_same_order_every_verdict_are_hits_where_most_of_them_fit():
-    """A verdict asks for its shapes' entries in one order, every time. With room for three of four,
-    evicting the least recent first dropped each entry just before its turn: no hit at all, every
-    input set made again (10-13 s a shape on the decode harness). Most recent first keeps two or
-    three of the four each time."""
+@pytest.mark.parametrize("entries", ["four shapes", "four trials of one shape"])
+def test_entries_asked_for_in_the_same_order_every_verdict_are_hits_where_most_of_them_fit(entries):
+    """A verdict asks for its entries (each shape's trials) in one order, every time. With room for
+    three of four, evicting the least recent first dropped each entry just before its turn: no hit
+    at all, every input set made again (10-13 s a shape on the decode harness). Most recent first
+    keeps two or three of the four each time, among other shapes' entries and a shape's own."""
     cache = InputCache(None)
     planner = _planner(cache, 350 * KIB)
-    shapes = [{"s": i} for i in range(4)]
+    order = [({"s": i}, 0) if entries == "four shapes" else ({"s": 0}, i) for i in range(4)]
     hits = []
     for _ in range(4):  # verdicts
         before = cache.stats["hits"]
-        for shape in shapes:
-            if cache.key(shape, 0) not in cache.entries:
+        for shape, seed in order:
+            if cache.key(shape, seed) not in cache.entries:
                 planner.make_room(shape, 100 * KIB, what="making its inputs")
-            _fill(cache, shape, 0, 100)
+            _fill(cache, shape, seed, 100)
         hits.append(cache.stats["hits"] - before)
     assert hits == [0, 3, 3, 2]  # least recent first: [0, 0, 0, 0]
 
