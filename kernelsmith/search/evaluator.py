@@ -255,8 +255,7 @@ class Evaluator:
                         self.changed.notify_all()
                 self.stats[i]["boot_s"] = round(time.monotonic() - t0, 3)
                 if lost_at_boot is not None:
-                    self.stats[i]["lost_why"] = str(lost_at_boot)
-                    self._retire(i)
+                    self._retire(i, lost_at_boot)
                     return
             while True:
                 with self.changed:
@@ -274,29 +273,28 @@ class Evaluator:
                 st = self.stats[i]
                 t0 = time.monotonic()
                 st["first"] = st["first"] or t0
-                done = lost = False
+                done, lost = False, None
                 try:
                     done = self._evaluate(ref, row, st)
                     if done and not row.is_base and st["first_candidate_s"] is None:
                         st["first_candidate_s"] = round(time.monotonic() - self._created, 2)
                 except WorkerLost as e:
-                    lost = True
-                    st["lost_why"] = str(e)
+                    lost = e
                 finally:
                     st["last"] = time.monotonic()
                     st["job_s"] += st["last"] - t0
                     st["jobs"] += int(done)
                     with self.changed:
                         self._busy -= 1
-                        if lost:  # nothing was stored: another worker evaluates it, first
+                        if lost is not None:  # nothing was stored: another worker evaluates it, first
                             self._jobs.appendleft(row)
                         else:
                             self._outstanding.discard(row.id)
                             self._submitted.pop(row.id, None)
                         self.evaluated += int(done)
                         self.changed.notify_all()
-                if lost:
-                    self._retire(i)
+                if lost is not None:
+                    self._retire(i, lost)
                     return
         except BaseException as e:  # a referee that cannot work at all stops the run
             with self.changed:
@@ -320,12 +318,13 @@ class Evaluator:
         return self.precompiler is None or row.is_base or not row.code or \
             self.precompiler.ready(row.id, self.compile_limit)
 
-    def _retire(self, i: int) -> None:
-        """Worker `i` is lost for good; the run stops only when every worker is."""
+    def _retire(self, i: int, why: WorkerLost) -> None:
+        """Worker `i` is lost for good (`why`); the run stops only when every worker is."""
         from kernelsmith.errors import KernelsmithError
 
         with self.changed:
             self.stats[i]["lost"] = True
+            self.stats[i]["lost_why"] = str(why)
             if all(st.get("lost") for st in self.stats):
                 self._errors.append(KernelsmithError(
                     "every evaluation worker was lost (their Ray nodes died); the candidates in flight "
@@ -397,8 +396,7 @@ class Evaluator:
             try:
                 return call(ref)
             except WorkerLost as e:
-                st["lost_why"] = str(e)
-                self._retire(i)
+                self._retire(i, e)
         raise KernelsmithError(f"every evaluation worker was lost (their Ray nodes died): {what}; "
                                "resume the run with --resume")
 
