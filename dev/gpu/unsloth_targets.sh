@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Unsloth's operators (targets/unsloth.yaml) on a GPU, one after another: `evaluate`, `sweep --minutes
-# 0.3`, `optimize --minutes 0.3` (params) and `verify` of the optimize run, each with its exit code,
-# wall time and the numbers that matter (accepted, best speedup, winner).
+# Unsloth's operators (targets/unsloth.yaml) on a GPU, one after another: `evaluate`, `sweep` and
+# `optimize --mutator all` (UNSLOTH_MINUTES each, default 0.3; UNSLOTH_MUTATOR another mutator) and
+# `verify` of the optimize run, each with its exit code, wall time and the numbers that matter
+# (accepted, best speedup, winner).
 #   bash dev/gpu/unsloth_targets.sh            # every operator; UNSLOTH_OPS="swiglu geglu" for some
 # Needs .carry/unsloth: the release checkout `kernelsmith checkout unsloth --from-package` leaves in
 # $KERNELSMITH_CACHE/releases/unsloth-unsloth-2026.10.9-<key> (a one-commit git repository: carry its
@@ -16,6 +17,8 @@ CO="$PWD/.carry/unsloth"
 . dev/gpu/gpu_lib.sh
 tree_env
 OPS=${UNSLOTH_OPS:-"swiglu swiglu_backward geglu geglu_backward geglu_approx geglu_approx_backward"}
+MINUTES=${UNSLOTH_MINUTES:-0.3}     # --minutes of each sweep and optimize
+MUTATOR=${UNSLOTH_MUTATOR:-all}     # optimize's --mutator
 DEVICE=${DEVICE:-cuda}  # DEVICE=interpret tries the script on a machine without a GPU
 step() {  # name, then the kernelsmith arguments
   local name=$1 t0=$SECONDS
@@ -46,11 +49,11 @@ for op in $OPS; do
   step "$op-evaluate" evaluate unsloth "$op" --checkout "$CO" --device "$DEVICE" --json
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print('  accepted', v.get('accepted'))" \
     "$D/$op-evaluate.log" 2>/dev/null || tail -3 "$D/$op-evaluate.log"
-  step "$op-sweep" sweep unsloth "$op" --checkout "$CO" --device "$DEVICE" --minutes 0.3 --seed 0 \
+  step "$op-sweep" sweep unsloth "$op" --checkout "$CO" --device "$DEVICE" --minutes "$MINUTES" --seed 0 \
     --out "$D/$op-sweep" --no-progress
   summary "$D/$op-sweep"
-  step "$op-optimize" optimize unsloth "$op" --checkout "$CO" --device "$DEVICE" --minutes 0.3 --seed 0 \
-    --mutator params --out "$D/$op-optimize" --no-progress
+  step "$op-optimize" optimize unsloth "$op" --checkout "$CO" --device "$DEVICE" --minutes "$MINUTES" --seed 0 \
+    --mutator "$MUTATOR" --out "$D/$op-optimize" --no-progress
   grep -h "^params:" "$D/$op-optimize.log" | sed 's/^/  /'
   summary "$D/$op-optimize"
   step "$op-verify" verify "$D/$op-optimize"
