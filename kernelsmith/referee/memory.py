@@ -14,7 +14,11 @@ first: a verdict asks for its entries in the same order every time), then this s
 cached data not needed by the step dropped (made again when next needed). After each stage the
 room is measured again, not assumed from the bytes counted free: an eviction can give the device
 back less than it held. Each decision is recorded for the verdict's `details.memory`. A step that
-does not fit even then raises `DeviceMemoryShort`, naming the shape, its need and the memory free.
+does not fit even then raises `DeviceMemoryShort`, naming the shape, its need and the memory free,
+with one exception (`make_room_or_try`): a correctness step's need is an upper bound (every copy
+that can be alive at once, on both sides), so where the room is the device's own measure (no cap),
+such a step is tried all the same, with everything else dropped, and only the device's own
+out-of-memory error, twice, fails it.
 
 `Referee(device_memory_bytes=N)` (or $KERNELSMITH_DEVICE_MEMORY) caps the bytes the judge counts as
 held by the referee (cache, regions, pins) plus a step's need at N, on any backend: a GPU shared
@@ -293,6 +297,22 @@ class MemoryPlanner:
                                            "it is made again when next needed"})
         if not self.fits(need):
             raise DeviceMemoryShort(shape, need, self.room(), what or "this step", self.sizes_of(shape))
+
+    def make_room_or_try(self, shape: dict, need: int, keep=(), keep_outputs: bool = True, what: str = "",
+                         idle=()) -> None:
+        """`make_room`, except that on a measured device (no cap) a step planned not to fit is left
+        to be tried (`tried_short` in the decisions): its plan is an upper bound, and the caller
+        handles the device's out-of-memory error (input_cache.with_room, shape_trials.trial_call)."""
+        try:
+            self.make_room(shape, need, keep, keep_outputs, what, idle)
+        except DeviceMemoryShort as short:
+            if self.gauge.cap is not None:  # a cap is a limit set by the user, not an estimate
+                raise
+            self.decisions.append({"shape": shape, "step": what, "action": "tried_short", "need_bytes": need,
+                                   "free_bytes": short.free,
+                                   "note": "planned not to fit with everything else dropped; the plan "
+                                           "counts every copy that can be alive at once, so the step was "
+                                           "tried, and only the device running out of memory fails it"})
 
     def _free(self, need: int, steps: list) -> tuple[int, list, int]:
         """Take `steps` ((thing, free(thing) -> bytes)) in order until `need` fits the room measured;

@@ -347,7 +347,7 @@ class ListedInputs:
             return step()
         if failed is None:
             if need is not None:
-                planner.make_room(shape, need, keep, keep_outputs, what, idle)
+                planner.make_room_or_try(shape, need, keep, keep_outputs, what, idle)
             try:
                 return step()
             except Exception as e:  # noqa: BLE001 - only the device's out-of-memory error is handled here

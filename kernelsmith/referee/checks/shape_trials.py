@@ -123,70 +123,80 @@ class ShapeTrials(ListedInputs):
         every candidate of the run: seeds per run seed, shape and trial); the candidate gets clones.
         """
         where = "shape " + ",".join(f"{k}={v}" for k, v in shape.items())
-        protected = self.harness.written
         arena, prev_outs, identical, max_err = None, None, True, 0.0
         for t in range(TRIALS):
-            entry = self.listed(shape, seed, t)
-            # `originals` and `expected` are the cache's own: read here, never handed to the candidate.
-            originals, expected = entry.originals, self.listed_expected(entry)
-            self.room_for_trial(shape, entry)
-            inputs = fresh_copy(originals)
-            if t == 1 and arena:
-                # Same storage, new values: a result cached by data_ptr shows up as stale output.
-                # Sizes may follow the seed: redraws look for inputs that fit (arena_draw).
-                taken = self.arena_draw(shape, seed, arena, inputs)
-                if taken:
-                    entry = self.listed(shape, seed, f"1.{taken}")
-                    originals, expected = entry.originals, self.listed_expected(entry)
-                    inputs = fresh_copy(originals)
-                inputs = into_arena(arena, inputs)
-            sizes = _nbytes(expected)
-            outs = self.trial_call(shape, entry, fn, inputs, float("nan"), rec, sizes, pristine=originals)
-            # The interface is the base's: its outputs on this entry (cached, made by the base only).
-            base_outs, base_err, known = outs, None, None
-            if fn is not self.base_fn:
-                base_outs, base_err = self.listed_base(entry)
-                known = self.known_checks(entry, outs)
-            try:
-                checks = self.check_outputs(outs, expected, f"{where} trial {t}", base_outs, known)
-            except Rejected as r:
-                pairs = zip(outs, prev_outs or (), strict=False)
-                stale = prev_outs is not None and len(prev_outs) == len(outs) and all(
-                    type(a) is torch.Tensor and C.same_bits(a, b) for a, b in pairs)
-                if t == 1 and stale:
-                    raise Rejected("cached_result", f"{where}: returned the previous call's result for "
-                                   "new data at the same address (a result cached across calls)") from r
-                raise
-            for name, orig in C.tensors_of(originals).items():
-                if name not in protected and not C.same_bits(inputs[name], orig):
-                    raise Rejected("input_mutation", f"{where}: input {name!r} was modified")
-            for name, orig in C.tensors_of(originals).items():
-                if name in self.harness.inplace or name not in (self.harness.outputs or []):
-                    inputs[name].copy_(orig)
-            outs2 = self.trial_call(shape, entry, fn, inputs, 1.0e4, rec, sizes, pristine=originals)
-            for a, b in zip(outs, outs2, strict=False):
-                atol, rtol = self._tol(a)
-                same = C.same_bits(a, b) if not self.harness.nondeterministic else \
-                    torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
-                if not same:
-                    raise Rejected("nondeterministic", f"{where}: two runs on the same inputs disagree "
-                                   "(uninitialised memory or a race)")
-            if fn is not self.base_fn:
-                same = all(k is not None for k in known) if known is not None else \
-                    all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
-                identical = identical and same
-            for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
-                if known is not None and known[i] is not None:
-                    msg = known[i][1]
-                else:
-                    msg = C.precision_downgrade(o, e, chk.mean_abs_err, base_err[i] if base_err else None)
-                if msg:
-                    raise Rejected("precision_downgrade", f"{where}: {msg}")
-                max_err = max(max_err, chk.max_abs_err)
-            prev_outs = outs
+            # One trial per call: nothing of it but its outputs and inputs outlives it, so the next
+            # trial's room (memory.py) evicting its cache entry gives the device the bytes back.
+            prev_outs, inputs, same, err = self._trial(fn, shape, seed, t, where, arena, prev_outs, rec)
+            identical, max_err = identical and same, max(max_err, err)
             if t == 0:
                 arena = C.tensors_of(inputs)
+            del inputs
         return {"shape": shape, "max_abs_err": max_err, "bitwise_identical": identical}
+
+    def _trial(self, fn, shape: dict, seed: int, t: int, where: str, arena, prev_outs, rec: Record) -> tuple:
+        """Trial `t` on a listed shape: (its outputs, its inputs, bit for bit the base's, the largest
+        error)."""
+        protected = self.harness.written
+        identical, max_err = True, 0.0
+        entry = self.listed(shape, seed, t)
+        # `originals` and `expected` are the cache's own: read here, never handed to the candidate.
+        originals, expected = entry.originals, self.listed_expected(entry)
+        self.room_for_trial(shape, entry)
+        inputs = fresh_copy(originals)
+        if t == 1 and arena:
+            # Same storage, new values: a result cached by data_ptr shows up as stale output.
+            # Sizes may follow the seed: redraws look for inputs that fit (arena_draw).
+            taken = self.arena_draw(shape, seed, arena, inputs)
+            if taken:
+                entry = self.listed(shape, seed, f"1.{taken}")
+                originals, expected = entry.originals, self.listed_expected(entry)
+                inputs = fresh_copy(originals)
+            inputs = into_arena(arena, inputs)
+        sizes = _nbytes(expected)
+        outs = self.trial_call(shape, entry, fn, inputs, float("nan"), rec, sizes, pristine=originals)
+        # The interface is the base's: its outputs on this entry (cached, made by the base only).
+        base_outs, base_err, known = outs, None, None
+        if fn is not self.base_fn:
+            base_outs, base_err = self.listed_base(entry)
+            known = self.known_checks(entry, outs)
+        try:
+            checks = self.check_outputs(outs, expected, f"{where} trial {t}", base_outs, known)
+        except Rejected as r:
+            pairs = zip(outs, prev_outs or (), strict=False)
+            stale = prev_outs is not None and len(prev_outs) == len(outs) and all(
+                type(a) is torch.Tensor and C.same_bits(a, b) for a, b in pairs)
+            if t == 1 and stale:
+                raise Rejected("cached_result", f"{where}: returned the previous call's result for "
+                               "new data at the same address (a result cached across calls)") from r
+            raise
+        for name, orig in C.tensors_of(originals).items():
+            if name not in protected and not C.same_bits(inputs[name], orig):
+                raise Rejected("input_mutation", f"{where}: input {name!r} was modified")
+        for name, orig in C.tensors_of(originals).items():
+            if name in self.harness.inplace or name not in (self.harness.outputs or []):
+                inputs[name].copy_(orig)
+        outs2 = self.trial_call(shape, entry, fn, inputs, 1.0e4, rec, sizes, pristine=originals)
+        for a, b in zip(outs, outs2, strict=False):
+            atol, rtol = self._tol(a)
+            same = C.same_bits(a, b) if not self.harness.nondeterministic else \
+                torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
+            if not same:
+                raise Rejected("nondeterministic", f"{where}: two runs on the same inputs disagree "
+                               "(uninitialised memory or a race)")
+        if fn is not self.base_fn:
+            same = all(k is not None for k in known) if known is not None else \
+                all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
+            identical = identical and same
+        for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
+            if known is not None and known[i] is not None:
+                msg = known[i][1]
+            else:
+                msg = C.precision_downgrade(o, e, chk.mean_abs_err, base_err[i] if base_err else None)
+            if msg:
+                raise Rejected("precision_downgrade", f"{where}: {msg}")
+            max_err = max(max_err, chk.max_abs_err)
+        return outs, inputs, identical, max_err
 
     def arena_draw(self, shape: dict, seed: int, arena: dict, inputs: dict) -> int:
         """Which redraw of trial 1 fits trial 0's storage `arena` (trials.fitting_draw), found once
@@ -212,8 +222,8 @@ class ShapeTrials(ListedInputs):
         """Room on the device for one correctness trial's calls on `shape` (memory.py)."""
         need = self.trial_need(shape)
         if need is not None:
-            self.memory.make_room(shape, need, [entry.key], what="a correctness trial",
-                                  idle=self.idle_while("runner"))
+            self.memory.make_room_or_try(shape, need, [entry.key], what="a correctness trial",
+                                         idle=self.idle_while("runner"))
 
     def trial_call(self, shape: dict, entry, fn, inputs: dict, *args, **kw) -> tuple:
         """`call` in a correctness trial on `entry`. A call the device runs out of memory in (the
