@@ -149,6 +149,7 @@ class ShapeTrials(ListedInputs):
             # Sizes may follow the seed: redraws look for inputs that fit (arena_draw).
             taken = self.arena_draw(shape, seed, arena, inputs)
             if taken:
+                entry = originals = expected = inputs = None  # the first draw's: let go of first
                 entry = self.listed(shape, seed, f"1.{taken}")
                 originals, expected = entry.originals, self.listed_expected(entry)
                 inputs = fresh_copy(originals)
