@@ -10,7 +10,7 @@
 # SVS_MINUTES (default 0.5): --minutes of each run. SVS_SEED (default 0): --seed of both.
 # SVS_MUTATOR: optimize's --mutator (default: none given, optimize's own default).
 # SVS_TOTAL_S (default 540): the step's budget; a pair that would not finish inside it is not
-#   started, and the last line gives the command for the pairs left over (the next device call).
+#   started (each lane's first pair always is), and the last line gives the command for the pairs left over (the next device call).
 #   Whatever runs is killed by SVS_TOTAL_S + 45 s, so a call ends inside the device's 600 s; each
 #   pair's line is in $OUT/svs-lines.txt as soon as it is done.
 # SVS_OVERHEAD_S (default 45): a run's seconds beyond its minutes (start, harness facts, compile
@@ -119,10 +119,12 @@ one_pair() {  # pair lane
     --json "$OUT/svs-lines.jsonl" | tee -a "$LINES"
 }
 
-lane() {  # lane index: its pairs in turn, each only if it fits the budget
+lane() {  # lane index: its pairs in turn, each after the first only if it fits the budget
   local l=$1 i
   for ((i = l; i < ${#pairs[@]}; i += lanes)); do
-    if [ $((SECONDS - start + per_pair)) -gt "$TOTAL" ]; then
+    # A lane's first pair always starts (the set-up's seconds would otherwise turn away a pair
+    # estimated just under the budget, and the call with it); whatever runs is killed at the limit.
+    if [ "$i" -ge "$lanes" ] && [ $((SECONDS - start + per_pair)) -gt "$TOTAL" ]; then
       echo "${pairs[$i]}" >> "$D/left.$l"
       continue
     fi
