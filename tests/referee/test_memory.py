@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from test_judge_timing import Judge, StandInRunner
-from test_timing_logic import FILL_HARNESS, FakeBackend, FakeSession, _verdict_dict
+from test_timing_logic import FILL_HARNESS, FakeBackend, FakeSession, _rms, _verdict_dict
 from tiny_project import tiny_task
 
 from kernelsmith.cli import main
@@ -16,7 +16,14 @@ from kernelsmith.harness.model import load_harness
 from kernelsmith.referee.checks.diagnose import NOT_A_CANDIDATE, base_failure
 from kernelsmith.referee.checks.input_cache import InputCache, ListedInputs
 from kernelsmith.referee.link.errors import CandidateError
-from kernelsmith.referee.memory import MEMORY_ENV, DeviceMemoryShort, Gauge, MemoryPlanner, ShapeBytes
+from kernelsmith.referee.memory import (
+    MEMORY_ENV,
+    RESERVE_BYTES,
+    DeviceMemoryShort,
+    Gauge,
+    MemoryPlanner,
+    ShapeBytes,
+)
 from kernelsmith.referee.proc.judge import RemoteFn
 from kernelsmith.referee.timing import ab as timing
 from kernelsmith.referee.timing.rotation import Rotation
@@ -610,7 +617,7 @@ def test_a_profile_of_the_base_is_planned_for_what_the_runner_holds_not_for_a_co
 # verdict said out_of_memory without trying a step that needs about two thirds of its plan.
 def _measured_planner(cache: InputCache, free: int) -> MemoryPlanner:
     """A planner whose room is a device's own measure of `free` bytes (no cap)."""
-    return MemoryPlanner(Gauge(lambda: free - cache.bytes() + (1 << 30)), cache)
+    return MemoryPlanner(Gauge(lambda: free - cache.bytes() + RESERVE_BYTES), cache)
 
 
 def test_a_step_planned_not_to_fit_is_tried_on_a_measured_device_but_not_under_a_cap():
@@ -663,10 +670,10 @@ def test_a_trials_cached_data_is_let_go_of_before_the_next_trial_makes_room():
     import gc
     import weakref
 
-    from test_timing_logic import FakeBackend, FakeSession
-
     from kernelsmith.referee.checks.record import Record
     from kernelsmith.referee.checks.shape_trials import ShapeTrials
+
+    held, alive = [], []
 
     class Trials(ShapeTrials, FakeSession):
         link = None
@@ -675,42 +682,24 @@ def test_a_trials_cached_data_is_let_go_of_before_the_next_trial_makes_room():
             out = fn(**inputs)
             return out if isinstance(out, tuple) else (out,)
 
+        def listed_expected(self, entry):
+            if entry.expected is None and held:  # a later trial's reference: room is made here
+                for key in [k for k in self.inputs.entries if k != entry.key]:
+                    self.inputs.evict(key)
+                gc.collect()
+                alive.append(sum(r() is not None for r in held))
+                held.clear()
+            return super().listed_expected(entry)
+
+        def listed_base(self, entry):
+            out = super().listed_base(entry)
+            held.extend(weakref.ref(t) for t in (*entry.originals.values(), *entry.expected, *entry.base_outs)
+                        if isinstance(t, torch.Tensor))
+            return out
+
     trials = Trials(FakeBackend([0.1]))
     trials.memory = MemoryPlanner(Gauge(lambda: None), trials.inputs)
-    held, alive = [], []
-    expected_of = ListedInputs.listed_expected
-
-    def watched(self, entry):
-        if entry.expected is None and held:  # a later trial's reference: room is made for it here
-            for key in [k for k in self.inputs.entries if k != entry.key]:
-                self.inputs.evict(key)
-            gc.collect()
-            alive.append(sum(r() is not None for r in held))
-            held.clear()
-        out = expected_of(self, entry)
-        return out
-
-    def remember(entry):
-        base_outs = entry.base_outs or ()
-        held.extend(weakref.ref(t) for t in (*entry.originals.values(), *entry.expected, *base_outs)
-                    if isinstance(t, torch.Tensor))
-
-    listed_base = ListedInputs.listed_base
-
-    def base_and_remember(self, entry):
-        out = listed_base(self, entry)
-        remember(entry)
-        return out
-
-    Trials.listed_expected = watched
-    Trials.listed_base = base_and_remember
     shape = trials.harness.shapes_for("interpret")[0]
-    result = trials.check_shape(lambda **kw: _rms_candidate(**kw), shape, 0, 1, 5, Record())
+    result = trials.check_shape(lambda **kw: _rms(**kw), shape, 0, 1, 5, Record())  # not the base
     assert result["shape"] == shape
     assert alive == [0, 0]  # trials 1 and 2 found nothing of the trial before them alive
-
-
-def _rms_candidate(x, weight, eps):
-    from test_timing_logic import _rms
-
-    return _rms(x, weight, eps)
