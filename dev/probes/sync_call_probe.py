@@ -7,7 +7,7 @@ runner reported its base at 0.60 ms (samples 0.45-1.15) where the judge's oracle
 in several settings, one process, to see which one moves the median:
   judge-like (one fn, 20 repetitions), runner-like (three fns interleaved, 200 repetitions), the
   integrity monitor installed (its Triton launch hooks and audit hook), the op recorder active,
-  and a busy Python thread beside the loop.
+  and a busy Python thread beside the loop; SPIN_ONLY=1: the call at fixed spins (100, 400, 1600 us).
 
     LIGER_CHECKOUT=/path python3 dev/probes/sync_call_probe.py > sync.txt
 """
@@ -72,6 +72,40 @@ def measure(backend, label: str, fns, reps: int) -> None:
         print(f"{label} fn{i}: {stats(t)} | late retimed/kept {late} | {wall:.2f} s", flush=True)
 
 
+def fixed_spin(backend, fn, spin_us: float, reps: int) -> list[float]:
+    """ms per call with the spin held at `spin_us` (no re-timing): prepare, flush and spin, call."""
+    out = []
+    for r in range(reps):
+        start, end = backend.event(), backend.event()
+        fn.prepare(r)
+        backend.gap(spin_us)
+        start.record()
+        fn(r)
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end))
+    return out
+
+
+def spin_sweep(backend, harness, entry) -> None:
+    """The same call at spins of 100, 400 and 1600 us in alternating rounds, before and after three
+    seconds of heavy work: whether the wait's length moves the time of a synchronising call."""
+    shape = harness.SHAPES[0]
+    fn = make_fns(harness, entry, shape, 1)[0]
+    spins = (100.0, 400.0, 1600.0)
+    for phase in ("cold", "after 3 s of calls"):
+        if phase != "cold":
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 3:
+                fixed_spin(backend, fn, 100.0, 20)
+        got = {s: [] for s in spins}
+        for _ in range(5):
+            for s in spins:
+                got[s] += fixed_spin(backend, fn, s, 20)
+        for s in spins:
+            print(f"fixed spin {s:.0f} us, {phase}: {stats(got[s])}", flush=True)
+
+
 def main() -> None:
     """Each setting in turn on the 4096 x 32000 bf16 shape, then the 8192 x 128256 one."""
     sys.path.insert(0, os.path.join(os.environ["LIGER_CHECKOUT"], "src"))
@@ -82,6 +116,9 @@ def main() -> None:
     backend.init_context()
     backend.calibrate(["bfloat16"])
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    if os.environ.get("SPIN_ONLY"):
+        spin_sweep(backend, harness, cross_entropy_forward)
+        return
     for shape in harness.SHAPES[:2]:
         print("shape", shape, flush=True)
         one = make_fns(harness, cross_entropy_forward, shape, 1)
