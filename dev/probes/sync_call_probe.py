@@ -7,7 +7,8 @@ runner reported its base at 0.60 ms (samples 0.45-1.15) where the judge's oracle
 in several settings, one process, to see which one moves the median:
   judge-like (one fn, 20 repetitions), runner-like (three fns interleaved, 200 repetitions), the
   integrity monitor installed (its Triton launch hooks and audit hook), the op recorder active,
-  and a busy Python thread beside the loop; SPIN_ONLY=1: the call at fixed spins (100, 400, 1600 us).
+  and a busy Python thread beside the loop. SPIN_ONLY=1: the call at fixed spins (100, 400,
+  1600 us); ISOLATE=1: the runner's loop taken apart (repetitions, fns, input sets, queued blocks).
 
     LIGER_CHECKOUT=/path python3 dev/probes/sync_call_probe.py > sync.txt
 """
@@ -106,6 +107,27 @@ def spin_sweep(backend, harness, entry) -> None:
             print(f"fixed spin {s:.0f} us, {phase}: {stats(got[s])}", flush=True)
 
 
+def isolate(backend, harness, entry) -> None:
+    """Which part of the runner's loop moves the time: many repetitions, three fns, three input
+    sets, or queueing a block of calls between synchronisations."""
+    shape = harness.SHAPES[0]
+    one = make_fns(harness, entry, shape, 1)
+    three = make_fns(harness, entry, shape, 3)
+    shared = [one[0]] * 3
+    for label, fns, reps in (("loop, 1 fn, 20 reps", one, 20), ("loop, 1 fn, 200 reps", one, 200),
+                             ("loop, 3 fns on one set, 200 reps", shared, 200),
+                             ("loop, 3 fns on 3 sets, 200 reps", three, 200),
+                             ("loop, 1 fn, 20 reps again", one, 20)):
+        backend._spin_us = 100.0
+        measure(backend, label, fns, reps)
+    got = [[] for _ in three]
+    for _ in range(200):
+        for i, fn in enumerate(three):
+            got[i] += fixed_spin(backend, fn, 100.0, 1)
+    for i, t in enumerate(got):
+        print(f"synchronised each call, 3 fns on 3 sets, fn{i}: {stats(t)}", flush=True)
+
+
 def main() -> None:
     """Each setting in turn on the 4096 x 32000 bf16 shape, then the 8192 x 128256 one."""
     sys.path.insert(0, os.path.join(os.environ["LIGER_CHECKOUT"], "src"))
@@ -116,6 +138,9 @@ def main() -> None:
     backend.init_context()
     backend.calibrate(["bfloat16"])
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    if os.environ.get("ISOLATE"):
+        isolate(backend, harness, cross_entropy_forward)
+        return
     if os.environ.get("SPIN_ONLY"):
         spin_sweep(backend, harness, cross_entropy_forward)
         return
