@@ -4,13 +4,14 @@ independent re-time (dev/gpu/retime.py --json):
     python3 dev/gpu/svs_line.py TARGET:OP[@VARIANT] SWEEP_DIR OPTIMIZE_DIR RETIME_JSON MINUTES [--json OUT]
 
 operator, variant, the sweep's final geomean (its winner re-measured on new inputs by the referee),
-optimize's, their ratio, the minutes optimize's search used of those given, evaluations per held
-GPU-minute of each (evaluations / (GPUs x wall time), as kernelsmith.search.efficiency counts them),
-whether optimize covered its space (it stopped with no new proposal to make) and how much of its grid
-the sweep judged, whether both runs ended on the same winner code, the independent re-times of both
-winners and their ratio, and the issue's bars (optimize at >= 95% and >= 100% of the sweep, a tie
-where both winners are the same code: their final geomeans then differ by the two measurements'
-noise alone; >= 90% of its minutes unless the space was covered).
+optimize's, their ratio (a run without a winner keeps the base: 1.0 on its side), the minutes
+optimize's search used of those given, evaluations per held GPU-minute of each (evaluations / (GPUs
+x wall time), as kernelsmith.search.efficiency counts them), whether optimize covered its space (it
+stopped with no new proposal to make) and how much of its grid the sweep judged, whether both runs
+ended on the same winner code, the independent re-times of both winners and their ratio, and the
+issue's bars (optimize at >= 95% and >= 100% of the sweep, a tie where both winners are the same
+code: their final geomeans then differ by the two measurements' noise alone; >= 90% of its minutes
+unless the space was covered).
 A missing or failed run is said so on the line.
 """
 
@@ -51,6 +52,14 @@ def _no_geomean(result: dict) -> str | None:
     return result.get("no_winner_reason") or "no winner"
 
 
+def _kept(result: dict) -> float | None:
+    """The run's outcome as a geomean over the base: its winner's, or 1.0 where a timed run ended
+    without one (the bot keeps the base); None where it has neither."""
+    if result.get("geomean_speedup") is not None:
+        return result["geomean_speedup"]
+    return 1.0 if result.get("timed") and result.get("no_winner_reason") else None
+
+
 def _x(value) -> str:
     return f"{value:.3f}x" if isinstance(value, (int, float)) else "-"
 
@@ -87,7 +96,8 @@ def row(pair: str, sweep_dir: Path, opt_dir: Path, retime_json: Path, minutes: f
     out["retime"] = retime.get("geomean") or {}
     out["retime_wrong"] = sorted(retime.get("wrong") or {})
     out["retime_device"] = retime.get("device")
-    s, o = out.get("sweep_final"), out.get("optimize_final")
+    # A run without a winner keeps the base: its side of the ratio is 1.0 (both without one: 1.0).
+    s, o = (_kept(sweep[1]) if sweep else None), (_kept(opt[1]) if opt else None)
     out["ratio"] = round(o / s, 4) if s and o else None
     code = _winner_code(sweep_dir)
     out["same_winner"] = code is not None and code == _winner_code(opt_dir)
