@@ -6,7 +6,8 @@ torch for device properties on every call (SM count, capability); the interprete
 also has known gaps (triton 3.9, checked): its fp32 -> fp8 cast drops the mantissa carry (31.5
 becomes 16.0) and rounds ties away from even; a list grid `[n]` crashes it; a module-level alias
 of a `tl` function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs; a float argument
-stays a Python float (`eps.to(tl.float32)` fails); libdevice math is missing (libdevice.py); a
+stays a Python float (`eps.to(tl.float32)` fails), and so does the variable of a `tl.range` loop
+(`item.to(tl.int64)` fails); libdevice math is missing (libdevice.py); a
 combine function runs element by element in Python (combine.py); the autotuner would time every
 config by the CPU's clock (here every config ties). Each stand-in here answers as one named GPU
 would (an H200 by default), records its `StandIn` member in `USED`, and the interpreter backend names the ones
@@ -30,6 +31,7 @@ class StandIn(str, Enum):
     FP8_CAST = "fp8 cast"
     LIBDEVICE = "libdevice math"
     LIST_GRIDS = "list grids"
+    RANGE_VARIABLES = "tl.range variables"
     TL_ALIASES = "tl aliases"
 
 
@@ -318,4 +320,51 @@ def patch_float_args() -> bool:
 
     _implicit_cvt.__ks_standin__ = True
     interpreter._implicit_cvt = _implicit_cvt
+    return True
+
+
+
+def _range_dtype(bounds) -> tuple:
+    """(numpy dtype, Triton dtype) of a loop variable over `bounds`: int64 where a bound is an
+    int64 scalar or out of int32's range, else int32 (as compiled Triton types the loop)."""
+    import numpy as np
+    import triton.language as tl
+
+    wide = any(getattr(b, "dtype", None) == tl.int64 or not -2**31 <= int(b) < 2**31 for b in bounds)
+    return (np.int64, tl.int64) if wide else (np.int32, tl.int32)
+
+
+def tensor_range(arg1, arg2=None, step=None, **_):
+    """`tl.range` under the interpreter, each value a scalar tensor as compiled Triton's loop
+    variable is (the interpreter's own yields Python ints); records its use."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    used(StandIn.RANGE_VARIABLES)
+    start, end = (0, arg1) if arg2 is None else (arg1, arg2)
+    step = 1 if step is None else step
+    np_dtype, dtype = _range_dtype((start, end, step))
+    for i in range(int(start), int(end), int(step)):
+        yield tl.tensor(interpreter.TensorHandle(np.array([i], dtype=np_dtype), dtype), dtype)
+
+
+def patch_range_variables() -> bool:
+    """While a kernel runs, `tl.range` yields scalar tensors (`tensor_range`); `tl.static_range`
+    keeps Python ints, as compiled Triton unrolls it with constants."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang
+    if getattr(original, "__ks_standin__", False):
+        return False
+
+    def _patch_lang(fn):
+        scope = original(fn)
+        for lang in {id(v): v for v in fn.__globals__.values() if v is tl or v is tl.core}.values():
+            scope.set_attr(lang, "range", tensor_range)
+        return scope
+
+    _patch_lang.__ks_standin__ = True
+    interpreter._patch_lang = _patch_lang
     return True

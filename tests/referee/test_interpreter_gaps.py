@@ -1,8 +1,9 @@
 """What the Triton interpreter lacks, given to kernels on CPU (issue 41, item 2): libdevice math
 (imported from triton.language.extra.libdevice, whose functions are declarations the compiler
-replaces; through the module; the CUDA versions) and float arguments as fp32 scalars
-(`eps.to(tl.float32)`). A kernel line the interpreter still cannot run is named as such, and only
-a file that does not load is an import_error.
+replaces; through the module; the CUDA versions), float arguments as fp32 scalars
+(`eps.to(tl.float32)`) and `tl.range` loop variables as scalar tensors (`item.to(tl.int64)`). A
+kernel line the interpreter still cannot run is named as such, and only a file that does not load
+is an import_error.
 
 The stand-ins patch process globals: the kernels run in a child process, as in the referee.
 """
@@ -94,6 +95,51 @@ def test_libdevice_math_and_a_float_argument_under_the_interpreter(child):
 
 def test_a_libdevice_function_without_a_stand_in_says_so(child):
     assert "NotImplementedError" in child["bessel"] and "__nv_j0f" in child["bessel"]
+
+
+RANGE_CHILD = r'''
+import json, os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+from kernelsmith.referee.backend.interpret import InterpretBackend
+
+backend = InterpretBackend()
+backend.init_context()
+
+
+@triton.jit
+def rows_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK: tl.constexpr, PARTS: tl.constexpr):
+    # a persistent loop: the loop variable used as compiled Triton types it (an int32 scalar)
+    for item in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        row = item.to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for part in tl.static_range(PARTS):  # unrolled with constants: stays a Python int
+            acc += tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0) * (part + 1)
+        tl.store(out_ptr + row * n_cols + cols, acc, mask=cols < n_cols)
+
+
+@triton.jit
+def wide_kernel(out_ptr, start):
+    for i in tl.range(start, start + 2):
+        tl.store(out_ptr + (i - start), i.to(tl.float64))
+
+
+x = torch.arange(15, dtype=torch.float32).view(5, 3)
+out = torch.empty_like(x)
+rows_kernel[(2,)](x, out, 5, 3, BLOCK=4, PARTS=3)
+wide = torch.empty(2, dtype=torch.float64)
+wide_kernel[(1,)](wide, 2**40)
+print(json.dumps({"rows": out.tolist(), "wide": wide.tolist(), "info": backend.info()}))
+'''
+
+
+def test_a_tl_range_variable_is_a_scalar_tensor_and_a_static_range_one_an_int():
+    got = run_json_child(RANGE_CHILD)
+    x = torch.arange(15, dtype=torch.float32).view(5, 3)
+    assert got["rows"] == (x * 6).tolist()
+    assert got["wide"] == [2.0**40, 2.0**40 + 1]  # bounds past int32: an int64 variable
+    assert "tl.range variables" in got["info"]["stand_ins"]
 
 
 ASM = '''

@@ -167,6 +167,38 @@ def test_declines_what_it_cannot_model():
         persistent(site, 4)
 
 
+def _with_options(code: str, options: str, launch_tail: str) -> str:
+    """row_rms with its launch options built in a dict (as Liger builds `kernel_args`) and spread
+    into the launch, `launch_tail` replacing the launch's last arguments."""
+    head = "    _row_rms_kernel[grid](x, out, rms, cols, x.stride(0), "
+    launch = head + "eps, BLOCK_N=triton.next_power_of_2(cols))\n"
+    assert launch in code
+    built = (f"    opts = {options}\n    if x.device.type == 'xpu':\n        opts['grf_mode'] = 'large'\n"
+             f"{head}{launch_tail})\n")
+    return code.replace(launch, built)
+
+
+def test_a_launch_that_spreads_an_options_dict_is_rewritten_when_every_parameter_is_named():
+    task = task_for("row_rms")
+    code = _with_options(task.base_code, "{}", "eps, BLOCK_N=triton.next_power_of_2(cols), **opts")
+    sites, declined = find_sites(code, "row_rms")
+    assert declined == [] and len(sites) == 1
+    rewritten = [coarsen(sites[0], 0, 2).code, widen(sites[0], 0, 4).code]
+    for rw in rewritten:
+        assert "**opts" in rw  # the options reach the rewritten launch unchanged
+    with Referee(task, device="interpret") as referee:
+        for rw in rewritten:
+            verdict = referee.evaluate(rw, candidate_id=1).to_json()
+            assert verdict["accepted"], (verdict.get("reason"), verdict.get("error"))
+    # A parameter left to the dict (`eps` here, as Liger's rms_norm leaves BLOCK_ROW): declined, named.
+    hidden = _with_options(task.base_code, '{"eps": eps}', "BLOCK_N=triton.next_power_of_2(cols), **opts")
+    sites, declined = find_sites(hidden, "row_rms")
+    assert sites == [] and len(declined) == 1
+    assert "**opts" in declined[0] and "eps are not passed" in declined[0], declined
+    starred = code.replace("x.stride(0), eps,", "*(x.stride(0), eps),")
+    assert "*args" in find_sites(starred, "row_rms")[1][0]
+
+
 @pytest.mark.parametrize(
     ("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")]
 )

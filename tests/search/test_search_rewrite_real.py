@@ -1,6 +1,7 @@
 """The rewrite mutator on real kernels: the demo's (judged by the interpreter referee), and where a
 checkout is at hand (tests/upstreamkit.py: the release checkouts, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT),
-LMDeploy's apply_rotary_pos_emb and silu_and_mul and SGLang's merge_state: each gets valid rewrite
+LMDeploy's apply_rotary_pos_emb and silu_and_mul, SGLang's merge_state and Liger-Kernel's layer_norm
+and rms_norm: each gets valid rewrite
 proposals whose knobs the params search finds; the CPU-runnable ones are checked against their
 harness references on the listed CPU shapes."""
 
@@ -97,6 +98,20 @@ def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
         for p in proposals:
             if _first_round(p):
                 _check_on_cpu_shapes(task, p.code, tmp_path)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_liger_norms_launched_with_a_spread_options_dict_get_accepted_rewrites(op):
+    """Liger launches its norms with `**kernel_args` (empty but on XPU) and a `.to(tl.int64)` on the
+    program id, which the persistent rewrite turns into its loop variable: both followed."""
+    checkout = upstreamkit.require("liger")
+    task = load_task(str(ROOT / "targets" / "liger.yaml"), op, checkout=str(checkout))
+    firsts = [p for p in _proposals(task) if _first_round(p)]
+    assert {p.params["transform"] for p in firsts} >= {"coarsen", "persistent"}
+    with Referee(task, device="interpret") as referee:
+        for p in firsts:
+            verdict = referee.evaluate(p.code, candidate_id=1).to_json()
+            assert verdict["accepted"], (p.params["key"], verdict.get("reason"), verdict.get("error"))
 
 
 @pytest.mark.gpu

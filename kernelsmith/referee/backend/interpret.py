@@ -34,14 +34,15 @@ class InterpretBackend(Backend):
 
 
 def install_standins() -> None:
-    """The active-driver and device-property stand-ins, fp8 casts, `tl` aliases, float arguments
-    (standins.py), libdevice math (libdevice.py) and block combine functions (combine.py)."""
+    """The active-driver and device-property stand-ins, fp8 casts, `tl` aliases, float arguments,
+    `tl.range` variables (standins.py), libdevice math (libdevice.py) and block combine functions
+    (combine.py)."""
     def kernel_runs() -> bool:
         return libdevice.patch_kernel_runs(standins.alias_scopes, standins.bound_to_interpreter)
 
     for install in (standins.install_driver, standins.install_torch_cuda, standins.patch_fp8_casts,
-                    standins.patch_tl_aliases, standins.patch_float_args, libdevice.patch_builder,
-                    combine.patch_combine, kernel_runs):
+                    standins.patch_tl_aliases, standins.patch_float_args, standins.patch_range_variables,
+                    libdevice.patch_builder, combine.patch_combine, kernel_runs):
         try:
             install()
         except (AttributeError, ImportError, TypeError):

@@ -172,6 +172,28 @@ def _starts_line(code_lines: list[str], st: ast.stmt) -> bool:
     return code_lines[st.lineno - 1][: st.col_offset].strip() == ""
 
 
+def _opaque_arguments(kname: str, kernel: ast.FunctionDef, call: ast.Call) -> str | None:
+    """Why the launch's arguments cannot be followed, or None.
+
+    `*args` hides which parameter each value binds. `**options` is followed when every parameter
+    without a default is passed by position or by name: the dict can then hold only defaulted
+    parameters and launch options (Liger passes `**kernel_args`, empty but on XPU), which the
+    rewritten launch passes on unchanged."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return f"{kname}: launched with *args the rewrite cannot follow"
+    spread = [k for k in call.keywords if k.arg is None]
+    if not spread:
+        return None
+    params = [a.arg for a in kernel.args.args]
+    required = params[: len(params) - len(kernel.args.defaults)]
+    named = set(params[: len(call.args)]) | {k.arg for k in call.keywords}
+    unbound = [p for p in required if p not in named]
+    if unbound:
+        return (f"{kname}: launched with **{ast.unparse(spread[0].value)}, and its parameters "
+                f"{', '.join(unbound)} are not passed by position or by name: the rewrite cannot follow")
+    return None
+
+
 def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
     """(the launch sites a rewrite may transform, why each other kernel launch is declined)."""
     tree = parse(code)
@@ -202,10 +224,8 @@ def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
             continue
         launcher, call = where[0]
         reason = check_kernel(kernel, funcs, jit)
-        opaque = any(isinstance(a, ast.Starred) for a in call.args)
-        opaque = opaque or any(k.arg is None for k in call.keywords)
-        if reason is None and opaque:
-            reason = f"{kname}: launched with *args or **kwargs the rewrite cannot follow"
+        if reason is None:
+            reason = _opaque_arguments(kname, kernel, call)
         grid_node, grid_stmt = call.func.slice, None
         if reason is None and isinstance(grid_node, ast.Name):
             binds = [
