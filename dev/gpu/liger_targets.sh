@@ -10,7 +10,9 @@
 # LIGER_OPS: the operators (default: all in the yaml); LIGER_GPUS: one lane per listed GPU, the
 # operators dealt round-robin (default: every visible GPU); LIGER_BUDGET_S: no step starts after this
 # many seconds (default 320), so the whole stays under 6 minutes of GPU time; the steps left out are
-# listed. All evaluations come first, then sweep, optimize and verify operator by operator.
+# listed (never wrap it in an outer `timeout`: that kills the script, not the step it runs). All
+# evaluations come first, then sweep, optimize and verify operator by operator; the run folders end
+# in $OUT/liger/runs.tgz.
 # Liger's tests import transformers and tokenizers (test/utils.py): without them verify says
 # could-not-run; the environment line says whether they are there.
 set -uo pipefail
@@ -122,3 +124,7 @@ for op in ops:
         if ver is not None:
             print(f"  verify ({kind}): {ver.get('status')} - {ver.get('reason')}")
 PY
+# The run folders as one archive (the device tool does not return nested folders).
+if [ -d "$D/runs" ]; then
+  tar czf "$D/runs.tgz" -C "$D" runs && rm -rf "$D/runs"
+fi

@@ -8,6 +8,10 @@
 # $KERNELSMITH_CACHE/releases/unsloth-unsloth-2026.10.9-<key> (a one-commit git repository: carry its
 # .git too, verify makes a worktree of it), and .carry/wheels (optuna). Runs from the tree (PYTHONPATH).
 # The yaml has `test: null` (the wheel ships no tests): verify is expected to exit 2, "could-not-run".
+# UNSLOTH_BUDGET_S (default 480): no step starts after this many seconds, so the script ends on its
+# own (never wrap it in an outer `timeout`: that kills the script, not the step it is running). The
+# run folders are tarred into $OUT/unsloth-targets.tgz at the end (the device tool does not return
+# nested folders).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -20,9 +24,14 @@ OPS=${UNSLOTH_OPS:-"swiglu swiglu_backward geglu geglu_backward geglu_approx geg
 MINUTES=${UNSLOTH_MINUTES:-0.3}     # --minutes of each sweep and optimize
 MUTATOR=${UNSLOTH_MUTATOR:-all}     # optimize's --mutator
 DEVICE=${DEVICE:-cuda}  # DEVICE=interpret tries the script on a machine without a GPU
+BUDGET_S=${UNSLOTH_BUDGET_S:-480}
 step() {  # name, then the kernelsmith arguments
   local name=$1 t0=$SECONDS
   shift
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then
+    echo "$name: not run (budget of $BUDGET_S s spent)"
+    return
+  fi
   timeout 600 python3 -m kernelsmith "$@" > "$D/$name.log" 2>&1
   echo "$name: exit $? in $((SECONDS - t0)) s"
 }
@@ -47,8 +56,9 @@ PY
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU: $DEVICE"
 for op in $OPS; do
   step "$op-evaluate" evaluate unsloth "$op" --checkout "$CO" --device "$DEVICE" --json
-  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print('  accepted', v.get('accepted'))" \
-    "$D/$op-evaluate.log" 2>/dev/null || tail -3 "$D/$op-evaluate.log"
+  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print('  accepted', v.get('accepted'), '|',
+  '; '.join(f\"{s['shape']}: {s.get('baseline_ms') or 0:.4f} ms {s.get('pct_roofline') or 0:.0f}% roofline\"
+            for s in v.get('shapes') or []))" "$D/$op-evaluate.log" 2>/dev/null || tail -3 "$D/$op-evaluate.log"
   step "$op-sweep" sweep unsloth "$op" --checkout "$CO" --device "$DEVICE" --minutes "$MINUTES" --seed 0 \
     --out "$D/$op-sweep" --no-progress
   summary "$D/$op-sweep"
@@ -59,3 +69,5 @@ for op in $OPS; do
   step "$op-verify" verify "$D/$op-optimize"
   tail -2 "$D/$op-verify.log" | sed 's/^/  /'
 done
+tar czf /tmp/unsloth-targets.tgz -C "$OUT" unsloth-targets && mv /tmp/unsloth-targets.tgz "$OUT/" \
+  && rm -rf "$D" && echo "results: $OUT/unsloth-targets.tgz"
