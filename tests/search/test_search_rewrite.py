@@ -199,6 +199,34 @@ def test_a_launch_that_spreads_an_options_dict_is_rewritten_when_every_parameter
     assert "*args" in find_sites(starred, "row_rms")[1][0]
 
 
+def test_widening_follows_libdevice_math_imported_by_name_or_by_module():
+    task = task_for("row_rms")
+    line = "    rms = tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n"
+    assert line in task.base_code
+    by_name = task.base_code.replace("import triton.language as tl\n", "import triton.language as tl\n"
+                                     "from triton.language.extra.libdevice import rsqrt as inv_sqrt\n")
+    by_name = by_name.replace(line, "    rms = 1.0 / inv_sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n")
+    by_module = task.base_code.replace("import triton.language as tl\n", "import triton.language as tl\n"
+                                       "from triton.language.extra import libdevice\n")
+    by_module = by_module.replace(line, "    rms = libdevice.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n")
+    widened = []
+    for code in (by_name, by_module):
+        (site,) = find_sites(code, "row_rms")[0]
+        rw = widen(site, 0, 4).code
+        assert "axis=1" in rw
+        widened.append(rw)
+    with Referee(task, device="interpret") as referee:
+        for rw in widened:
+            verdict = referee.evaluate(rw, candidate_id=1).to_json()
+            assert verdict["accepted"], (verdict.get("reason"), verdict.get("error"))
+    # A function of the file itself (not a math module's) is still not followed with per-row values.
+    helper = task.base_code.replace(line, "    rms = _root(tl.sum(x * x, axis=0) / n_cols + eps)\n") + (
+        "\n\n@triton.jit\ndef _root(v):\n    return tl.sqrt(v)\n")
+    (site,) = find_sites(helper, "row_rms")[0]
+    with pytest.raises(Decline, match="per-row or per-column values"):
+        widen(site, 0, 4)
+
+
 @pytest.mark.parametrize(
     ("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")]
 )

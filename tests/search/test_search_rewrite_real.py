@@ -102,12 +102,13 @@ def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
 
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_liger_norms_launched_with_a_spread_options_dict_get_accepted_rewrites(op):
-    """Liger launches its norms with `**kernel_args` (empty but on XPU) and a `.to(tl.int64)` on the
-    program id, which the persistent rewrite turns into its loop variable: both followed."""
+    """Liger launches its norms with `**kernel_args` (empty but on XPU), casts the program id with
+    `.to(tl.int64)` (the persistent rewrite's loop variable) and takes rsqrt from libdevice (the
+    widening's per-row value): all followed."""
     checkout = upstreamkit.require("liger")
     task = load_task(str(ROOT / "targets" / "liger.yaml"), op, checkout=str(checkout))
     firsts = [p for p in _proposals(task) if _first_round(p)]
-    assert {p.params["transform"] for p in firsts} >= {"coarsen", "persistent"}
+    assert {p.params["transform"] for p in firsts} >= {"coarsen", "persistent", "widen"}
     with Referee(task, device="interpret") as referee:
         for p in firsts:
             verdict = referee.evaluate(p.code, candidate_id=1).to_json()

@@ -21,6 +21,27 @@ ELEMENTWISE = {
 }
 
 
+# Modules of elementwise math functions (every libdevice function maps each element, broadcasting
+# its arguments); a kernel file imports them under any name, often in a try/if by Triton version.
+MATH_MODULES = ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
+                "triton.language.math", "triton.language.extra.hip.libdevice")
+
+
+def math_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(function names imported from a math module, names bound to a math module itself)."""
+    functions, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if node.module in MATH_MODULES:
+                    functions.add(alias.asname or alias.name)
+                elif f"{node.module}.{alias.name}" in MATH_MODULES:
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name in MATH_MODULES and a.asname)
+    return functions, modules
+
+
 OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
        ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 
@@ -62,6 +83,7 @@ class ShapeWalk:
         self.edits: dict[tuple[int, int], str] = {}
         self.widened = False
         self.jit = {n.name for n in ast.walk(site.tree) if isinstance(n, ast.FunctionDef)}
+        self.math_functions, self.math_modules = math_names(site.tree)
 
     # -- expressions ----------------------------------------------------------------------------
     def seg(self, node) -> str:
@@ -148,6 +170,8 @@ class ShapeWalk:
         return func.attr if isinstance(base, ast.Name) and base.id == self.tl else None
 
     def call(self, node: ast.Call) -> tuple[str, str]:
+        if self._is_math(node.func):
+            return self.elementwise(node, list(node.args) + [k.value for k in node.keywords])
         name = self._tl_name(node.func)
         if name is None:
             return self.other_call(node)
@@ -175,6 +199,20 @@ class ShapeWalk:
         if name in ELEMENTWISE or name in ("range", "static_range"):
             return self.elementwise(node, list(node.args) + [k.value for k in node.keywords])
         raise Decline(f"tl.{name}: the widening does not know how it broadcasts")
+
+    def _is_math(self, func) -> bool:
+        """A libdevice / tl.math function: a name imported from one, an attribute of a name bound
+        to one, or any function under `libdevice` in a `tl` attribute chain."""
+        if isinstance(func, ast.Name):
+            return func.id in self.math_functions and func.id not in self.jit
+        if isinstance(func, ast.Attribute):
+            chain, base = [], func.value
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            return isinstance(base, ast.Name) and (
+                (base.id in self.math_modules and not chain) or (base.id == self.tl and "libdevice" in chain))
+        return False
 
     def other_call(self, node: ast.Call) -> tuple[str, str]:
         func = node.func
