@@ -130,8 +130,8 @@ def test_declines_with_a_reason_in_the_log(op, why):
 
 def test_declines_what_it_cannot_model():
     code = (SRC / "kernels" / "elementwise.py").read_text()
-    lam = code.replace("_scale_add_kernel[(triton.cdiv(n, BLOCK),)]", "_scale_add_kernel[lambda m: (n,)]")
-    assert "not a tuple" in find_sites(lam, "scale_add")[1][0]
+    computed = code.replace("_scale_add_kernel[(triton.cdiv(n, BLOCK),)]", "_scale_add_kernel[grid_of(n)]")
+    assert "not a tuple" in find_sites(computed, "scale_add")[1][0]
     again = "    _scale_add_kernel[(1,)](x, y, out, n, alpha, BLOCK=BLOCK)\n"
     twice = code.replace("    return out\n", again + "    return out\n")
     assert "launched from 2 places" in find_sites(twice, "scale_add")[1][0]
@@ -197,6 +197,44 @@ def test_a_launch_that_spreads_an_options_dict_is_rewritten_when_every_parameter
     assert "**opts" in declined[0] and "eps are not passed" in declined[0], declined
     starred = code.replace("x.stride(0), eps,", "*(x.stride(0), eps),")
     assert "*args" in find_sites(starred, "row_rms")[1][0]
+
+
+LAUNCH = "    _scale_add_kernel[(triton.cdiv(n, BLOCK),)](x, y, out, n, alpha, BLOCK=BLOCK)\n"
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["inline", "bound-to-a-name"])
+def test_a_grid_lambda_reading_the_launch_keywords_is_rewritten(bound):
+    task = task_for("scale_add")
+    assert LAUNCH in task.base_code
+    lam = 'lambda meta: (triton.cdiv(n, meta["BLOCK"]),)'
+    launch = (f"    grid = {lam}\n    _scale_add_kernel[grid](x, y, out, n, alpha, BLOCK=BLOCK)\n" if bound
+              else f"    _scale_add_kernel[{lam}](x, y, out, n, alpha, BLOCK=BLOCK)\n")
+    code = task.base_code.replace(LAUNCH, launch)
+    sites, declined = find_sites(code, "scale_add")
+    assert declined == [] and len(sites) == 1
+    site = sites[0]
+    assert site.launch_size(0) == "triton.cdiv(n, BLOCK)"
+    rewritten = {"coarsen": coarsen(site, 0, 4).code, "widen": widen(site, 0, 4).code,
+                 "persistent": persistent(site, 2).code}
+    # The count passed to the kernel is computed at the launch; the lambda keeps its own argument.
+    assert "num_programs_0=triton.cdiv(n, BLOCK)" in rewritten["coarsen"]
+    assert 'meta["BLOCK"]' in rewritten["coarsen"] and 'meta["BLOCK"]' not in rewritten["persistent"]
+    with Referee(task, device="interpret") as referee:
+        for name, rw in rewritten.items():
+            verdict = referee.evaluate(rw, candidate_id=1).to_json()
+            assert verdict["accepted"], (name, verdict.get("reason"), verdict.get("error"))
+
+
+def test_a_grid_lambda_the_launch_cannot_compute_is_declined():
+    code = task_for("scale_add").base_code
+    autotuned = code.replace(LAUNCH, '    _scale_add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)]'
+                                     "(x, y, out, n, alpha)\n")
+    assert "does not pass by name" in find_sites(autotuned, "scale_add")[1][0]
+    other = code.replace(LAUNCH, "    _scale_add_kernel[lambda meta: (triton.cdiv(n, meta.get('BLOCK')),)]"
+                                 "(x, y, out, n, alpha, BLOCK=BLOCK)\n")
+    assert "other than as meta" in find_sites(other, "scale_add")[1][0]
+    two = code.replace(LAUNCH, "    _scale_add_kernel[lambda a, b: (n,)](x, y, out, n, alpha, BLOCK=BLOCK)\n")
+    assert "a lambda other than" in find_sites(two, "scale_add")[1][0]
 
 
 def test_widening_follows_libdevice_math_imported_by_name_or_by_module():

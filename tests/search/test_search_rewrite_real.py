@@ -1,7 +1,7 @@
 """The rewrite mutator on real kernels: the demo's (judged by the interpreter referee), and where a
 checkout is at hand (tests/upstreamkit.py: the release checkouts, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT),
-LMDeploy's apply_rotary_pos_emb and silu_and_mul, SGLang's merge_state and Liger-Kernel's layer_norm
-and rms_norm: each gets valid rewrite
+LMDeploy's apply_rotary_pos_emb and silu_and_mul, SGLang's merge_state, Liger-Kernel's layer_norm
+and rms_norm and Unsloth's swiglu and geglu_backward: each gets valid rewrite
 proposals whose knobs the params search finds; the CPU-runnable ones are checked against their
 harness references on the listed CPU shapes."""
 
@@ -100,13 +100,17 @@ def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
                 _check_on_cpu_shapes(task, p.code, tmp_path)
 
 
-@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
-def test_liger_norms_launched_with_a_spread_options_dict_get_accepted_rewrites(op):
-    """Liger launches its norms with `**kernel_args` (empty but on XPU), casts the program id with
-    `.to(tl.int64)` (the persistent rewrite's loop variable) and takes rsqrt from libdevice (the
-    widening's per-row value): all followed."""
-    checkout = upstreamkit.require("liger")
-    task = load_task(str(ROOT / "targets" / "liger.yaml"), op, checkout=str(checkout))
+# Liger launches its norms with `**kernel_args` (empty but on XPU), casts the program id with
+# `.to(tl.int64)` (the persistent rewrite's loop variable) and takes rsqrt from libdevice (the
+# widening's per-row value); Unsloth launches with `grid = lambda meta: (cdiv(n, meta["BLOCK_SIZE"]),)`.
+NEW_REPOS = [("liger", "layer_norm"), ("liger", "rms_norm"), ("unsloth", "swiglu"),
+             ("unsloth", "geglu_backward")]
+
+
+@pytest.mark.parametrize(("target", "op"), NEW_REPOS, ids=[f"{t}-{o}" for t, o in NEW_REPOS])
+def test_new_repositories_kernels_get_accepted_rewrites(target, op):
+    checkout = upstreamkit.require(target)
+    task = load_task(str(ROOT / "targets" / f"{target}.yaml"), op, checkout=str(checkout))
     firsts = [p for p in _proposals(task) if _first_round(p)]
     assert {p.params["transform"] for p in firsts} >= {"coarsen", "persistent", "widen"}
     with Referee(task, device="interpret") as referee:
@@ -138,3 +142,17 @@ def test_merge_state_rewrites_compile_and_are_correct_on_cuda():
         for p in firsts:
             verdict = referee.evaluate(p.code, candidate_id=1, timing="none").to_json()
             assert verdict["accepted"], (p.params["key"], verdict.get("reason"), verdict.get("error"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("target", "op"), NEW_REPOS, ids=[f"{t}-{o}" for t, o in NEW_REPOS])
+def test_new_repositories_rewrites_compile_and_are_correct_on_cuda(target, op):
+    """The rewrites above, built by Triton's GPU compiler and checked by the referee on CUDA."""
+    checkout = upstreamkit.require(target)
+    task = load_task(str(ROOT / "targets" / f"{target}.yaml"), op, checkout=str(checkout))
+    firsts = [p for p in _proposals(task) if _first_round(p)]
+    with Referee(task, device="cuda") as referee:
+        for p in firsts:
+            verdict = referee.evaluate(p.code, candidate_id=1, timing="none").to_json()
+            assert verdict["accepted"], (p.params["key"], verdict.get("reason"), verdict.get("error"))
+

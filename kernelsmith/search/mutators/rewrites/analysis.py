@@ -36,6 +36,9 @@ class Site:
     grid_node: ast.expr  # the tuple or list node holding them
     grid_stmt: ast.stmt | None  # where the grid is bound, when the launch names it
     offsets: list[int]
+    # Each axis's size as text that holds at the launch: the grid's own text, or for a grid
+    # `lambda meta: (...)` with `meta["K"]` replaced by the launch's argument K.
+    launch_sizes: list[str] | None = None
 
     def span(self, node) -> tuple[int, int]:
         """Byte span of a node in the code."""
@@ -47,6 +50,10 @@ class Site:
     def text(self, node) -> str:
         s, e = self.span(node)
         return self.code.encode()[s:e].decode()
+
+    def launch_size(self, axis: int) -> str:
+        """Grid axis `axis`'s size as an expression valid at the launch (see `launch_sizes`)."""
+        return self.launch_sizes[axis] if self.launch_sizes else self.text(self.grid[axis])
 
     def line_start(self, lineno: int) -> int:
         return self.offsets[lineno - 1]
@@ -172,6 +179,44 @@ def _starts_line(code_lines: list[str], st: ast.stmt) -> bool:
     return code_lines[st.lineno - 1][: st.col_offset].strip() == ""
 
 
+def _lambda_grid(kname: str, grid: ast.Lambda, call: ast.Call, code: str, offsets: list[int]):
+    """(the lambda's tuple of sizes, each size's text at the launch, None) for a grid
+    `lambda meta: (...)` that reads only `meta["K"]` of keywords K the launch passes by name
+    (a name, attribute or constant, so the size can be computed at the launch too), else
+    (grid, None, why not)."""
+    params = grid.args
+    if (len(params.args) != 1 or params.vararg or params.kwarg or params.kwonlyargs
+            or not isinstance(grid.body, (ast.Tuple, ast.List))):
+        return grid, None, f"{kname}: its grid is a lambda other than `lambda meta: (sizes...)`"
+    meta = params.args[0].arg
+    passed = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    reads = {id(n.value): n for n in ast.walk(grid.body)
+             if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == meta}
+    data = code.encode()
+
+    def span(node) -> tuple[int, int]:
+        return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
+
+    for name in (n for n in ast.walk(grid.body) if isinstance(n, ast.Name) and n.id == meta):
+        read = reads.get(id(name))
+        key = read.slice.value if read is not None and isinstance(read.slice, ast.Constant) else None
+        if not isinstance(key, str):
+            return grid, None, f"{kname}: its grid lambda uses `{meta}` other than as {meta}[\"NAME\"]"
+        if not isinstance(passed.get(key), (ast.Name, ast.Attribute, ast.Constant)):
+            return grid, None, (f"{kname}: its grid reads {meta}[{key!r}], which the launch does not pass "
+                                "by name as a plain value (an autotuned or computed one)")
+    sizes = []
+    for elt in grid.body.elts:
+        start, end = span(elt)
+        parts = sorted((span(r), span(passed[r.slice.value])) for r in reads.values()
+                       if span(elt)[0] <= span(r)[0] and span(r)[1] <= end)
+        text = data[start:end]
+        for (a, b), (va, vb) in reversed(parts):
+            text = text[: a - start] + data[va:vb] + text[b - start :]
+        sizes.append(text.decode())
+    return grid.body, sizes, None
+
+
 def _opaque_arguments(kname: str, kernel: ast.FunctionDef, call: ast.Call) -> str | None:
     """Why the launch's arguments cannot be followed, or None.
 
@@ -238,16 +283,20 @@ def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
                 grid_stmt, grid_node = binds[0], binds[0].value
             else:
                 reason = f"{kname}: its grid `{grid_node.id}` is bound {len(binds)} times (one tuple needed)"
+        sizes = None
+        if reason is None and isinstance(grid_node, ast.Lambda):
+            grid_node, sizes, reason = _lambda_grid(kname, grid_node, call, code, offsets)
         if reason is None and not isinstance(grid_node, (ast.Tuple, ast.List)):
-            reason = f"{kname}: its grid is not a tuple of sizes (a lambda or a computed value)"
+            reason = f"{kname}: its grid is not a tuple of sizes (a computed value)"
         stmt = _enclosing_stmt(launcher, call)
         if reason is None and not all(_starts_line(lines, s) for s in (stmt, grid_stmt) if s is not None):
             reason = f"{kname}: its launch shares a line with other code"
         if reason is not None:
             declined.append(reason)
             continue
+        grid_whole = grid_node if sizes is None else grid_stmt.value if grid_stmt else call.func.slice
         sites.append(
-            Site(code, tree, kernel, launcher, call, stmt, list(grid_node.elts), grid_node, grid_stmt,
-                 offsets)
+            Site(code, tree, kernel, launcher, call, stmt, list(grid_node.elts), grid_whole, grid_stmt,
+                 offsets, sizes)
         )
     return sites, declined

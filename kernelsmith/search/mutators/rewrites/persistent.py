@@ -43,7 +43,7 @@ def persistent(site: Site, per_sm: int) -> Rewrite:
         f"{wrap.helper_call(pids, ' ' * 8)}\n"
     )
     edits = wrap.kernel_edits([], body)
-    sizes = [site.text(g) for g in site.grid]
+    sizes = [site.launch_size(a) for a in axes]  # the grid (a lambda too) becomes a tuple
     items = " * ".join(paren(s) for s in sizes) if len(sizes) > 1 else sizes[0]
     edits += wrap.launch_edits(
         f"(min({items}, {sms} * {knob}),)",

@@ -198,10 +198,10 @@ class KernelWrap:
     def divide_axis(self, axis: int, knob: str, count: str, line: str) -> list:
         """Launch edits that divide grid `axis` by `knob` (ceil), pass the original size as `count`
         and the knob itself, with `line` (the knob's assignment) above the launch."""
-        size = self.site.text(self.site.grid[axis])
+        size = self.site.text(self.site.grid[axis])  # in the grid (a lambda's may read its argument)
         return self.launch_edits(
             {axis: cdiv(self.site, paren(size) if "\n" not in size else f"({size})", knob)},
-            [f"{count}={size}", f"{knob}={knob}"],
+            [f"{count}={self.site.launch_size(axis)}", f"{knob}={knob}"],
             [line],
         )
 
