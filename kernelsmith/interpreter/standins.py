@@ -1,17 +1,17 @@
 """What real kernel modules ask of a GPU, given to them under the Triton interpreter on CPU.
 
-Upstream kernel files ask Triton's active driver for the backend at import
-(LMDeploy's `kernels/cuda/utils.py`: `driver.active.get_current_target().backend == 'cuda'`) and
-torch for device properties on every call (SM count, capability); the interpreter has neither. It
-also has known gaps (triton 3.9, checked): its fp32 -> fp8 cast drops the mantissa carry (31.5
-becomes 16.0) and rounds ties away from even; a list grid `[n]` crashes it; a module-level alias
-of a `tl` function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs; a float argument
-stays a Python float (`eps.to(tl.float32)` fails), and so does the variable of a `tl.range` loop
-(`item.to(tl.int64)` fails); libdevice math is missing (libdevice.py); a
-combine function runs element by element in Python (combine.py); the autotuner would time every
-config by the CPU's clock (here every config ties). Each stand-in here answers as one named GPU
-would (an H200 by default), records its `StandIn` member in `USED`, and the interpreter backend names the ones
-used in the verdict's `device`.
+Upstream kernel files ask Triton's active driver for the backend at import (LMDeploy's
+`kernels/cuda/utils.py`: `driver.active.get_current_target().backend == 'cuda'`) and torch for
+device properties on every call (SM count, capability); the interpreter has neither. It also has
+known gaps (triton 3.9, checked): its fp32 -> fp8 cast drops the mantissa carry (31.5 becomes 16.0)
+and rounds ties away from even; a list grid `[n]` crashes it; a module-level alias of a `tl`
+function (`fast_exp = tl.math.exp`) is not rebound while a kernel runs; a float argument stays a
+Python float (`eps.to(tl.float32)` fails), and so does the variable of a `tl.range` loop
+(`item.to(tl.int64)` fails); libdevice math is missing (libdevice.py); a combine function runs
+element by element in Python (combine.py); the autotuner would time every config by the CPU's clock
+(here every config ties). Each stand-in here answers as one named GPU would (an H200 by default),
+records its `StandIn` member in `USED`, and the interpreter backend names the ones used in the
+verdict's `device`.
 """
 
 from __future__ import annotations
@@ -321,7 +321,6 @@ def patch_float_args() -> bool:
     _implicit_cvt.__ks_standin__ = True
     interpreter._implicit_cvt = _implicit_cvt
     return True
-
 
 
 def _range_dtype(bounds) -> tuple:
