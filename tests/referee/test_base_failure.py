@@ -17,6 +17,13 @@ NO_INPLACE = PAGED_CACHE.replace('INPLACE = ["cache"]', "INPLACE = []")
     ("unwritten_output", "", "INPLACE"),
     ("crash", "NotImplementedError: TODO: write the reference", "not written"),
     ("input_mutation", "", "OUTPUTS"),
+    # A synchronising entry (Liger's cross_entropy, `.item()` between kernels) on a busy H100.
+    ("forged_timing", "the runner reports the base at 0.6030 ms per call; the judge measures it at 0.3929 "
+     "ms [runner's base samples 0.4541-1.1466 ms over 200, its candidate's median 0.5973 ms, late "
+     "repetitions it timed again / kept: 203 / 203; the judge's own base timed again now: 0.4571 ms "
+     "(20 / 20)]", "waits for the device inside every call"),
+    ("forged_timing", "late repetitions it timed again / kept: 3 / 0;", "nothing else uses the GPU"),
+    ("forged_timing", "late repetitions it timed again / kept: 0 / 0;", "disagree"),
 ])
 def test_likely_fix_table(reason, text, words):
     assert words in likely_fix(reason, text)

@@ -86,6 +86,16 @@ FIXES: list[tuple[str, str | None, str]] = [
      "the base's kernels do not compile here: check triton's version, or use --device cuda"),
     ("no_kernel_launch", None,
      "the base launches no kernel on this shape: pick shapes that take the kernel path"),
+    # The base timed against itself: no forgery, so the machine disturbed one of the two timings.
+    ("forged_timing", r"timed again / kept: ([1-9]\d*) / \1\b",
+     "the entry waits for the device inside every call (each repetition came late: an `.item()`, "
+     "`.cpu()` or synchronize between its kernels), so its times include host work and move with the "
+     "machine's load: run it where nothing else uses the GPU or its CPUs (no other search, benchmark "
+     "or build), and compare again"),
+    ("forged_timing", None,
+     "the runner's and the judge's timings of the base itself disagree, so the machine disturbed one "
+     "of them: run it where nothing else uses the GPU or its CPUs (no other search, benchmark or "
+     "build), and compare again"),
     ("out_of_memory", None,
      "the base's process ran out of host memory: raise $KERNELSMITH_CANDIDATE_MEMORY or use smaller "
      "shapes"),
