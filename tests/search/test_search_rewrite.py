@@ -237,18 +237,26 @@ def test_a_grid_lambda_the_launch_cannot_compute_is_declined():
     assert "a lambda other than" in find_sites(two, "scale_add")[1][0]
 
 
-def test_widening_follows_libdevice_math_imported_by_name_or_by_module():
+def test_widening_follows_libdevice_math_and_elementwise_helpers():
     task = task_for("row_rms")
     line = "    rms = tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n"
     assert line in task.base_code
-    by_name = task.base_code.replace("import triton.language as tl\n", "import triton.language as tl\n"
-                                     "from triton.language.extra.libdevice import rsqrt as inv_sqrt\n")
-    by_name = by_name.replace(line, "    rms = 1.0 / inv_sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n")
-    by_module = task.base_code.replace("import triton.language as tl\n", "import triton.language as tl\n"
-                                       "from triton.language.extra import libdevice\n")
-    by_module = by_module.replace(line, "    rms = libdevice.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)\n")
+    header = "import triton.language as tl\n"
+
+    def variant(imports: str, expr: str, helper: str = "") -> str:
+        code = task.base_code.replace(header, header + imports).replace(line, f"    rms = {expr}\n")
+        return code + helper
+
+    by_name = variant("from triton.language.extra.libdevice import rsqrt as inv_sqrt\n",
+                      "1.0 / inv_sqrt(tl.sum(x * x, axis=0) / n_cols + eps)")
+    by_module = variant("from triton.language.extra import libdevice\n",
+                        "libdevice.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)")
+    # A jit helper of the file that maps element by element (as Liger's `silu(x)`), calling another.
+    helpers = variant("", "_root(tl.sum(x * x, axis=0) / n_cols, eps)",
+                      "\n\n@triton.jit\ndef _sq(v):\n    return tl.sqrt(v)\n"
+                      "\n\n@triton.jit\ndef _root(v, e):\n    s = v + e\n    return _sq(s.to(tl.float32))\n")
     widened = []
-    for code in (by_name, by_module):
+    for code in (by_name, by_module, helpers):
         (site,) = find_sites(code, "row_rms")[0]
         rw = widen(site, 0, 4).code
         assert "axis=1" in rw
@@ -257,10 +265,10 @@ def test_widening_follows_libdevice_math_imported_by_name_or_by_module():
         for rw in widened:
             verdict = referee.evaluate(rw, candidate_id=1).to_json()
             assert verdict["accepted"], (verdict.get("reason"), verdict.get("error"))
-    # A function of the file itself (not a math module's) is still not followed with per-row values.
-    helper = task.base_code.replace(line, "    rms = _root(tl.sum(x * x, axis=0) / n_cols + eps)\n") + (
-        "\n\n@triton.jit\ndef _root(v):\n    return tl.sqrt(v)\n")
-    (site,) = find_sites(helper, "row_rms")[0]
+    # A helper that does more than map elements (here it builds a block) is not followed.
+    blocky = variant("", "_grow(tl.sum(x * x, axis=0) / n_cols + eps)",
+                     "\n\n@triton.jit\ndef _grow(v):\n    return tl.sqrt(v + tl.arange(0, 1))\n")
+    (site,) = find_sites(blocky, "row_rms")[0]
     with pytest.raises(Decline, match="per-row or per-column values"):
         widen(site, 0, 4)
 

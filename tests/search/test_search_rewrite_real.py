@@ -101,9 +101,10 @@ def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
 
 
 # Liger launches its norms with `**kernel_args` (empty but on XPU), casts the program id with
-# `.to(tl.int64)` (the persistent rewrite's loop variable) and takes rsqrt from libdevice (the
-# widening's per-row value); Unsloth launches with `grid = lambda meta: (cdiv(n, meta["BLOCK_SIZE"]),)`.
-NEW_REPOS = [("liger", "layer_norm"), ("liger", "rms_norm"), ("unsloth", "swiglu"),
+# `.to(tl.int64)` (the persistent rewrite's loop variable), takes rsqrt from libdevice (the
+# widening's per-row value) and calls its own jit `silu(x)` in swiglu; Unsloth launches with
+# `grid = lambda meta: (cdiv(n, meta["BLOCK_SIZE"]),)`.
+NEW_REPOS = [("liger", "layer_norm"), ("liger", "rms_norm"), ("liger", "swiglu"), ("unsloth", "swiglu"),
              ("unsloth", "geglu_backward")]
 
 

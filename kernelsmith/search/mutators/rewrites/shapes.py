@@ -224,10 +224,49 @@ class ShapeWalk:
             return self.splice(node, [(*self.site.span(func.value), recv)]), kind
         known = ("float", "int", "bool", "min", "max", "range")
         if isinstance(func, ast.Name) and (func.id in known or func.id in self.jit):
-            if any(self.emit(a)[1] != S for a in node.args + [k.value for k in node.keywords]):
-                raise Decline(f"`{func.id}(...)` is called with per-row or per-column values")
-            return self.seg(node), S
+            args = node.args + [k.value for k in node.keywords]
+            if all(self.emit(a)[1] == S for a in args):
+                return self.seg(node), S
+            if func.id in self.jit and self._elementwise_helper(func.id, set()):
+                return self.elementwise(node, args)
+            raise Decline(f"`{func.id}(...)` is called with per-row or per-column values")
         raise Decline(f"`{self.seg(node)}`: a call the widening does not follow")
+
+    def _elementwise_helper(self, name: str, seen: set[str]) -> bool:
+        """Whether the file's jit function `name` maps its arguments element by element: only
+        assignments and a return of arithmetic, comparisons, casts and elementwise math on its
+        parameters and constants (Liger's `silu(x)`), so a tile argument gives a tile result."""
+        fn = next((n for n in ast.walk(self.site.tree) if isinstance(n, ast.FunctionDef) and n.name == name),
+                  None)
+        if fn is None or name in seen or fn.args.vararg or fn.args.kwarg:
+            return False
+        seen = seen | {name}
+        body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) else fn.body
+        exprs = []
+        for st in body:
+            if isinstance(st, ast.Assign) and all(isinstance(t, ast.Name) for t in st.targets):
+                exprs.append(st.value)
+            elif isinstance(st, ast.Return) and st.value is not None:
+                exprs.append(st.value)
+            else:
+                return False
+        return all(self._elementwise_expr(e, seen) for e in exprs)
+
+    def _elementwise_expr(self, node, seen: set[str]) -> bool:
+        plain = (ast.Name, ast.Constant, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+                 ast.IfExp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Load, ast.keyword)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                f = n.func
+                helper = isinstance(f, ast.Name) and f.id in self.jit
+                ok = (self._is_math(f) or self._tl_name(f) in ELEMENTWISE
+                      or (isinstance(f, ast.Attribute) and f.attr in ("to", "cast"))
+                      or (helper and self._elementwise_helper(f.id, seen)))
+                if not ok:
+                    return False
+            elif not isinstance(n, plain):
+                return False
+        return True
 
     def _arg(self, node: ast.Call, pos: int, kw: str):
         if len(node.args) > pos:
