@@ -273,6 +273,24 @@ def test_widening_follows_libdevice_math_and_elementwise_helpers():
         widen(site, 0, 4)
 
 
+def test_widening_keeps_a_raise_under_a_uniform_branch():
+    """SGLang's gelu_and_mul raises under `if quant_max is not None` (a constexpr): left as it is."""
+    task = task_for("row_rms")
+    store = "    tl.store(rms_ptr + row, rms)\n"
+    check = '    if BLOCK_N < 1:\n        raise ValueError("BLOCK_N")\n'
+    guarded = task.base_code.replace(store, check + store)
+    (site,) = find_sites(guarded, "row_rms")[0]
+    rw = widen(site, 0, 4).code
+    assert 'raise ValueError("BLOCK_N")' in rw
+    with Referee(task, device="interpret") as referee:
+        verdict = referee.evaluate(rw, candidate_id=1).to_json()
+    assert verdict["accepted"], (verdict.get("reason"), verdict.get("error"))
+    per_row = task.base_code.replace(store, "    if BLOCK_N < 1:\n        raise ValueError(rms)\n" + store)
+    (site,) = find_sites(per_row, "row_rms")[0]
+    with pytest.raises(Decline, match="raise"):
+        widen(site, 0, 4)
+
+
 @pytest.mark.parametrize(
     ("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")]
 )

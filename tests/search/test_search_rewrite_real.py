@@ -1,7 +1,7 @@
 """The rewrite mutator on real kernels: the demo's (judged by the interpreter referee), and where a
 checkout is at hand (tests/upstreamkit.py: the release checkouts, or LMDEPLOY_CHECKOUT / SGLANG_CHECKOUT),
-LMDeploy's apply_rotary_pos_emb and silu_and_mul, SGLang's merge_state, Liger-Kernel's layer_norm
-and rms_norm and Unsloth's swiglu and geglu_backward: each gets valid rewrite
+LMDeploy's apply_rotary_pos_emb and silu_and_mul, SGLang's merge_state and gelu_and_mul,
+Liger-Kernel's norms and swiglu and Unsloth's swiglu and geglu_backward: each gets valid rewrite
 proposals whose knobs the params search finds; the CPU-runnable ones are checked against their
 harness references on the listed CPU shapes."""
 
@@ -104,12 +104,13 @@ def test_real_kernels_get_valid_rewrites(target, op, cpu, tmp_path):
 # `.to(tl.int64)` (the persistent rewrite's loop variable), takes rsqrt from libdevice (the
 # widening's per-row value) and calls its own jit `silu(x)` in swiglu; Unsloth launches with
 # `grid = lambda meta: (cdiv(n, meta["BLOCK_SIZE"]),)`.
-NEW_REPOS = [("liger", "layer_norm"), ("liger", "rms_norm"), ("liger", "swiglu"), ("unsloth", "swiglu"),
-             ("unsloth", "geglu_backward")]
+# SGLang's gelu_and_mul raises under a constexpr branch.
+FOLLOWED = [("liger", "layer_norm"), ("liger", "rms_norm"), ("liger", "swiglu"), ("unsloth", "swiglu"),
+            ("unsloth", "geglu_backward"), ("sglang", "gelu_and_mul")]
 
 
-@pytest.mark.parametrize(("target", "op"), NEW_REPOS, ids=[f"{t}-{o}" for t, o in NEW_REPOS])
-def test_new_repositories_kernels_get_accepted_rewrites(target, op):
+@pytest.mark.parametrize(("target", "op"), FOLLOWED, ids=[f"{t}-{o}" for t, o in FOLLOWED])
+def test_upstream_kernels_get_accepted_rewrites_of_every_kind(target, op):
     checkout = upstreamkit.require(target)
     task = load_task(str(ROOT / "targets" / f"{target}.yaml"), op, checkout=str(checkout))
     firsts = [p for p in _proposals(task) if _first_round(p)]
@@ -146,8 +147,8 @@ def test_merge_state_rewrites_compile_and_are_correct_on_cuda():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("target", "op"), NEW_REPOS, ids=[f"{t}-{o}" for t, o in NEW_REPOS])
-def test_new_repositories_rewrites_compile_and_are_correct_on_cuda(target, op):
+@pytest.mark.parametrize(("target", "op"), FOLLOWED, ids=[f"{t}-{o}" for t, o in FOLLOWED])
+def test_upstream_rewrites_of_every_kind_compile_and_are_correct_on_cuda(target, op):
     """The rewrites above, built by Triton's GPU compiler and checked by the referee on CUDA."""
     checkout = upstreamkit.require(target)
     task = load_task(str(ROOT / "targets" / f"{target}.yaml"), op, checkout=str(checkout))

@@ -424,5 +424,8 @@ class ShapeWalk:
             self.block(st.orelse)
         elif isinstance(st, ast.Pass) or isinstance(st, ast.Assert) and self.emit(st.test)[1] == S:
             return
+        elif isinstance(st, ast.Raise) and all(self.env.get(n.id, S) == S for n in ast.walk(st)
+                                                if isinstance(n, ast.Name)):
+            return  # under a uniform branch (a per-row one declines above): unchanged, as compiled
         else:
             raise Decline(f"a `{type(st).__name__.lower()}` statement the widening does not follow")
