@@ -253,20 +253,28 @@ class ShapeWalk:
         return all(self._elementwise_expr(e, seen) for e in exprs)
 
     def _elementwise_expr(self, node, seen: set[str]) -> bool:
-        plain = (ast.Name, ast.Constant, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
-                 ast.IfExp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Load, ast.keyword)
-        for n in ast.walk(node):
-            if isinstance(n, ast.Call):
-                f = n.func
-                helper = isinstance(f, ast.Name) and f.id in self.jit
-                ok = (self._is_math(f) or self._tl_name(f) in ELEMENTWISE
-                      or (isinstance(f, ast.Attribute) and f.attr in ("to", "cast"))
-                      or (helper and self._elementwise_helper(f.id, seen)))
-                if not ok:
-                    return False
-            elif not isinstance(n, plain):
-                return False
-        return True
+        """Whether `node` computes element by element from its names (see `_elementwise_helper`)."""
+        if isinstance(node, (ast.Name, ast.Constant)):
+            return True
+        if isinstance(node, ast.Attribute):  # a dtype read or a tl constant (tl.float32), never `.T`
+            root = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            return node.attr in ("dtype", "element_ty") or (isinstance(root, ast.Name) and root.id == self.tl)
+        parts = {ast.BinOp: lambda n: [n.left, n.right], ast.UnaryOp: lambda n: [n.operand],
+                 ast.BoolOp: lambda n: n.values, ast.Compare: lambda n: [n.left, *n.comparators],
+                 ast.IfExp: lambda n: [n.test, n.body, n.orelse]}
+        if type(node) in parts:
+            return all(self._elementwise_expr(c, seen) for c in parts[type(node)](node))
+        if not isinstance(node, ast.Call):
+            return False
+        f, args = node.func, node.args + [k.value for k in node.keywords]
+        if isinstance(f, ast.Attribute) and f.attr in ("to", "cast"):
+            args = [f.value, *args]
+        elif not (self._is_math(f) or self._tl_name(f) in ELEMENTWISE
+                  or (isinstance(f, ast.Name) and f.id in self.jit and self._elementwise_helper(f.id, seen))):
+            return False
+        return all(self._elementwise_expr(a, seen) for a in args)
 
     def _arg(self, node: ast.Call, pos: int, kw: str):
         if len(node.args) > pos:
