@@ -64,6 +64,7 @@ from kernelsmith.launch.syntax import (
     kind_of,
     line_offsets,
     mark_dead,
+    node_span,
 )
 
 # Re-exported: callers (rewrites/analysis.py among them) import these from here.
@@ -152,10 +153,7 @@ class _Finder(Follower, ast.NodeVisitor):
             values.sort(key=lambda v: (v.lineno, v.col_offset))
 
     def span(self, node) -> tuple[int, int]:
-        return (
-            self.offsets[node.lineno - 1] + node.col_offset,
-            self.offsets[node.end_lineno - 1] + node.end_col_offset,
-        )
+        return node_span(self.offsets, node)
 
     def add(self, key, kind, node, scope, names, kernels=(), users=()) -> None:
         """Record the literal `node` (or expression of literals, `65536 // 2`) as (one site of) tunable

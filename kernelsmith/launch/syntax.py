@@ -96,6 +96,11 @@ def kind_of(name: str) -> str:
     return "int"
 
 
+def node_span(offsets: list[int], node: ast.AST) -> tuple[int, int]:
+    """Byte span of `node` in the code whose `line_offsets` are `offsets`."""
+    return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
+
+
 def line_offsets(data: bytes) -> list[int]:
     offsets, pos = [], 0
     for line in data.splitlines(keepends=True):

@@ -138,7 +138,7 @@ class ShapeTrials(ListedInputs):
         """Trial `t` on a listed shape: (its outputs, its inputs, bit for bit the base's, the largest
         error)."""
         protected = self.harness.written
-        identical, max_err = True, 0.0
+        identical, max_err = True, 0.0  # a base trial is the base's own outputs
         entry = self.listed(shape, seed, t)
         # `originals` and `expected` are the cache's own: read here, never handed to the candidate.
         originals, expected = entry.originals, self.listed_expected(entry)
@@ -186,9 +186,8 @@ class ShapeTrials(ListedInputs):
                 raise Rejected("nondeterministic", f"{where}: two runs on the same inputs disagree "
                                "(uninitialised memory or a race)")
         if fn is not self.base_fn:
-            same = all(k is not None for k in known) if known is not None else \
+            identical = all(k is not None for k in known) if known is not None else \
                 all(C.same_bits(a, b) for a, b in zip(outs, base_outs, strict=False))
-            identical = identical and same
         for i, (o, e, chk) in enumerate(zip(outs, expected, checks, strict=False)):
             if known is not None and known[i] is not None:
                 msg = known[i][1]

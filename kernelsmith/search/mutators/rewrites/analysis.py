@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kernelsmith.launch.finder import jit_functions, line_offsets
+from kernelsmith.launch.syntax import jit_functions, line_offsets, node_span
 from kernelsmith.pysource import parse, reachable
 
 PID_CALLS = ("program_id", "num_programs")
@@ -42,10 +42,7 @@ class Site:
 
     def span(self, node) -> tuple[int, int]:
         """Byte span of a node in the code."""
-        return (
-            self.offsets[node.lineno - 1] + node.col_offset,
-            self.offsets[node.end_lineno - 1] + node.end_col_offset,
-        )
+        return node_span(self.offsets, node)
 
     def text(self, node) -> str:
         s, e = self.span(node)
@@ -195,7 +192,7 @@ def _lambda_grid(kname: str, grid: ast.Lambda, call: ast.Call, code: str, offset
     data = code.encode()
 
     def span(node) -> tuple[int, int]:
-        return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
+        return node_span(offsets, node)
 
     for name in (n for n in ast.walk(grid.body) if isinstance(n, ast.Name) and n.id == meta):
         read = reads.get(id(name))
@@ -283,7 +280,7 @@ def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
                 grid_stmt, grid_node = binds[0], binds[0].value
             else:
                 reason = f"{kname}: its grid `{grid_node.id}` is bound {len(binds)} times (one tuple needed)"
-        sizes = None
+        sizes, grid_whole = None, grid_node  # the node a whole new grid replaces (a lambda too)
         if reason is None and isinstance(grid_node, ast.Lambda):
             grid_node, sizes, reason = _lambda_grid(kname, grid_node, call, code, offsets)
         if reason is None and not isinstance(grid_node, (ast.Tuple, ast.List)):
@@ -294,7 +291,6 @@ def find_sites(code: str, entry: str) -> tuple[list[Site], list[str]]:
         if reason is not None:
             declined.append(reason)
             continue
-        grid_whole = grid_node if sizes is None else grid_stmt.value if grid_stmt else call.func.slice
         sites.append(
             Site(code, tree, kernel, launcher, call, stmt, list(grid_node.elts), grid_whole, grid_stmt,
                  offsets, sizes)

@@ -82,7 +82,8 @@ class ShapeWalk:
         self.env: dict[str, str] = {}
         self.edits: dict[tuple[int, int], str] = {}
         self.widened = False
-        self.jit = {n.name for n in ast.walk(site.tree) if isinstance(n, ast.FunctionDef)}
+        self.functions = {n.name: n for n in ast.walk(site.tree) if isinstance(n, ast.FunctionDef)}
+        self.jit = set(self.functions)
         self.math_functions, self.math_modules = math_names(site.tree)
 
     # -- expressions ----------------------------------------------------------------------------
@@ -236,8 +237,7 @@ class ShapeWalk:
         """Whether the file's jit function `name` maps its arguments element by element: only
         assignments and a return of arithmetic, comparisons, casts and elementwise math on its
         parameters and constants (Liger's `silu(x)`), so a tile argument gives a tile result."""
-        fn = next((n for n in ast.walk(self.site.tree) if isinstance(n, ast.FunctionDef) and n.name == name),
-                  None)
+        fn = self.functions.get(name)
         if fn is None or name in seen or fn.args.vararg or fn.args.kwarg:
             return False
         seen = seen | {name}
