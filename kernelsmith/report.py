@@ -76,8 +76,8 @@ def shape_table(shapes: list[dict], timed: bool) -> str:
             f"| {_f(s.get('speedup'), '.2f')}x{mark} | {ci_text} | {_f(s.get('pct_roofline'), '.1f')} |"
         )
     if capped:
-        lines += ["", "† measured faster than the device's measured copy bandwidth allows; the speedup "
-                      "is capped at the roofline (base time / roofline time), so it can sit below its CI."]
+        lines += ["", "† measured faster than the device's measured copy bandwidth allows; base and "
+                      "winner times count only down to the roofline time, so the speedup is capped there."]
     if biases:
         lines += ["", f"‡ the A/A control (the base timed against a second copy of itself) strayed here by "
                       f"up to {100 * (max(biases) - 1):.1f}%; the speedup dwarfs that, so the measurement "

@@ -3,8 +3,8 @@
 A win is measured when the geomean's 95% confidence interval lies above 1.0 and no shape is slower
 than SLOWEST_SHAPE beyond its own interval. The geomean's interval is a bootstrap over each
 shape's interleaved (base, candidate) sample pairs, as the referee's per-shape CI is
-(referee/timing.py `bootstrap_ci`): every shape's pairs are resampled, each shape's ratio of
-medians is floored at the roofline as the speedup itself is, and the geomean over shapes taken.
+(referee/timing/ab.py `bootstrap_ci`): every shape's pairs are resampled, both medians of each
+shape floored at the roofline as the speedup itself is, and the geomean over shapes taken.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def geomean_ci(shapes: list[dict], seed: int, n: int = RESAMPLES) -> list[float]
             return None
         b, c = np.asarray(b[:k], dtype=float), np.asarray(c[:k], dtype=float)
         idx = rng.integers(0, k, size=(n, k))
-        cand = np.maximum(np.median(c[idx], axis=1), _roof_ms(s))
-        log_ratios += np.log(np.median(b[idx], axis=1) / cand)
+        roof = _roof_ms(s)
+        log_ratios += np.log(np.maximum(np.median(b[idx], axis=1), roof)
+                             / np.maximum(np.median(c[idx], axis=1), roof))
     biases = [aa_bias_factor(s.get("aa_bias")) for s in shapes]
     if any(b is None for b in biases):
         return None

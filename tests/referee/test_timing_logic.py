@@ -163,7 +163,25 @@ def test_impossible_time_is_floored_at_the_roofline():
     s = FakeSession(FakeBackend([0.2, 0.1, 0.2], bandwidth_gbs=1e-6))
     out = _verdict_dict(s)
     timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
-    assert all(sh["floored"] and sh["speedup"] < 1 for sh in out["shapes"])
+    # Neither time counts below the roofline: the impossible candidate ties the base, never wins.
+    assert all(sh["floored"] and sh["speedup"] == 1.0 and sh["ci95"] == [1.0, 1.0] for sh in out["shapes"])
+
+
+@pytest.mark.parametrize(("ms", "roof", "want"), [
+    ([0.2, 0.2, 0.2], 0.21, 1.0),   # base past its roofline estimate, candidate equal: a tie, not 0.95x
+    ([0.2, 0.1, 0.2], 0.15, 0.2 / 0.15),  # a candidate past the roofline is credited only down to it
+    ([0.2, 0.25, 0.2], 0.1, 0.2 / 0.25),  # above the roofline, the plain ratio of medians
+])
+def test_base_and_candidate_are_floored_at_the_roofline_alike(monkeypatch, ms, roof, want):
+    # A memory-bound base measured at 101-103% of the copy-bandwidth roofline (Unsloth's geglu on an
+    # H100) made every equal candidate 0.97-0.99x there when only the candidate was floored.
+    monkeypatch.setattr(timing, "roofline_ms", lambda h, shape, peak: roof)
+    s = FakeSession(FakeBackend(ms, jitter=0.0))
+    out = _verdict_dict(s)
+    timing.time_candidate(s, _rms, cid=1, seed=0, mode="full", out=out)
+    for sh in out["shapes"]:
+        assert sh["speedup"] == pytest.approx(want, rel=1e-6)
+        assert sh["ci95"][0] <= sh["speedup"] <= sh["ci95"][1] * (1 + 1e-9)
 
 
 def test_result_cached_across_timed_calls_is_caught():

@@ -76,6 +76,14 @@ def test_the_geomean_ci_floors_each_shape_at_the_roofline():
     assert 1.99 < lo <= hi < 2.01
 
 
+def test_the_geomean_ci_floors_the_base_at_the_roofline_too():
+    # The base already past its roofline estimate (102%: roof = 1.02 ms, base 1.0 ms) and the
+    # candidate equal: a tie, not 0.98x.
+    tie = shape(1.0, 0.0, 0, pct_roofline=102.0)
+    lo, hi = geomean_ci([tie], seed=0)
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+
+
 def test_no_samples_or_noise_or_rejection_is_no_win():
     bare = verdict([shape(3.0, 0.01)])
     del bare["shapes"][0]["samples_ms"]

@@ -31,7 +31,7 @@ def test_speedup_capped_at_the_roofline_is_marked(tmp_path):
     assert main(["report", str(run)]) == 0
     rows = [line for line in (run / "report.md").read_text().splitlines() if line.startswith("| ")]
     assert sum("x† |" in line for line in rows) == 1
-    assert "capped at the roofline" in (run / "report.md").read_text()
+    assert "the speedup is capped there" in (run / "report.md").read_text()
 
 
 def test_a_shape_slower_than_the_base_is_called_out(tmp_path):

@@ -2,8 +2,9 @@
 
 Device time: CUDA events around each call, after an L2 flush and a ~100 µs GPU spin (what a
 CUDA-graph serving loop sees). Host time: wall clock per eager call (what an eager caller sees).
-Speedups are on device time; each shape's candidate time is floored at the roofline so no
-impossible shape can dominate the geomean.
+Speedups are on device time; each shape's times, base and candidate alike, are floored at the
+roofline: no impossible shape can dominate the geomean, and a base that already runs at (or, by the
+bandwidth estimate's error, just past) the roofline does not make an equal candidate look slower.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ SCREEN = {"min_reps": 8, "max_reps": 12, "budget_ms": 40.0, "host_calls": 0, "pr
 CHUNK = 25  # repetitions between two precision checks (the CUDA backend synchronises as often)
 
 
-def bootstrap_ci(base: list[float], cand: list[float], seed: int, n: int = 1000) -> list[float]:
-    """95% CI of median(base)/median(cand), resampling interleaved (base, cand) pairs."""
+def bootstrap_ci(base: list[float], cand: list[float], seed: int, n: int = 1000,
+                 floor: float = 0.0) -> list[float]:
+    """95% CI of median(base)/median(cand), resampling interleaved (base, cand) pairs; both medians
+    floored at `floor` (the roofline time) as the speedup is."""
     b, c = np.asarray(base), np.asarray(cand)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(b), size=(n, len(b)))
-    ratios = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
+    ratios = np.maximum(np.median(b[idx], axis=1), floor) / np.maximum(np.median(c[idx], axis=1), floor)
     lo, hi = np.percentile(ratios, [2.5, 97.5])
     return [float(lo), float(hi)]
 
@@ -324,8 +327,10 @@ def time_candidate(session, fn, cid: int, seed: int, mode: str, out: dict, host:
         base_ms, cand_ms = _median(base), _median(cand)
         dtype = shape.get("dtype") if isinstance(shape.get("dtype"), str) else None
         roof = roofline_ms(h, shape, session.backend.peak(dtype if h.flops else None))
-        speedup = base_ms / max(cand_ms, roof or 0.0)
-        ci = bootstrap_ci(base, cand, C.derive_seed(seed, cid, si, "ci", *(["again"] if again else [])))
+        floor = roof or 0.0
+        speedup = max(base_ms, floor) / max(cand_ms, floor)
+        ci = bootstrap_ci(base, cand, C.derive_seed(seed, cid, si, "ci", *(["again"] if again else [])),
+                          floor=floor)
         bias = aa_bias(r.aa_ratio, r.aa_ci95, speedup)
         out["shapes"][si].update(shape_timing_fields(
             base_ms=base_ms, cand_ms=cand_ms, speedup=speedup,
