@@ -156,6 +156,14 @@ def test_the_compile_limit_holds_on_the_actors(cluster, tmp_path):
     assert judged == {r["id"] for r in rows} - {r["id"] for r in slow}
 
 
+def _until_dead(node_id: str, limit_s: float = 60.0) -> None:
+    """Wait until Ray marks the killed node dead: until then a later test's driver counts it alive
+    and starts a worker there (a third evaluator that never gets a job)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes()):
+        time.sleep(0.2)
+
+
 def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
     c, log = cluster
     monkeypatch.setenv("KS_RAY_TEST_SLEEP", "1.5")  # read by the victim node only (started below)
@@ -178,6 +186,7 @@ def test_killed_node_loses_no_evaluation(cluster, tmp_path, monkeypatch):
             mine = [cid for cid, node in _starts(log, before) if node == victim_id]
             time.sleep(0.05)
         c.remove_node(victim, allow_graceful=False)
+        _until_dead(victim_id)
     finally:
         nodes.unlink()
     assert mine, "the victim node's worker never started a candidate: nothing was killed mid-evaluation"
