@@ -23,7 +23,8 @@ WIDEN = {"transform": "widen", "kernel": "_rms_norm_kernel", "axis": 0, "knobs":
 # What publish renders for WIDEN: names through bot/prbody.py's code(), the wording of report.md.
 SAID = ("**What changed:** Tile widening: each program of `_rms_norm_kernel` now handles `ROWS_GROUP` = 4 "
         "rows of grid axis 0 at once as 2-D [`ROWS_GROUP`, ...] tiles (per-row values become vectors, loads "
-        "and stores get a row mask), so that axis launches 4x fewer programs with wider memory accesses.")
+        "and stores get a row mask), so that axis launches 4x fewer programs with wider memory accesses "
+        "(`ROWS_GROUP` is capped at the axis's size: a call with fewer rows runs them as before).")
 
 
 def _run(tmp_path: Path, rewrites) -> Path:

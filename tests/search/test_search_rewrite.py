@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelsmith.launch.tunables import discover, relevant, render
 from kernelsmith.onboard.task import load_task
@@ -291,13 +292,43 @@ def test_widening_keeps_a_raise_under_a_uniform_branch():
         widen(site, 0, 4)
 
 
+class _Recorder:
+    """Stands in for a kernel: records each launch's grid and keyword arguments."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((grid, kwargs))
+
+
+@pytest.mark.parametrize("transform", ["widen", "coarsen"])
+def test_the_group_is_capped_at_the_rows_a_call_has(transform):
+    # Layer norm on an H100: four rows a program made one token 0.88x (a [4, BLOCK] tile, three rows
+    # masked); a call with fewer rows than the knob runs them as the base does.
+    task = task_for("row_rms")
+    (site,) = _sites(task)[0].values()
+    rw = BUILD[transform](site, 0, 4)
+    knob = "ROWS_GROUP" if transform == "widen" else "COARSEN_GROUP"
+    namespace: dict = {}
+    exec(compile(rw.code, "rowwise.py", "exec"), namespace)
+    recorder = namespace["_row_rms_kernel"] = _Recorder()
+    for rows in (1, 2, 3, 6, 9):
+        namespace["row_rms"](torch.ones(rows, 8))
+    got = [(grid, kwargs[knob]) for grid, kwargs in recorder.launches]
+    assert got == [((1,), 1), ((1,), 2), ((1,), 4), ((2,), 4), ((3,), 4)]
+
+
 @pytest.mark.parametrize(
-    ("transform", "knob"), [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP")]
+    ("transform", "knob"),
+    [("coarsen", "COARSEN_GROUP"), ("persistent", "PERSISTENT_GROUP"), ("widen", "ROWS_GROUP")],
 )
 def test_the_new_knob_is_a_tunable_the_params_search_finds(transform, knob):
     task = task_for("merge_state")
     (site,) = _sites(task)[0].values()
-    rw = coarsen(site, 1, 4) if transform == "coarsen" else persistent(site, 4)
+    build = {"coarsen": lambda: coarsen(site, 1, 4), "persistent": lambda: persistent(site, 4),
+             "widen": lambda: widen(site, 1, 4)}
+    rw = build[transform]()
     tunables = relevant(discover(rw.code), rw.code, "merge_state_triton")
     found = [t for t in tunables if t.key.endswith(f":{knob}")]
     assert len(found) == 1 and found[0].kind == "group" and found[0].base == 4

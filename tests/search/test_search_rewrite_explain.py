@@ -13,12 +13,14 @@ def test_each_transform_keeps_the_report_wording():
     assert sentence("widen", "_k", 0, {"ROWS_GROUP": 8}) == (
         "Tile widening: each program of `_k` now handles ROWS_GROUP = 8 rows of grid axis 0 at once as "
         "2-D [ROWS_GROUP, ...] tiles (per-row values become vectors, loads and stores get a row mask), so "
-        "that axis launches 8x fewer programs with wider memory accesses."
+        "that axis launches 8x fewer programs with wider memory accesses (ROWS_GROUP is capped at the "
+        "axis's size: a call with fewer rows runs them as before)."
     )
     assert sentence("coarsen", "_k", 1, {"COARSEN_GROUP": 2}) == (
         "Program coarsening: each program of `_k` now does the work of COARSEN_GROUP = 2 consecutive "
         "former programs along grid axis 1 (an unrolled `tl.static_range` loop that skips ids past the "
-        "original grid), so that axis launches 2x fewer, busier programs."
+        "original grid), so that axis launches 2x fewer, busier programs (COARSEN_GROUP is capped at "
+        "the axis's size: a call with fewer programs runs them as before)."
     )
     assert sentence("persistent", "_k", None, {"PERSISTENT_GROUP": 4}) == (
         "Persistent launch: `_k` now starts (number of SMs) x PERSISTENT_GROUP = 4 programs per SM "

@@ -39,13 +39,15 @@ def sentence(transform: str, kernel: str, axis: int | None, knobs: dict[str, int
         return (
             f"Program coarsening: each program of {kname} now does the work of {knob} = {value} "
             f"consecutive former programs along grid axis {axis} (an unrolled `tl.static_range` loop that "
-            f"skips ids past the original grid), so that axis launches {value}x fewer, busier programs."
+            f"skips ids past the original grid), so that axis launches {value}x fewer, busier programs "
+            f"({knob} is capped at the axis's size: a call with fewer programs runs them as before)."
         )
     if transform == "widen":
         return (
             f"Tile widening: each program of {kname} now handles {knob} = {value} rows of grid axis "
             f"{axis} at once as 2-D [{knob}, ...] tiles (per-row values become vectors, loads and stores "
-            f"get a row mask), so that axis launches {value}x fewer programs with wider memory accesses."
+            f"get a row mask), so that axis launches {value}x fewer programs with wider memory accesses "
+            f"({knob} is capped at the axis's size: a call with fewer rows runs them as before)."
         )
     if transform == "persistent":
         return (

@@ -51,6 +51,13 @@ def cdiv(site: Site, a: str, b: str) -> str:
     return f"({a} + {b} - 1) // {b}"
 
 
+def capped(site: Site, knob: str, size: str) -> str:
+    """`knob` capped at `size` rounded up to a power of two (knobs size `tl.arange` tiles)."""
+    if module_alias(site.tree, "triton") == "triton":
+        return f"min({knob}, triton.next_power_of_2({size}))"
+    return f"min({knob}, 1 << ({size} - 1).bit_length())"
+
+
 def paren(text: str) -> str:
     """`text` safe as an operand of * and //."""
     try:
@@ -197,11 +204,15 @@ class KernelWrap:
 
     def divide_axis(self, axis: int, knob: str, count: str, line: str) -> list:
         """Launch edits that divide grid `axis` by `knob` (ceil), pass the original size as `count`
-        and the knob itself, with `line` (the knob's assignment) above the launch."""
+        and the knob itself, with `line` (the knob's assignment) above the launch. The knob is
+        capped at the axis's size rounded up to a power of two: a call with fewer programs than
+        the knob (one token when decoding) runs them as the base does, not masked in a wider tile."""
         size = self.site.text(self.site.grid[axis])  # in the grid (a lambda's may read its argument)
+        size = paren(size) if "\n" not in size else f"({size})"
+        at_launch = self.site.launch_size(axis)
         return self.launch_edits(
-            {axis: cdiv(self.site, paren(size) if "\n" not in size else f"({size})", knob)},
-            [f"{count}={self.site.launch_size(axis)}", f"{knob}={knob}"],
+            {axis: cdiv(self.site, size, capped(self.site, knob, size))},
+            [f"{count}={at_launch}", f"{knob}={capped(self.site, knob, paren(at_launch))}"],
             [line],
         )
 
