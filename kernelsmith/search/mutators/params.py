@@ -12,6 +12,9 @@ fixed `--seed` and the same visible rows give the same proposals and `--resume` 
   length), proposed only when it beats the best single config by TABLE_MARGIN (at most
   UNCLEAR_SPLITS per run may split a bucket on rows whose CIs overlap). A table parent is
   refined one bucket at a time by asking that bucket's study.
+A parent from another mutator (a structural or model rewrite) gets a study of its own knobs
+(`_retune`); a widening or coarsening measured faster at some sizes and slower at others is first
+split, its knob tabled per size (split.py).
 On a space whose launch sets can be counted (twins.py) and are few enough that the start-up's
 proposals are NEAR_SHARE of them, the start-up walks the untried launch sets nearest the fastest
 config so far (nearby.py) instead of TPE's random draws, which clamps bias toward degenerate sets;
@@ -39,6 +42,7 @@ from kernelsmith.search.edits import format_edits, make_edits
 from kernelsmith.search.mutators import Proposal
 from kernelsmith.search.mutators.nearby import coordinates, distance
 from kernelsmith.search.mutators.space import SPACE_MUTATORS, ConfigSpace, shape_sizes
+from kernelsmith.search.mutators.split import split_proposal
 from kernelsmith.search.mutators.studies import Observation, Study, load_optuna
 from kernelsmith.search.rules import enumerates
 
@@ -69,6 +73,8 @@ class ParamsMutator(ConfigSpace):
 
     def __init__(self, task, *, device: str, budget_hint: int = 40, sizes: list[int] | None = None):
         super().__init__(task, device=device, budget_hint=budget_hint, sizes=sizes)
+        self.device = device
+        self.splits_tried: set[int] = set()  # rewrite parents a split was looked for (split.py)
         load_optuna()  # a missing dependency is a clear error now, not mid-run
         self.n_startup = min(10, max(4, budget_hint // 6))
         self.studies: dict[object, Study] = {}
@@ -139,7 +145,8 @@ class ParamsMutator(ConfigSpace):
             if table is not None and (p := self.proposal(table, known)) is not None:
                 return p
         pparams = parent.get("params") or {}
-        if pparams.get("table") and self.sizes is not None and self.tabled and rng.random() < BUCKET_ASK:
+        if (pparams.get("table") and pparams.get("on") is None and self.sizes is not None and self.tabled
+                and rng.random() < BUCKET_ASK):  # a retune's table is over its own code's knobs
             p = self._bucket_ask(parent, rng, known)
             if p is not None:
                 return p
@@ -257,7 +264,13 @@ class ParamsMutator(ConfigSpace):
 
     # -- a parent from another mutator ----------------------------------------------------------
     def _retune(self, parent: dict, rng: random.Random, known: set[str]) -> Proposal | None:
-        """Retune the tunables of another mutator's code (an llm rewrite) with a study of its own."""
+        """Retune the tunables of another mutator's code (an llm rewrite) with a study of its own;
+        first, once, a structural rewrite that wins on some sizes and loses on others is split
+        (split.py)."""
+        if parent["id"] not in self.splits_tried:
+            self.splits_tried.add(parent["id"])
+            if (p := split_proposal(self.task, self.device, parent, known)) is not None:
+                return p
         code = parent.get("code") or ""
         try:
             tunables = relevant(discover(code, sources_of(self.task)), code, self.task.operator.entry)
@@ -267,6 +280,8 @@ class ParamsMutator(ConfigSpace):
         obs = [Observation(own, "ok", _log_speedup(parent))]
         for row in self.retunes.get(parent["id"], []):
             c = Candidate.of(row)
+            if c.params.get("table"):
+                continue  # a split (split.py): no one config of the study's
             vals = {**own, **(c.params.get("values") or {})}
             if c.status == "pending":
                 obs.append(Observation(vals, "running"))
