@@ -14,6 +14,7 @@ from test_search_rewrite import _Recorder, _sites, task_for
 from kernelsmith.onboard.task import load_task
 from kernelsmith.referee import Referee
 from kernelsmith.search.mutators.params import ParamsMutator
+from kernelsmith.search.mutators.rewrite import explain_lineage
 from kernelsmith.search.mutators.rewrites.analysis import find_sites
 from kernelsmith.search.mutators.rewrites.coarsen import coarsen
 from kernelsmith.search.mutators.rewrites.persistent import persistent
@@ -41,7 +42,7 @@ def _parent(transform: str, speedups, cid: int = 7) -> tuple[object, dict]:
     rw = {"widen": lambda: widen(site, 0, 4), "coarsen": lambda: coarsen(site, 0, 4),
           "persistent": lambda: persistent(site, 4)}[transform]()
     params = {"op": "rewrite", "transform": transform, "kernel": "_row_rms_kernel", "axis": 0,
-              "knobs": {KNOBS[transform]: 4}}
+              "knobs": {KNOBS[transform]: 4}, "explain": rw.explain}
     row = {"id": cid, "mutator": "rewrite", "params": params, "code": rw.code, "status": "evaluated",
            "verdict": _verdict(task, speedups), "parent_id": 1, "generation": 1}
     return task, row
@@ -69,6 +70,13 @@ def test_a_rewrite_that_lost_at_some_sizes_is_switched_off_there(transform):
     sizes = [(1, 64), (3, 64), (5, 48), (9, 48)]
     assert _launches(p.code, knob, sizes) == [((1,), 1), ((3,), 1), ((2,), 4), ((3,), 4)]
     assert "per-shape table" in p.prompt
+    # What report.md and the PR say of the rewrite behind it: the knob is chosen per size.
+    said = explain_lineage([{"id": 1, "mutator": "base", "parent_id": None, "params": None}, parent,
+                            {"id": 8, "mutator": "params", "parent_id": parent["id"], "params": p.params,
+                             "code": p.code}], 8)
+    assert len(said) == 1 and said[0].endswith(f"{knob} is chosen per input size by the `_KS_CONFIGS` "
+                                                "table at the top of the diff.")
+    assert explain_lineage([parent], parent["id"]) == [parent["params"]["explain"]]
     with Referee(task, device="interpret") as referee:  # the tabled rewrite is still correct
         verdict = referee.evaluate(p.code, candidate_id=2).to_json()
     assert verdict["accepted"], (verdict.get("reason"), verdict.get("error"))
