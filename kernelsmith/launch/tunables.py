@@ -199,6 +199,27 @@ def _function_nodes(tree: ast.AST) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
+TABLE_VAR = "_ks_cfg"  # the launcher's local holding the table row that serves the call
+
+
+def tabled_names(code: str) -> set[str]:
+    """The names `code` assigns from a per-size table `render_table` wrote (`NAME = _ks_cfg['NAME']`
+    or `_ks_cfg.get(...)`); none where it does not parse."""
+    try:
+        tree = parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+
+    def from_table(v) -> bool:
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get":
+            v = v.func
+        return isinstance(v, (ast.Subscript, ast.Attribute)) and isinstance(v.value, ast.Name) \
+            and v.value.id == TABLE_VAR
+
+    return {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and from_table(node.value)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
 def render_table(
     code: str,
     tunables: list[Tunable],
@@ -228,9 +249,9 @@ def render_table(
     edits: list[tuple[int, int, str]] = []
     for t in tunables:
         if t in per_call and t.computed:  # rows that keep the computed value leave it out
-            edits.extend((s, e, f"_ks_cfg.get({names[t.key]!r}, {t.computed})") for s, e in t.sites)
+            edits.extend((s, e, f"{TABLE_VAR}.get({names[t.key]!r}, {t.computed})") for s, e in t.sites)
         elif t in per_call:
-            edits.extend((s, e, t.text(f"_ks_cfg[{names[t.key]!r}]")) for s, e in t.sites)
+            edits.extend((s, e, t.text(f"{TABLE_VAR}[{names[t.key]!r}]")) for s, e in t.sites)
         elif t.key in values and values[t.key] != t.base:
             edits.extend((s, e, t.text(values[t.key])) for s, e in t.sites)
     scopes = sorted({t.scope for t in per_call}, key=lambda n: funcs[n].lineno)
@@ -251,7 +272,7 @@ def render_table(
             params.append("*" + a.vararg.arg)
         args = f"{key}, {key2}" if two else key if key is not None else ", ".join(params)
         at = offsets[first.lineno - 1]
-        edits.append((at, at, f"{indent}_ks_cfg = _ks_config({args})\n"))
+        edits.append((at, at, f"{indent}{TABLE_VAR} = _ks_config({args})\n"))
     head = funcs[scopes[0]]
     start = min([head.lineno] + [d.lineno for d in head.decorator_list])
     lines = code.splitlines()

@@ -19,6 +19,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kernelsmith.launch.tunables import tabled_names
 from kernelsmith.pysource import parse
 from kernelsmith.search.archive import code_hash
 from kernelsmith.search.edits import format_edits, make_edits
@@ -198,6 +199,7 @@ def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
     """The sentences of the rewrites in candidate `cid`'s lineage, oldest first (for report.md); a
     knob params retuned after the rewrite is said at the value candidate `cid`'s code assigns it."""
     code = next((r.get("code") for r in rows if r["id"] == cid), None)
+    tabled = tabled_names(code) if code else set()  # a split (split.py) or a retune's table
     out = []
     for row in _lineage_rewrites(rows, cid):
         p = row.get("params") or {}
@@ -205,26 +207,13 @@ def explain_lineage(rows: list[dict], cid: int | None) -> list[str]:
         now = {**knobs, **knob_literals(code, knobs)} if code and knobs else knobs
         if now != knobs and p.get("transform") in KNOBBED:  # widen/coarsen/persistent: no detail
             said = sentence(p["transform"], p["kernel"], p.get("axis"), now)
-        by_size = sorted(tabled_knobs(code, knobs)) if code and knobs else []
-        if said and by_size:  # a split (split.py) or a retune's table: the value varies with the size
+        by_size = sorted(tabled & set(knobs))
+        if said and by_size:  # the value varies with the size
             said += (f" {', '.join(by_size)} is chosen per input size by the `_KS_CONFIGS` table at the "
                      "top of the diff.")
         if said:
             out.append(said)
     return out
-
-
-def tabled_knobs(code: str, names) -> set[str]:
-    """Those of `names` that `code` assigns from a per-size table (`NAME = _ks_cfg['NAME']`, what
-    launch/tunables.py `render_table` writes)."""
-    try:
-        tree = parse(code)
-    except (SyntaxError, ValueError):
-        return set()
-    return {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Subscript) and isinstance(node.value.value, ast.Name)
-            and node.value.value.id == "_ks_cfg"
-            for t in node.targets if isinstance(t, ast.Name) and t.id in names}
 
 
 def rewrite_lineage(rows: list[dict], cid: int | None, code: str | None = None) -> list[dict]:

@@ -43,14 +43,16 @@ def split_proposal(task, device: str, parent: dict, known: set[str]) -> Proposal
     shapes = _verdict_shapes(parent)
     if shapes is None:
         return None
+    lost = [s["ci95"][1] < 1.0 for s in shapes]
+    won = [s["ci95"][0] > 1.0 for s in shapes]
+    if not any(lost) or not any(won):  # checked before the space is built (sizes from the harness)
+        return None
     (knob, _), = knobs.items()
     space = ConfigSpace(dataclasses.replace(task, base_code=parent["code"]), device=device)
     tabled = [t for t in space.tabled if t.key.rsplit(":", 1)[-1] == knob]
     if len(tabled) != 1 or space.sizes is None or len(space.shapes) != len(shapes):
         return None
     key = tabled[0].key
-    lost = [s["ci95"][1] < 1.0 for s in shapes]
-    won = [s["ci95"][0] > 1.0 for s in shapes]
     rows = []
     for cell in space.cells:
         members = [i for i, c in enumerate(space.cell_of) if c == cell]

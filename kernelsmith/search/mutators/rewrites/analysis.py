@@ -10,6 +10,7 @@ which is then loaded and used as an index (a pointer table or gather the rewrite
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 from kernelsmith.launch.syntax import jit_functions, line_offsets, node_span
@@ -190,10 +191,7 @@ def _lambda_grid(kname: str, grid: ast.Lambda, call: ast.Call, code: str, offset
     reads = {id(n.value): n for n in ast.walk(grid.body)
              if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == meta}
     data = code.encode()
-
-    def span(node) -> tuple[int, int]:
-        return node_span(offsets, node)
-
+    span = functools.partial(node_span, offsets)
     for name in (n for n in ast.walk(grid.body) if isinstance(n, ast.Name) and n.id == meta):
         read = reads.get(id(name))
         key = read.slice.value if read is not None and isinstance(read.slice, ast.Constant) else None
@@ -206,7 +204,7 @@ def _lambda_grid(kname: str, grid: ast.Lambda, call: ast.Call, code: str, offset
     for elt in grid.body.elts:
         start, end = span(elt)
         parts = sorted((span(r), span(passed[r.slice.value])) for r in reads.values()
-                       if span(elt)[0] <= span(r)[0] and span(r)[1] <= end)
+                       if start <= span(r)[0] and span(r)[1] <= end)
         text = data[start:end]
         for (a, b), (va, vb) in reversed(parts):
             text = text[: a - start] + data[va:vb] + text[b - start :]
